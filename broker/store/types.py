@@ -1,0 +1,197 @@
+"""What the message store takes and returns: statuses (never exceptions) on the put and get paths.
+
+The store's hot paths answer with ``PutStatus`` / ``GetStatus`` like RocketMQ's PutMessageStatus and
+GetMessageStatus; the gRPC layer maps them to ResponseCodes in one place. Exceptions are kept for programmer
+errors and for the replication path (``StoreOffsetMismatch``), where the HA client must close its connection.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from common.errors import PyrmqError
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+
+# Property keys (RocketMQ MessageConst).
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+
+
+class PutStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+    @property
+    def stored(self) -> bool:
+        """True when the message is in the commitlog (RocketMQ's "sendOK" statuses)."""
+        return self in _STORED
+
+
+_STORED = {PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT, PutStatus.SLAVE_NOT_AVAILABLE}
+
+
+class GetStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(slots=True)
+class MessageDraft:
+    """One message to append. ``properties`` holds TAGS, KEYS, UNIQ_KEY, ... as RocketMQ strings."""
+
+    body: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+    born_timestamp: int = 0  # epoch ms, producer clock
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    sys_flag: int = 0
+
+
+@dataclass(slots=True)
+class PutResult:
+    status: PutStatus
+    remark: str = ""  # for non-OK statuses: what went wrong and what to do
+    wrote_offset: int = -1  # physical offset of the first record
+    wrote_bytes: int = 0  # bytes of all records of the batch
+    queue_offset: int = -1  # queue offset of the first message
+    msg_count: int = 0
+    store_timestamp: int = 0
+    physical_offsets: list[int] = field(default_factory=list)  # one per message
+
+    @property
+    def next_offset(self) -> int:
+        """The commitlog offset a replica or flush must reach for this batch to be covered."""
+        return self.wrote_offset + self.wrote_bytes
+
+
+@dataclass(slots=True)
+class GetResult:
+    status: GetStatus
+    next_begin_offset: int = 0
+    min_offset: int = 0
+    max_offset: int = 0
+    records: list[bytes] = field(default_factory=list)  # raw commitlog records, RocketMQ v1 layout
+    suggest_pulling_from_slave: bool = False
+    total_bytes: int = 0
+
+    @property
+    def message_count(self) -> int:
+        return len(self.records)
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    """A decoded commitlog record (RocketMQ MessageExt)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    store_size: int
+    body: bytes
+    properties: dict[str, str]
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: tuple[str, int]
+    store_timestamp: int
+    store_host: tuple[str, int]
+    reconsume_times: int
+    body_crc: int
+    prepared_transaction_offset: int = 0
+
+    @property
+    def tags(self) -> str:
+        return self.properties.get(PROPERTY_TAGS, "")
+
+    @property
+    def keys(self) -> str:
+        return self.properties.get(PROPERTY_KEYS, "")
+
+    @property
+    def msg_id(self) -> str:
+        """Client message id (UNIQ_KEY) when the producer set one, else the offset message id."""
+        return self.properties.get(PROPERTY_UNIQ_KEY) or self.offset_msg_id
+
+    @property
+    def offset_msg_id(self) -> str:
+        return offset_msg_id(self.store_host, self.physical_offset)
+
+
+def offset_msg_id(store_host: tuple[str, int], physical_offset: int) -> str:
+    """RocketMQ's offsetMsgId: hex of store IPv4 (4 bytes) + port (4 bytes) + physical offset (8 bytes)."""
+    ip, port = store_host
+    parts = [int(p) for p in ip.split(".")] if ip.count(".") == 3 else [0, 0, 0, 0]
+    return bytes(parts).hex().upper() + f"{port:08X}{physical_offset:016X}"
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode (the consume-queue tags code), as a signed 64-bit value like RocketMQ stores it."""
+    data = text.encode("utf-16-be")  # Java hashes UTF-16 code units
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+class TagFilter:
+    """A "tagA || tagB" subscription: the consume-queue hash check first, then the exact string."""
+
+    __slots__ = ("expression", "tags", "codes", "match_all")
+
+    def __init__(self, expression: str | None) -> None:
+        expr = (expression or "*").strip()
+        self.expression = expr
+        self.match_all = expr in ("", "*")
+        self.tags = frozenset() if self.match_all else frozenset(t.strip() for t in expr.split("||") if t.strip())
+        self.codes = frozenset(java_string_hash(t) for t in self.tags)
+
+    def match_code(self, tags_code: int) -> bool:
+        return self.match_all or tags_code in self.codes
+
+    def match_tags(self, tags: str) -> bool:
+        return self.match_all or tags in self.tags
+
+
+class StoreOffsetMismatch(PyrmqError):
+    """Replicated bytes offered at an offset other than the local commitlog end; the HA client reconnects."""
+
+    retriable = True
+
+    def __init__(self, expected: int, got: int, *, path: str = "") -> None:
+        where = f" ({path})" if path else ""
+        super().__init__(
+            f"replicated bytes at offset {got} but the local commitlog ends at {expected}{where}",
+            hint="the slave reconnects and asks the master for its own end offset",
+        )
+        self.expected = expected
+        self.got = got

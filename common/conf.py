@@ -1,0 +1,182 @@
+"""Strict loading of RocketMQ-style ``key=value`` files into frozen dataclasses.
+
+RocketMQ fills its config objects by reflection and silently ignores unknown keys and unparsable values, so a
+typo such as ``brokerRol=SLAVE`` leaves a broker running as a master. Here an unknown key or a bad value stops
+the process with an error naming the file, the line, the key and the closest valid key.
+
+Conventions:
+- Dataclass fields are snake_case; the file key is the camelCase form (``mapped_file_size_commit_log`` <->
+  ``mappedFileSizeCommitLog``) unless the field declares ``metadata={"key": ...}`` (``brokerIP1``).
+- Values: ``int`` (decimal), ``float``, ``bool`` (``true``/``false``, any case), ``str``, and ``Enum``
+  subclasses by member name.
+- ``# comment`` and ``! comment`` lines and blank lines are skipped; ``key=value``, ``key = value`` and
+  ``key: value`` are accepted, as in Java properties files.
+- A dataclass may validate itself in ``__post_init__`` by raising ``ValueError``; the message is reported
+  with the file name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import re
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from common.errors import ConfigError
+
+T = TypeVar("T")
+
+_CAMEL_BOUNDARY = re.compile(r"_([a-z0-9])")
+
+
+def conf_key(field: dataclasses.Field) -> str:
+    """The file key of a dataclass field."""
+    explicit = field.metadata.get("key") if field.metadata else None
+    if explicit:
+        return explicit
+    return _CAMEL_BOUNDARY.sub(lambda m: m.group(1).upper(), field.name)
+
+
+def conf_keys(cls: type) -> dict[str, dataclasses.Field]:
+    return {conf_key(f): f for f in dataclasses.fields(cls) if f.init}
+
+
+def parse_properties(text: str, source: str) -> dict[str, tuple[str, int]]:
+    """Parse properties text into ``{key: (value, line_number)}``; a key given twice is an error."""
+    out: dict[str, tuple[str, int]] = {}
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        match = re.match(r"^([^=:\s]+)\s*[=:]\s*(.*)$", line)
+        if not match:
+            raise ConfigError(
+                f"line {lineno} is not 'key=value': {raw!r}", source=source, hint="write one key=value per line"
+            )
+        key, value = match.group(1), match.group(2).strip()
+        if key in out:
+            raise ConfigError(
+                f"given twice (lines {out[key][1]} and {lineno})", source=source, key=key, hint="keep one of them"
+            )
+        out[key] = (value, lineno)
+    return out
+
+
+def closest_key(key: str, valid: Iterable[str]) -> str | None:
+    valid = list(valid)
+    lowered = {k.lower(): k for k in valid}
+    if key.lower() in lowered:
+        return lowered[key.lower()]
+    matches = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def _convert(raw: str, typ: Any, *, source: str, key: str) -> Any:
+    origin = typing.get_origin(typ)
+    if origin is typing.Union or (origin is not None and str(origin) == "types.UnionType"):
+        args = [a for a in typing.get_args(typ) if a is not type(None)]
+        if raw == "" and len(args) != len(typing.get_args(typ)):
+            return None
+        typ = args[0]
+    if isinstance(typ, type) and issubclass(typ, enum.Enum):
+        try:
+            return typ[raw.strip().upper()]
+        except KeyError:
+            names = ", ".join(m.name for m in typ)
+            raise ConfigError(f"{raw!r} is not one of {names}", source=source, key=key, hint=f"use one of {names}")
+    if typ is bool:
+        lowered = raw.strip().lower()
+        if lowered in ("true", "false"):
+            return lowered == "true"
+        raise ConfigError(f"{raw!r} is not a boolean", source=source, key=key, hint="use true or false")
+    if typ is int:
+        try:
+            return int(raw.strip())
+        except ValueError:
+            raise ConfigError(f"{raw!r} is not an integer", source=source, key=key, hint="use a whole number") from None
+    if typ is float:
+        try:
+            return float(raw.strip())
+        except ValueError:
+            raise ConfigError(f"{raw!r} is not a number", source=source, key=key, hint="use a number") from None
+    if typ is str:
+        return raw
+    raise TypeError(f"unsupported config field type {typ!r} for {key}")
+
+
+def build(classes: tuple[type, ...], values: Mapping[str, str], *, source: str) -> tuple[Any, ...]:
+    """Build one instance of each class from ``values`` (file key -> raw string).
+
+    A key must belong to at least one class; a key declared by several classes feeds all of them.
+    """
+    per_class: list[dict[str, Any]] = [{} for _ in classes]
+    all_keys: dict[str, list[int]] = {}
+    hints_by_class = []
+    for idx, cls in enumerate(classes):
+        keys = conf_keys(cls)
+        hints_by_class.append(typing.get_type_hints(cls))
+        for key in keys:
+            all_keys.setdefault(key, []).append(idx)
+    for key, raw in values.items():
+        owners = all_keys.get(key)
+        if not owners:
+            near = closest_key(key, all_keys)
+            hint = f"did you mean {near}?" if near else "remove it; see --print-config for the valid keys"
+            raise ConfigError("unknown key", source=source, key=key, hint=hint)
+        for idx in owners:
+            field = conf_keys(classes[idx])[key]
+            per_class[idx][field.name] = _convert(raw, hints_by_class[idx][field.name], source=source, key=key)
+    built = []
+    for cls, kwargs in zip(classes, per_class):
+        try:
+            built.append(cls(**kwargs))
+        except ValueError as exc:
+            raise ConfigError(str(exc), source=source, hint="fix the value and start again") from None
+    return tuple(built)
+
+
+def load(
+    classes: tuple[type, ...], path: str | Path | None, *, overrides: Mapping[str, str] | None = None
+) -> tuple[Any, ...]:
+    """Load ``path`` (or nothing) plus ``overrides`` (already-resolved key -> value) into ``classes``."""
+    values: dict[str, str] = {}
+    source = str(path) if path else "<defaults>"
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read: {exc.strerror}", source=source, hint="pass an existing file with -c"
+            ) from None
+        values = {k: v for k, (v, _) in parse_properties(text, source).items()}
+    for key, value in (overrides or {}).items():
+        values[key] = value
+    return build(classes, values, source=source)
+
+
+def render(obj: Any) -> list[tuple[str, str]]:
+    """The effective ``(key, value)`` pairs of a config object, in declaration order (for --print-config)."""
+    out = []
+    for field in dataclasses.fields(obj):
+        if not field.init:
+            continue
+        value = getattr(obj, field.name)
+        if isinstance(value, enum.Enum):
+            text = value.name
+        elif isinstance(value, bool):
+            text = "true" if value else "false"
+        elif value is None:
+            text = ""
+        else:
+            text = str(value)
+        out.append((conf_key(field), text))
+    return out
+
+
+def env_overrides(environ: Mapping[str, str], mapping: Mapping[str, str]) -> dict[str, str]:
+    """Pick deployment overrides from the environment: ``mapping`` is env var -> file key."""
+    return {key: environ[var] for var, key in mapping.items() if environ.get(var)}
