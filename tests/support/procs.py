@@ -1,0 +1,199 @@
+"""Real nameserver and broker processes on 127.0.0.1 for integration tests (nats-server harness style).
+
+Each process gets its own conf file and log file under a test directory, fixed free ports (so a restarted
+broker comes back at the same address), and is ready when its RocketMQ-style boot line appears in the log:
+``The Name Server boot success. listen=HOST:PORT ...`` or ``The broker[NAME, HOST:PORT] boot success. ...``.
+Stop is TERM then KILL; ``kill()`` is SIGKILL (a crash); ``pause()``/``resume()`` are SIGSTOP/SIGCONT.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.support.waiting import wait_until
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NAMESRV_READY = re.compile(r"The Name Server boot success\. listen=(\S+)")
+BROKER_READY = re.compile(r"The broker\[(\S+), (\S+)\] boot success\.")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_conf(path: Path, values: dict[str, object]) -> Path:
+    lines = []
+    for key, value in values.items():
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        lines.append(f"{key}={value}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class ServerProcess:
+    """One server subprocess. Restartable: ``start()`` again after ``stop()``/``kill()`` reuses conf and ports."""
+
+    def __init__(self, module: str, conf_path: Path, log_path: Path, ready: re.Pattern[str]) -> None:
+        self.module = module
+        self.conf_path = conf_path
+        self.log_path = log_path
+        self.ready = ready
+        self.proc: subprocess.Popen | None = None
+        self._log_offset = 0
+
+    def start(self, timeout_s: float = 20.0) -> ServerProcess:
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError(f"{self.module} is already running")
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        env = dict(os.environ)
+        env.pop("NAMESRV_ADDR", None)
+        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", self.module, "-c", str(self.conf_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=str(self.log_path.parent),
+            env=env,
+        )
+        log.close()
+
+        def booted() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.module} exited with {self.proc.returncode}:\n{self.log_tail()}")
+            return bool(self.ready.search(self.new_output()))
+
+        wait_until(booted, timeout_s, lambda: f"{self.module} did not boot:\n{self.log_tail()}")
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def new_output(self) -> str:
+        """Log text written since the last start."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self._log_offset)
+                return fh.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.output().splitlines()[-lines:])
+
+    def stop(self, timeout_s: float = 15.0) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.resume()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(timeout=5)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, no flush, no checkpoint."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def pause(self) -> None:
+        if self.running():
+            os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.running():
+            os.kill(self.pid, signal.SIGCONT)
+
+
+class Namesrv(ServerProcess):
+    def __init__(self, workdir: Path, **conf: object) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.port = int(conf.pop("listenPort", 0) or free_port())
+        values = {"listenPort": self.port, "metricsPromExporterPort": free_port(), **conf}
+        self.metrics_port = int(values["metricsPromExporterPort"])
+        super().__init__("namesrv", write_conf(workdir / "namesrv.conf", values), workdir / "namesrv.log", NAMESRV_READY)
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+class Broker(ServerProcess):
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        name: str,
+        namesrv_addr: str,
+        role: str = "ASYNC_MASTER",
+        broker_id: int = 0,
+        cluster: str = "DefaultCluster",
+        **conf: object,
+    ) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.port = int(conf.pop("listenPort", 0) or free_port())
+        self.ha_port = int(conf.pop("haListenPort", 0) or free_port())
+        self.store_dir = workdir / "store"
+        values: dict[str, object] = {
+            "brokerClusterName": cluster,
+            "brokerName": name,
+            "brokerId": broker_id,
+            "brokerRole": role,
+            "namesrvAddr": namesrv_addr,
+            "brokerIP1": "127.0.0.1",
+            "listenPort": self.port,
+            "haListenPort": self.ha_port,
+            "metricsPromExporterPort": free_port(),
+            "storePathRootDir": str(self.store_dir),
+            "mappedFileSizeCommitLog": 4 * 1024 * 1024,
+            "mappedFileSizeConsumeQueue": 20 * 10_000,
+        }
+        values.update(conf)
+        self.metrics_port = int(values["metricsPromExporterPort"])
+        self.name = name
+        self.broker_id = broker_id
+        super().__init__("broker", write_conf(workdir / f"{name}-{broker_id}.conf", values),
+                         workdir / f"{name}-{broker_id}.log", BROKER_READY)
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def ha_addr(self) -> str:
+        return f"127.0.0.1:{self.ha_port}"
+
+
+def wait_port_closed(port: int, timeout_s: float = 10.0) -> None:
+    def closed() -> bool:
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            return s.connect_ex(("127.0.0.1", port)) != 0
+
+    wait_until(closed, timeout_s, f"port {port} still accepts connections")
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
