@@ -1,0 +1,69 @@
+"""Run a service as a process: PID 1 friendly signal handling and a bounded graceful stop (uvicorn-style).
+
+SIGTERM and SIGINT trigger ``service.stop()``: stop accepting, finish in-flight work within the service's own
+deadline, flush, checkpoint. A second signal during the stop exits at once with code 1. Exit codes: 0 after a
+clean stop, 2 for configuration errors (printed as one line with a hint), 1 for anything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from common.errors import ConfigError, PyrmqError
+
+log = logging.getLogger(__name__)
+
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Runnable(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+async def serve(make: Callable[[], Awaitable[Runnable]], *, on_ready: Callable[[Runnable], None]) -> int:
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    signals_seen = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen > 1:
+            log.warning("second %s during shutdown; exiting now", signal.Signals(signum).name)
+            sys.stdout.flush()
+            import os
+
+            os._exit(1)
+        log.info("received %s; shutting down", signal.Signals(signum).name)
+        stop_requested.set()
+
+    for sig in HANDLED_SIGNALS:
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        service = await make()
+        await service.start()
+        on_ready(service)
+        await stop_requested.wait()
+        await service.stop()
+        return 0
+    finally:
+        for sig in HANDLED_SIGNALS:
+            loop.remove_signal_handler(sig)
+
+
+def run(make: Callable[[], Awaitable[Runnable]], *, on_ready: Callable[[Runnable], None]) -> int:
+    """Blocking entry point for ``__main__`` modules; returns the process exit code."""
+    try:
+        return asyncio.run(serve(make, on_ready=on_ready))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except PyrmqError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
