@@ -1,0 +1,55 @@
+"""Nameserver configuration: RocketMQ's NamesrvConfig keys that matter to pyrmq, parsed strictly.
+
+The nameserver is usually run with no file at all (RocketMQ's ``sh mqnamesrv``), so every key has a default.
+``brokerChannelExpiredTime`` is RocketMQ's hard-coded ``BROKER_CHANNEL_EXPIRED_TIME`` made a key, so tests and
+small deployments can expire silent brokers in seconds instead of two minutes. ``scanNotActiveBrokerInterval``
+keeps the 4.x default (10 s). ``listenHost`` is pyrmq's: RocketMQ always binds every interface.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from common import conf
+
+METRICS_EXPORTER_TYPES = ("PROM", "DISABLE")
+
+
+@dataclass(frozen=True)
+class NamesrvConfig:
+    listen_port: int = 9876
+    listen_host: str = "0.0.0.0"
+    scan_not_active_broker_interval: int = 10_000  # ms between scans for silent brokers
+    broker_channel_expired_time: int = 120_000  # ms of silence after which a broker is dropped
+    order_message_enable: bool = False
+    metrics_exporter_type: str = "PROM"
+    metrics_prom_exporter_port: int = 5557
+    metrics_prom_exporter_host: str = ""  # empty: all interfaces
+
+    def __post_init__(self) -> None:
+        # Messages start with the key so the loader prints "<file>: <key>: <problem>".
+        ports = (("listenPort", self.listen_port), ("metricsPromExporterPort", self.metrics_prom_exporter_port))
+        for key, port in ports:
+            if not 0 <= port < 65536:
+                raise ValueError(f"{key}: {port} is not a port between 0 and 65535 (0 picks a free one)")
+        if not self.listen_host:
+            raise ValueError("listenHost: must not be empty (0.0.0.0 listens on every interface)")
+        if self.scan_not_active_broker_interval <= 0:
+            raise ValueError(f"scanNotActiveBrokerInterval: {self.scan_not_active_broker_interval} must be > 0 ms")
+        if self.broker_channel_expired_time <= 0:
+            raise ValueError(f"brokerChannelExpiredTime: {self.broker_channel_expired_time} must be > 0 ms")
+        if self.metrics_exporter_type not in METRICS_EXPORTER_TYPES:
+            raise ValueError(
+                f"metricsExporterType: {self.metrics_exporter_type!r} is not one of {', '.join(METRICS_EXPORTER_TYPES)}"
+            )
+
+    @property
+    def metrics_enabled(self) -> bool:
+        return self.metrics_exporter_type == "PROM"
+
+
+def load_namesrv_config(path: str | Path | None) -> NamesrvConfig:
+    """Load ``path`` (``None``: defaults only); raises ``common.errors.ConfigError`` naming file, key and fix."""
+    (config,) = conf.load((NamesrvConfig,), path)
+    return config

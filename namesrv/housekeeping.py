@@ -1,0 +1,40 @@
+"""BrokerHousekeepingService: drop brokers that stopped talking (RocketMQ's ``scanNotActiveBroker``).
+
+A broker whose keep-alive stream breaks is dropped at once by the servicer. This scan is the backstop for the
+silent cases a closed connection does not reveal: a paused process, a host that vanished without a TCP reset,
+or a broker that only registers periodically. Every ``scanNotActiveBrokerInterval`` ms it drops each broker
+silent for longer than its timeout (``brokerChannelExpiredTime`` unless the broker registered its own) and logs
+the address and how long it was silent, so an operator can tell a dead broker from a slow one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from common.service import Service
+from namesrv.route_table import Expired, RouteInfoManager
+
+log = logging.getLogger(__name__)
+
+
+class BrokerHousekeepingService(Service):
+    def __init__(self, table: RouteInfoManager, *, scan_interval_ms: int, clock_ms: Callable[[], int]) -> None:
+        super().__init__("BrokerHousekeepingService")
+        self.table = table
+        self.scan_interval_ms = scan_interval_ms
+        self._clock_ms = clock_ms
+
+    async def on_start(self) -> None:
+        self.run_every("scanNotActiveBroker", self.scan_interval_ms / 1000, self.scan_once)
+
+    def scan_once(self) -> list[Expired]:
+        expired = self.table.scan_not_active(self._clock_ms())
+        for item in expired:
+            log.warning(
+                "broker %s silent for %d ms (limit %d ms); removed it from the route table",
+                item.broker_addr,
+                item.silent_ms,
+                item.timeout_ms,
+            )
+        return expired

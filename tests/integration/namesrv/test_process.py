@@ -1,0 +1,59 @@
+"""``python -m namesrv`` as an operator runs it: config errors, --print-config, readiness line, SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.integration.namesrv.conftest import keepalive_stream
+from tests.support.procs import NAMESRV_READY, REPO_ROOT, Namesrv
+
+pytestmark = pytest.mark.integration
+
+
+def run_namesrv(*args: str, cwd) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "namesrv", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=30
+    )
+
+
+def test_unknown_conf_key_exits_2_with_one_line_naming_the_closest_key(tmp_path):
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text("listenPort=0\nbrokerChannelExpiredTme=1500\n")
+    result = run_namesrv("-c", str(conf), cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"error: {conf}: brokerChannelExpiredTme: unknown key; did you mean brokerChannelExpiredTime?"
+    ]
+    assert "boot success" not in result.stdout
+
+
+def test_print_config_shows_the_effective_values_and_exits_0(tmp_path):
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text("listenPort=19999\n")
+    result = run_namesrv("-c", str(conf), "--print-config", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "listenPort=19999" in lines and "brokerChannelExpiredTime=120000" in lines
+    assert all("=" in line for line in lines)
+
+
+async def test_sigterm_stops_cleanly_with_exit_0_even_with_an_open_keepalive_stream(tmp_path):
+    ns = Namesrv(tmp_path).start()
+    try:
+        ready = NAMESRV_READY.search(ns.output())
+        assert ready and ready.group(1) == ns.addr
+        async with keepalive_stream(ns.addr, "10.9.9.9:10911"):
+            started = time.monotonic()
+            code = ns.stop(timeout_s=10)
+            stop_s = time.monotonic() - started
+    finally:
+        ns.kill()
+    assert code == 0, ns.log_tail()
+    assert stop_s < 4, f"stop took {stop_s:.1f}s: the open stream held up the 5 s grace"
+    assert "nameserver stopped" in ns.output()
