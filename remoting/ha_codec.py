@@ -1,0 +1,392 @@
+"""HA stream codec: RocketMQ's replication frames plus pyrmq's hello and error frames. Pure: no sockets.
+
+Every integer is big-endian two's complement (Java ``ByteBuffer``). The stream between a slave and its master:
+
+Slave -> master, once, first bytes of the connection: **hello** (pyrmq; DESIGN.md §3)::
+
+    offset  size  field
+    0       4     magic        b"PRHA" (0x50 0x52 0x48 0x41)
+    4       2     version      u16, HELLO_VERSION = 1
+    6       2     flags        u16, bit 0 = an HMAC follows the names
+    8       8     broker_id    i64, the slave's brokerId (>= 1 for a slave)
+    16      8     timestamp    i64, slave clock, epoch ms (covered by the HMAC; bounds replay)
+    24      1     cluster_len  u8  (1..MAX_NAME_BYTES)
+    25      1     name_len     u8  (1..MAX_NAME_BYTES)
+    26      c     cluster      utf-8, brokerClusterName
+    26+c    n     broker_name  utf-8, brokerName
+    26+c+n  32    hmac         only with flags bit 0: HMAC-SHA256(haAuthSecret, bytes[0 : 26+c+n])
+
+Slave -> master, afterwards: **report** = ``i64 slaveMaxPhyOffset`` (8 bytes, nothing else). The same word
+is the start request (first one), the ack and the heartbeat (RocketMQ §3.2). Only the newest complete word
+of a read counts.
+
+Master -> slave: **frame header** (12 bytes) + body::
+
+    0   8  phy_offset  i64, commitlog offset of body[0] (heartbeat: the next offset the master will send)
+    8   4  body_size   i32, 0 = heartbeat, 1..haTransferBatchSize = data, ERROR_MARKER (-1) = error frame
+    12  s  body        raw commitlog bytes of ONE file (a frame never crosses a commitlog file end)
+
+Master -> slave: **error frame** (pyrmq), the last thing the master sends before it closes::
+
+    0   8  phy_offset  i64, the offset the error is about (the slave's request), -1 when none
+    8   4  body_size   i32 = ERROR_MARKER (-1)
+    12  2  code        u16, ErrorCode
+    14  8  master_min  i64, master commitlog min offset at the time
+    22  8  master_max  i64, master commitlog max offset at the time
+    30  2  msg_len     u16 (<= MAX_ERROR_MESSAGE_BYTES)
+    32  m  message     utf-8, what happened and what to do
+
+Any other negative ``body_size`` or one above the receiver's ``haTransferBatchSize`` is a ProtocolError; so is a
+truncated structure. Parsers come in two shapes: ``read_*`` coroutines over a ``Reader`` (anything with
+``readexactly``, e.g. ``asyncio.StreamReader``), and ``decode_*`` / ``FrameDecoder`` / ``ReportDecoder`` over
+bytes, for callers that read large chunks and want one ack per read batch. All of it is task-safe because it
+holds no shared state; decoders are per connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import hmac
+import struct
+from dataclasses import dataclass
+from typing import Protocol
+
+from common.errors import PyrmqError
+
+MAGIC = b"PRHA"
+HELLO_VERSION = 1
+FLAG_HMAC = 0x1
+MAX_NAME_BYTES = 255
+HMAC_BYTES = 32
+ERROR_MARKER = -1
+MAX_ERROR_MESSAGE_BYTES = 4096
+
+REPORT = struct.Struct(">q")
+HEADER = struct.Struct(">qi")
+HELLO_FIXED = struct.Struct(">4sHHqqBB")
+ERROR_FIXED = struct.Struct(">HqqH")
+
+REPORT_SIZE = REPORT.size  # 8
+HEADER_SIZE = HEADER.size  # 12
+HELLO_FIXED_SIZE = HELLO_FIXED.size  # 26
+ERROR_FIXED_SIZE = ERROR_FIXED.size  # 20
+
+
+class ProtocolError(PyrmqError):
+    """The peer sent bytes that are not a valid HA structure; the connection must be closed, never resynced."""
+
+    retriable = True
+
+    def __init__(self, message: str, *, field: str = "", value: object = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint or "close the connection; the slave reconnects from its own max offset")
+        self.field = field
+        self.value = value
+
+
+class ErrorCode(enum.IntEnum):
+    """Why a master refuses to (go on) serving a slave. Carried in the error frame."""
+
+    SLAVE_BEHIND_MASTER_MIN = 1  # slave's offset < master's min: the bytes it needs were deleted
+    SLAVE_AHEAD_OF_MASTER_MAX = 2  # slave has bytes the master never had (e.g. after a manual failover)
+    PEER_REFUSED = 3  # hello missing/bad: wrong magic, cluster, brokerName, brokerId or HMAC
+    REPLACED = 4  # a newer connection with the same brokerId took over
+    PROTOCOL_ERROR = 5  # the slave sent something invalid (decreasing ack, ack beyond what was sent)
+    SHUTTING_DOWN = 6  # the master is stopping
+
+
+class Reader(Protocol):
+    async def readexactly(self, n: int) -> bytes: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    broker_id: int
+    cluster: str
+    broker_name: str
+    timestamp_ms: int
+    version: int = HELLO_VERSION
+    mac: bytes = b""  # empty: no HMAC was sent
+    signed: bytes = b""  # the bytes the HMAC covers (filled by the decoder)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """A master -> slave data or heartbeat frame."""
+
+    phy_offset: int
+    body: bytes
+
+    @property
+    def is_heartbeat(self) -> bool:
+        return len(self.body) == 0
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorFrame:
+    phy_offset: int
+    code: ErrorCode
+    master_min: int
+    master_max: int
+    message: str
+
+
+# ---------------------------------------------------------------------------------------------------- encode
+def encode_report(offset: int) -> bytes:
+    if offset < 0:
+        raise ValueError(f"report offset must be >= 0, got {offset}")
+    return REPORT.pack(offset)
+
+
+def encode_header(phy_offset: int, body_size: int) -> bytes:
+    if phy_offset < 0 or body_size < 0:
+        raise ValueError(f"frame header needs phy_offset >= 0 and body_size >= 0, got {phy_offset}, {body_size}")
+    return HEADER.pack(phy_offset, body_size)
+
+
+def encode_frame(phy_offset: int, body: bytes | memoryview = b"") -> bytes:
+    return encode_header(phy_offset, len(body)) + bytes(body)
+
+
+def encode_heartbeat(phy_offset: int) -> bytes:
+    return encode_header(phy_offset, 0)
+
+
+def encode_error(code: ErrorCode, message: str, *, phy_offset: int = -1, master_min: int = -1,
+                 master_max: int = -1) -> bytes:
+    msg = message.encode("utf-8")[:MAX_ERROR_MESSAGE_BYTES]
+    return HEADER.pack(phy_offset, ERROR_MARKER) + ERROR_FIXED.pack(int(code), master_min, master_max, len(msg)) + msg
+
+
+def hello_mac(secret: str | bytes, signed: bytes) -> bytes:
+    key = secret.encode("utf-8") if isinstance(secret, str) else secret
+    return hmac.new(key, signed, hashlib.sha256).digest()
+
+
+def encode_hello(*, broker_id: int, cluster: str, broker_name: str, timestamp_ms: int,
+                 secret: str | bytes = "") -> bytes:
+    c = cluster.encode("utf-8")
+    n = broker_name.encode("utf-8")
+    for label, raw in (("cluster", c), ("broker_name", n)):
+        if not 1 <= len(raw) <= MAX_NAME_BYTES:
+            raise ValueError(f"hello {label} must be 1..{MAX_NAME_BYTES} utf-8 bytes, got {len(raw)}")
+    flags = FLAG_HMAC if secret else 0
+    signed = HELLO_FIXED.pack(MAGIC, HELLO_VERSION, flags, broker_id, timestamp_ms, len(c), len(n)) + c + n
+    return signed + hello_mac(secret, signed) if secret else signed
+
+
+# ---------------------------------------------------------------------------------------------------- decode
+def _check_body_size(phy_offset: int, size: int, max_body: int) -> None:
+    if phy_offset < 0 and size != ERROR_MARKER:
+        raise ProtocolError(f"frame phy_offset {phy_offset} is negative", field="phy_offset", value=phy_offset)
+    if size > max_body:
+        raise ProtocolError(f"frame body_size {size} exceeds haTransferBatchSize {max_body}",
+                            field="body_size", value=size,
+                            hint="master and slave must use the same haTransferBatchSize; closing the connection")
+    if size < 0 and size != ERROR_MARKER:
+        raise ProtocolError(f"frame body_size {size} is negative and not the error marker",
+                            field="body_size", value=size)
+
+
+def decode_report(data: bytes | memoryview) -> int:
+    if len(data) != REPORT_SIZE:
+        raise ProtocolError(f"report needs {REPORT_SIZE} bytes, got {len(data)}", field="report", value=len(data))
+    value = REPORT.unpack(data)[0]
+    if value < 0:
+        raise ProtocolError(f"reported offset {value} is negative", field="report", value=value)
+    return value
+
+
+def decode_header(data: bytes | memoryview, max_body: int) -> tuple[int, int]:
+    """12 header bytes -> (phy_offset, body_size); body_size may be ERROR_MARKER."""
+    if len(data) != HEADER_SIZE:
+        raise ProtocolError(f"frame header needs {HEADER_SIZE} bytes, got {len(data)}", field="header")
+    phy_offset, size = HEADER.unpack(data)
+    _check_body_size(phy_offset, size, max_body)
+    return phy_offset, size
+
+
+def _decode_error_fixed(phy_offset: int, data: bytes | memoryview) -> tuple[int, int, int, int]:
+    code, mn, mx, mlen = ERROR_FIXED.unpack(data)
+    if mlen > MAX_ERROR_MESSAGE_BYTES:
+        raise ProtocolError(f"error frame message of {mlen} bytes exceeds {MAX_ERROR_MESSAGE_BYTES}",
+                            field="msg_len", value=mlen)
+    return code, mn, mx, mlen
+
+
+def _make_error(phy_offset: int, code: int, mn: int, mx: int, msg: bytes | memoryview) -> ErrorFrame:
+    try:
+        ecode = ErrorCode(code)
+    except ValueError:
+        raise ProtocolError(f"unknown error frame code {code}", field="code", value=code) from None
+    return ErrorFrame(phy_offset, ecode, mn, mx, bytes(msg).decode("utf-8", "replace"))
+
+
+def _check_hello_fixed(data: bytes | memoryview) -> tuple[int, int, int, int, int, int]:
+    magic, version, flags, broker_id, ts, clen, nlen = HELLO_FIXED.unpack(data)
+    if magic != MAGIC:
+        raise ProtocolError(f"HA hello magic {bytes(magic)!r} is not {MAGIC!r}", field="magic", value=bytes(magic),
+                            hint="the peer is not a pyrmq slave (a RocketMQ 4.x slave or a stray client?)")
+    if version != HELLO_VERSION:
+        raise ProtocolError(f"HA hello version {version} is not supported (this build speaks {HELLO_VERSION})",
+                            field="version", value=version, hint="run the same pyrmq version on master and slave")
+    if flags & ~FLAG_HMAC:
+        raise ProtocolError(f"HA hello has unknown flags 0x{flags:04x}", field="flags", value=flags)
+    if clen == 0 or nlen == 0:
+        raise ProtocolError("HA hello has an empty cluster or brokerName", field="names")
+    return version, flags, broker_id, ts, clen, nlen
+
+
+def _make_hello(version: int, flags: int, broker_id: int, ts: int, names: bytes, clen: int, mac: bytes,
+                signed: bytes) -> Hello:
+    try:
+        cluster = names[:clen].decode("utf-8")
+        name = names[clen:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"HA hello names are not utf-8: {exc}", field="names") from None
+    return Hello(broker_id, cluster, name, ts, version, mac, signed)
+
+
+def decode_hello(data: bytes | memoryview) -> tuple[Hello, int]:
+    """Parse a hello at the start of ``data``; returns (hello, bytes consumed). Truncated -> ProtocolError."""
+    if len(data) < HELLO_FIXED_SIZE:
+        raise ProtocolError(f"HA hello truncated: {len(data)} of {HELLO_FIXED_SIZE} fixed bytes", field="hello")
+    version, flags, broker_id, ts, clen, nlen = _check_hello_fixed(data[:HELLO_FIXED_SIZE])
+    end = HELLO_FIXED_SIZE + clen + nlen
+    total = end + (HMAC_BYTES if flags & FLAG_HMAC else 0)
+    if len(data) < total:
+        raise ProtocolError(f"HA hello truncated: {len(data)} of {total} bytes", field="hello")
+    signed = bytes(data[:end])
+    mac = bytes(data[end:total])
+    return _make_hello(version, flags, broker_id, ts, signed[HELLO_FIXED_SIZE:], clen, mac, signed), total
+
+
+def decode_frame(data: bytes | memoryview, max_body: int) -> tuple[Frame | ErrorFrame, int]:
+    """Parse one whole frame at the start of ``data``; returns (frame, bytes consumed). Truncated -> ProtocolError."""
+    if len(data) < HEADER_SIZE:
+        raise ProtocolError(f"frame header truncated: {len(data)} of {HEADER_SIZE} bytes", field="header")
+    phy_offset, size = decode_header(data[:HEADER_SIZE], max_body)
+    if size == ERROR_MARKER:
+        fixed_end = HEADER_SIZE + ERROR_FIXED_SIZE
+        if len(data) < fixed_end:
+            raise ProtocolError(f"error frame truncated: {len(data)} of {fixed_end} bytes", field="error")
+        code, mn, mx, mlen = _decode_error_fixed(phy_offset, data[HEADER_SIZE:fixed_end])
+        if len(data) < fixed_end + mlen:
+            raise ProtocolError(f"error frame truncated: {len(data)} of {fixed_end + mlen} bytes", field="error")
+        return _make_error(phy_offset, code, mn, mx, data[fixed_end:fixed_end + mlen]), fixed_end + mlen
+    if len(data) < HEADER_SIZE + size:
+        raise ProtocolError(f"frame body truncated: {len(data) - HEADER_SIZE} of {size} bytes", field="body")
+    return Frame(phy_offset, bytes(data[HEADER_SIZE:HEADER_SIZE + size])), HEADER_SIZE + size
+
+
+async def read_report(reader: Reader) -> int:
+    return decode_report(await _readexactly(reader, REPORT_SIZE, "report"))
+
+
+async def read_hello(reader: Reader) -> Hello:
+    fixed = await _readexactly(reader, HELLO_FIXED_SIZE, "hello")
+    version, flags, broker_id, ts, clen, nlen = _check_hello_fixed(fixed)
+    names = await _readexactly(reader, clen + nlen, "hello names")
+    mac = await _readexactly(reader, HMAC_BYTES, "hello hmac") if flags & FLAG_HMAC else b""
+    return _make_hello(version, flags, broker_id, ts, names, clen, mac, fixed + names)
+
+
+async def read_frame(reader: Reader, max_body: int) -> Frame | ErrorFrame:
+    phy_offset, size = decode_header(await _readexactly(reader, HEADER_SIZE, "frame header"), max_body)
+    if size == ERROR_MARKER:
+        code, mn, mx, mlen = _decode_error_fixed(phy_offset, await _readexactly(reader, ERROR_FIXED_SIZE, "error"))
+        return _make_error(phy_offset, code, mn, mx, await _readexactly(reader, mlen, "error message"))
+    return Frame(phy_offset, await _readexactly(reader, size, "frame body") if size else b"")
+
+
+async def _readexactly(reader: Reader, n: int, what: str) -> bytes:
+    if n == 0:
+        return b""
+    try:
+        return await reader.readexactly(n)
+    except asyncio.IncompleteReadError as exc:
+        raise ProtocolError(f"{what} truncated: stream ended after {len(exc.partial)} of {n} bytes",
+                            field=what, value=len(exc.partial)) from None
+
+
+# ------------------------------------------------------------------------------------------ incremental
+class ReportDecoder:
+    """Slave reports from arbitrary chunks; keeps only the newest complete word (RocketMQ's ``pos - pos % 8``)."""
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, data: bytes) -> int | None:
+        """Returns the newest complete report in ``data`` (plus leftovers), or None when no word completed."""
+        buf = self._pending + data if self._pending else data
+        whole = len(buf) - len(buf) % REPORT_SIZE
+        self._pending = bytes(buf[whole:])
+        if whole == 0:
+            return None
+        return decode_report(buf[whole - REPORT_SIZE:whole])
+
+
+class FrameDecoder:
+    """Master frames from arbitrary chunks: ``feed`` bytes, then ``frames()`` returns every complete frame.
+
+    Bodies are copied out (``bytes``), so frames stay valid after later feeds. A header is validated as soon as
+    its 12 bytes arrive, so an oversize or negative body size is refused before the body is buffered. The buffer
+    holds at most one partial frame plus the last chunk fed.
+    """
+
+    __slots__ = ("max_body", "_buf", "_pos")
+
+    def __init__(self, max_body: int) -> None:
+        self.max_body = max_body
+        self._buf = bytearray()
+        self._pos = 0
+
+    @property
+    def consumed(self) -> int:
+        """Bytes consumed from the start of the buffer since the last compaction (used by ``decode_frame``)."""
+        return self._pos
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf) - self._pos
+
+    def feed(self, data: bytes | memoryview) -> None:
+        if self._pos:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    def peek_header(self) -> tuple[int, int] | None:
+        """The next header if its 12 bytes are here (validated), else None."""
+        if len(self._buf) - self._pos < HEADER_SIZE:
+            return None
+        return decode_header(bytes(self._buf[self._pos:self._pos + HEADER_SIZE]), self.max_body)
+
+    def frames(self) -> list[Frame | ErrorFrame]:
+        out: list[Frame | ErrorFrame] = []
+        buf = self._buf
+        with memoryview(buf) as view:
+            while True:
+                head = self.peek_header()
+                if head is None:
+                    return out
+                phy_offset, size = head
+                start = self._pos + HEADER_SIZE
+                if size == ERROR_MARKER:
+                    if len(buf) < start + ERROR_FIXED_SIZE:
+                        return out
+                    code, mn, mx, mlen = _decode_error_fixed(phy_offset, view[start:start + ERROR_FIXED_SIZE])
+                    end = start + ERROR_FIXED_SIZE + mlen
+                    if len(buf) < end:
+                        return out
+                    self._pos = end
+                    out.append(_make_error(phy_offset, code, mn, mx, view[end - mlen:end]))
+                    continue
+                end = start + size
+                if len(buf) < end:
+                    return out
+                self._pos = end
+                out.append(Frame(phy_offset, view[start:end].tobytes()))
