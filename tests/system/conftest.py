@@ -1,0 +1,80 @@
+"""System tier: the compose cluster of docker-compose.yml, brought up once per session.
+
+Skipped only when no Docker engine is reachable. Otherwise a missing compose tool, an image that does not
+build, a busy host port or a service that does not become healthy is a failure, with the services' logs.
+
+Environment:
+- ``PYRMQ_BASE_IMAGE``: base image for the build (default: what deploy/images/base/build-base.sh picks or builds)
+- ``PYRMQ_SKIP_IMAGE_BUILD=1``: use the pyrmq-namesrv/pyrmq-broker images as they are (``make images`` built them)
+- ``PYRMQ_KEEP_CLUSTER=1``: leave the cluster running after the session (``docker compose -p <project> down -v``)
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.system.cluster import (
+    ClusterError,
+    ComposeCluster,
+    base_image,
+    busy_host_ports,
+    compose_command,
+    docker_engine_reachable,
+)
+
+
+def pytest_collection_modifyitems(items):
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.system)
+            # Building the images and bringing the cluster up counts towards the first test's time.
+            item.add_marker(pytest.mark.timeout(1800))
+
+
+def _report(config, text: str) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(text)
+
+
+@pytest.fixture(scope="session")
+def cluster(request):
+    if not docker_engine_reachable():
+        pytest.skip("no Docker engine reachable")
+    compose = compose_command()
+    if compose is None:
+        pytest.fail("a Docker engine is reachable but neither `docker compose` nor `docker-compose` is installed")
+    busy = busy_host_ports()
+    if busy:
+        pytest.fail(f"host ports {busy} are in use (another pyrmq cluster running?); the compose file publishes them")
+
+    env = {"BROKER_IP1": "127.0.0.1", "PYRMQ_PUBLISH_HOST": "127.0.0.1"}
+    try:
+        env["PYRMQ_BASE_IMAGE"] = base_image()
+    except ClusterError as exc:
+        pytest.fail(str(exc))
+    c = ComposeCluster(compose=compose, env=env)
+    failed_before = request.session.testsfailed
+    try:
+        if os.environ.get("PYRMQ_SKIP_IMAGE_BUILD") != "1":
+            c.build()
+        c.up()
+    except ClusterError as exc:
+        logs = c.logs(tail=200)
+        c.down()
+        pytest.fail(f"compose cluster {c.project} did not come up: {exc}\n--- logs (last 200 lines each) ---\n{logs}")
+    _report(request.config, f"\ncompose cluster {c.project} is up ({' '.join(compose)})")
+    yield c
+    if request.session.testsfailed > failed_before:
+        path = Path(tempfile.gettempdir()) / f"{c.project}.log"
+        path.write_text(c.logs())
+        _report(request.config, f"\nsystem tests failed: logs of {c.project} in {path}")
+    if os.environ.get("PYRMQ_KEEP_CLUSTER") == "1":
+        _report(request.config, f"\nleft {c.project} running: {' '.join(compose)} -p {c.project} down -v")
+    else:
+        c.down()

@@ -1,0 +1,53 @@
+"""The 2m-2s compose cluster comes up healthy and registers both broker groups, reachable from the host."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from remoting.pb import namesrv_pb2, namesrv_pb2_grpc
+from tests.support.waiting import wait_until
+from tests.system.cluster import BROKERS, NAMESRV_ADDR, SERVICES
+
+
+def _cluster_info() -> namesrv_pb2.GetBrokerClusterInfoResponse:
+    with grpc.insecure_channel(NAMESRV_ADDR) as channel:
+        return namesrv_pb2_grpc.NameServerStub(channel).GetBrokerClusterInfo(
+            namesrv_pb2.GetBrokerClusterInfoRequest(), timeout=5
+        )
+
+
+def _expected_addrs() -> dict[str, dict[int, str]]:
+    out: dict[str, dict[int, str]] = {}
+    for name, broker_id, listen_port, _ in BROKERS.values():
+        out.setdefault(name, {})[broker_id] = f"127.0.0.1:{listen_port}"
+    return out
+
+
+def test_nameserver_lists_both_broker_groups_with_master_and_slave(cluster):
+    expected = _expected_addrs()
+
+    def registered():
+        info = _cluster_info()
+        assert info.code == 0, info.remark
+        table = {name: dict(data.broker_addrs) for name, data in info.broker_addr_table.items()}
+        return info if all(table.get(name) == addrs for name, addrs in expected.items()) else None
+
+    # Healthy means serving; the first registration may land a moment later.
+    info = wait_until(registered, 30, lambda: f"broker groups at {NAMESRV_ADDR}: {_cluster_info()}", interval_s=0.5)
+    for name in expected:
+        assert info.broker_addr_table[name].cluster == "DefaultCluster"
+        assert sorted(info.broker_addr_table[name].broker_addrs) == [0, 1]
+    assert {"broker-a", "broker-b"} <= set(info.cluster_addr_table["DefaultCluster"].broker_names)
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_server_is_pid_1_as_rocketmq(cluster, service):
+    """Exec-form entrypoint: `docker stop` signals the server itself; it runs as uid/gid 3000."""
+    state = cluster.inspect(service)
+    assert state["Config"]["User"] == "rocketmq"
+    done = cluster.run("exec", "-T", service, "cat", "/proc/1/cmdline", "/proc/1/status")
+    module = "namesrv" if service == "namesrv" else "broker"
+    assert f"python\x00-m\x00{module}\x00" in done.stdout, done.stdout
+    uid_line = next(line for line in done.stdout.splitlines() if line.startswith("Uid:"))
+    assert uid_line.split()[1:] == ["3000"] * 4
