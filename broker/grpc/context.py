@@ -1,0 +1,121 @@
+"""Everything a request handler may touch, in one object built by ``BrokerServer`` (no globals).
+
+Handlers get the settings, the store, the metadata managers and the services through this context; the
+server stays a composition root and handlers stay testable pieces. ``spawn`` keeps a reference to background
+work started by a handler (persisting a changed table, an immediate registration) so it is not garbage
+collected half-way and can be awaited at stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.client_manager import ClientManager
+from broker.config import BrokerRole, BrokerSettings
+from broker.long_polling import PullRequestHoldService
+from broker.metadata.consumer_offsets import ConsumerOffsetManager
+from broker.metadata.delay_offsets import DelayOffsetManager
+from broker.metadata.subscription_groups import SubscriptionGroupManager
+from broker.metadata.topics import TopicConfigManager
+
+log = logging.getLogger(__name__)
+
+
+class Counter:
+    """A total plus per-second buckets for a rate over the last ``window_s`` seconds (putTps, getTransferedTps)."""
+
+    __slots__ = ("_buckets", "_window_s", "total")
+
+    def __init__(self, window_s: int = 10) -> None:
+        self.total = 0
+        self._window_s = window_s
+        self._buckets: deque[list[int]] = deque(maxlen=window_s + 1)
+
+    def add(self, n: int, now: float | None = None) -> None:
+        self.total += n
+        second = int(time.monotonic() if now is None else now)
+        if self._buckets and self._buckets[-1][0] == second:
+            self._buckets[-1][1] += n
+        else:
+            self._buckets.append([second, n])
+
+    def rate(self, now: float | None = None) -> float:
+        second = int(time.monotonic() if now is None else now)
+        recent = sum(n for s, n in self._buckets if second - self._window_s <= s < second)
+        return recent / self._window_s
+
+
+@dataclass
+class BrokerStats:
+    put: Counter = field(default_factory=Counter)
+    get: Counter = field(default_factory=Counter)
+
+
+@dataclass
+class BrokerContext:
+    settings: BrokerSettings
+    store: Any  # broker.store.message_store.MessageStore
+    topics: TopicConfigManager
+    groups: SubscriptionGroupManager
+    offsets: ConsumerOffsetManager
+    delay_offsets: DelayOffsetManager
+    clients: ClientManager
+    hold: PullRequestHoldService
+    retry: Any = None  # broker.retry.RetryService
+    metrics: Any = None  # broker.metrics.BrokerMetrics once the lead wires it; handlers call it once per request
+    dedup: Any = None  # broker.dedup.SendDedupWindow for SendMessageRequest.dedup
+    register_now: Callable[[], None] = lambda: None
+    server: Any = None  # BrokerServer: HA wiring points (ha, master_ha_addr) for GetHAStatus
+    stats: BrokerStats = field(default_factory=BrokerStats)
+    boot_timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    _background: set[asyncio.Task] = field(default_factory=set)
+
+    # identity -----------------------------------------------------------------------------------------------
+    @property
+    def broker_name(self) -> str:
+        return self.settings.broker.broker_name
+
+    @property
+    def broker_id(self) -> int:
+        return self.settings.broker.broker_id
+
+    @property
+    def is_slave(self) -> bool:
+        return self.settings.role is BrokerRole.SLAVE
+
+    @property
+    def store_host(self) -> tuple[str, int]:
+        return self.settings.broker.broker_ip1, self.settings.broker.listen_port
+
+    def slave_refusal(self, what: str) -> str:
+        return f"broker {self.broker_name} id {self.broker_id} is a slave; {what}"
+
+    # background work ----------------------------------------------------------------------------------------
+    def spawn(self, coro: Awaitable[Any], name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task %s failed: %r", task.get_name(), task.exception())
+
+    async def drain_background(self, timeout_s: float = 5.0) -> None:
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=timeout_s)
+
+    def topics_changed(self) -> None:
+        """Persist topics.json and tell the nameservers at once (spec §2.3 immediate registration)."""
+        self.spawn(self.topics.persist(), "persist-topics")
+        self.register_now()
+
+    def groups_changed(self) -> None:
+        self.spawn(self.groups.persist(), "persist-groups")

@@ -1,0 +1,1 @@
+"""One module per RPC family; each handler is ``async def handle(ctx, request) -> response``."""

@@ -1,0 +1,45 @@
+"""Delay-level progress: level -> next queue offset to deliver in ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1``.
+
+The schedule service advances a level only after the due messages were stored under their real topic, so after
+a crash it re-delivers at most the messages since the last persist (at-least-once, never lost). Persisted every
+``flushDelayOffsetInterval`` to ``config/delayOffset.json``: ``{"offsetTable": {"1": 10, "2": 0}}``. Slaves copy
+the master's table so a promoted slave resumes near where the master stopped (spec §4 step 3).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from broker.metadata.config_file import ConfigFile
+
+
+class DelayOffsetManager(ConfigFile):
+    def __init__(self, config_dir: str | Path) -> None:
+        super().__init__(Path(config_dir) / "delayOffset.json")
+        self.table: dict[int, int] = {}
+
+    def to_json(self) -> Any:
+        return {"offsetTable": {str(level): off for level, off in sorted(self.table.items())}}
+
+    def load_json(self, obj: Any) -> None:
+        self.table = {int(level): int(off) for level, off in (obj.get("offsetTable") or {}).items()}
+
+    def get(self, level: int) -> int:
+        return self.table.get(level, 0)
+
+    def set(self, level: int, offset: int) -> None:
+        if self.table.get(level) != offset:
+            self.table[level] = offset
+            self.mark_dirty()
+
+    def snapshot(self) -> dict[int, int]:
+        return dict(self.table)
+
+    def replace_all(self, table: dict[int, int]) -> bool:
+        new = {int(k): int(v) for k, v in table.items()}
+        if new == self.table:
+            return False
+        self.table = new
+        self.mark_dirty()
+        return True

@@ -1,0 +1,186 @@
+"""TopicConfigManager: every topic this broker serves, its queue counts and permission, and the DataVersion.
+
+The table is registered with the nameservers (the route clients see) and copied by slaves (spec §4 step 1), so
+each change bumps the DataVersion once and is persisted to ``config/topics.json`` in RocketMQ's format::
+
+    {"dataVersion": {"counter": N, "timestamp": T},
+     "topicConfigTable": {"T": {"topicName": "T", "readQueueNums": 8, "writeQueueNums": 8, "perm": 6,
+                                "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": false}}}
+
+System topics are created at startup: ``SCHEDULE_TOPIC_XXXX`` (one queue per delay level, at least 18).
+``%RETRY%<group>`` topics are created on heartbeat / send-back, ``%DLQ%<group>`` with write permission only,
+as RocketMQ does, so nobody consumes a dead-letter queue by accident.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from broker.metadata.config_file import ConfigFile
+from broker.metadata.data_version import DataVersion
+from broker.store.types import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC
+
+PERM_PRIORITY = 8
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_INHERIT = 1
+
+SCHEDULE_TOPIC_MIN_QUEUES = 18
+
+# Topics a producer may never send to (RocketMQ TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET plus TBW102).
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        "TBW102",
+    }
+)
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic in NOT_ALLOWED_SEND_TOPICS or topic.lower().startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def perm_readable(perm: int) -> bool:
+    return bool(perm & PERM_READ)
+
+
+def perm_writeable(perm: int) -> bool:
+    return bool(perm & PERM_WRITE)
+
+
+def perm_valid(perm: int) -> bool:
+    return 0 <= perm < PERM_PRIORITY
+
+
+def perm_text(perm: int) -> str:
+    return (
+        ("R" if perm & PERM_READ else "-") + ("W" if perm & PERM_WRITE else "-") + ("X" if perm & PERM_INHERIT else "-")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = PERM_READ | PERM_WRITE
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topicName": self.topic_name,
+            "readQueueNums": self.read_queue_nums,
+            "writeQueueNums": self.write_queue_nums,
+            "perm": self.perm,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": self.topic_sys_flag,
+            "order": self.order,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> TopicConfig:
+        return cls(
+            topic_name=str(obj["topicName"]),
+            read_queue_nums=int(obj.get("readQueueNums", 16)),
+            write_queue_nums=int(obj.get("writeQueueNums", 16)),
+            perm=int(obj.get("perm", 6)),
+            topic_sys_flag=int(obj.get("topicSysFlag", 0)),
+            order=bool(obj.get("order", False)),
+        )
+
+
+class TopicConfigManager(ConfigFile):
+    def __init__(self, config_dir: str | Path, *, schedule_queue_nums: int = SCHEDULE_TOPIC_MIN_QUEUES) -> None:
+        super().__init__(Path(config_dir) / "topics.json")
+        self.table: dict[str, TopicConfig] = {}
+        self.data_version = DataVersion()
+        self._schedule_queue_nums = max(SCHEDULE_TOPIC_MIN_QUEUES, schedule_queue_nums)
+
+    # persistence --------------------------------------------------------------------------------------------
+    def to_json(self) -> Any:
+        return {
+            "dataVersion": self.data_version.to_json(),
+            "topicConfigTable": {name: cfg.to_json() for name, cfg in self.table.items()},
+        }
+
+    def load_json(self, obj: Any) -> None:
+        self.data_version = DataVersion.from_json(obj.get("dataVersion"))
+        self.table = {name: TopicConfig.from_json(cfg) for name, cfg in (obj.get("topicConfigTable") or {}).items()}
+
+    def ensure_system_topics(self) -> None:
+        """Create the topics the broker itself writes to; called after ``load()``."""
+        if SCHEDULE_TOPIC not in self.table:
+            n = self._schedule_queue_nums
+            self._put(TopicConfig(SCHEDULE_TOPIC, n, n, PERM_READ | PERM_WRITE))
+
+    # queries ------------------------------------------------------------------------------------------------
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.table.get(topic)
+
+    def __contains__(self, topic: str) -> bool:
+        return topic in self.table
+
+    def snapshot(self) -> tuple[list[TopicConfig], DataVersion]:
+        return list(self.table.values()), self.data_version.copy()
+
+    # changes (each bumps the DataVersion and marks the file dirty) ------------------------------------------
+    def _put(self, cfg: TopicConfig) -> TopicConfig:
+        self.table[cfg.topic_name] = cfg
+        self.data_version.next_version()
+        self.mark_dirty()
+        return cfg
+
+    def update(self, cfg: TopicConfig) -> TopicConfig:
+        """Create or replace (UPDATE_AND_CREATE_TOPIC)."""
+        return self._put(cfg)
+
+    def create_if_absent(
+        self, topic: str, queue_nums: int, perm: int = PERM_READ | PERM_WRITE
+    ) -> tuple[TopicConfig, bool]:
+        """(config, created): auto-creation on send, and the retry / DLQ topics."""
+        existing = self.table.get(topic)
+        if existing is not None:
+            return existing, False
+        return self._put(TopicConfig(topic, queue_nums, queue_nums, perm)), True
+
+    def create_retry_topic(self, group: str, retry_queue_nums: int) -> tuple[TopicConfig, bool]:
+        return self.create_if_absent(retry_topic(group), max(1, retry_queue_nums))
+
+    def create_dlq_topic(self, group: str) -> tuple[TopicConfig, bool]:
+        return self.create_if_absent(dlq_topic(group), 1, PERM_WRITE)
+
+    def delete(self, topic: str) -> bool:
+        if self.table.pop(topic, None) is None:
+            return False
+        self.data_version.next_version()
+        self.mark_dirty()
+        return True
+
+    def replace_all(self, configs: list[TopicConfig], data_version: DataVersion) -> bool:
+        """Slave sync: take the master's table and version when the version differs; True when replaced."""
+        if data_version == self.data_version:
+            return False
+        self.table = {cfg.topic_name: cfg for cfg in configs}
+        self.data_version = data_version.copy()
+        self.mark_dirty()
+        return True
+
+    def with_perm(self, cfg: TopicConfig, perm: int) -> TopicConfig:
+        return replace(cfg, perm=perm)

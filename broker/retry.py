@@ -1,0 +1,123 @@
+"""ConsumerSendMsgBack: a message the consumer failed to process goes to ``%RETRY%<group>`` through the delay
+levels, or to ``%DLQ%<group>`` once it was retried too often (RocketMQ SendMessageProcessor.consumerSendMsgBack).
+
+The original record is read by its commitlog offset. The copy keeps body, flag, keys, tags, UNIQ_KEY and user
+properties, counts one more reconsume, and records where it came from: ``RETRY_TOPIC`` (the original topic,
+kept across retries) and ``ORIGIN_MESSAGE_ID``. A retry carries ``DELAY = 3 + reconsumeTimes`` (or the level the
+consumer asked for), capped at the highest configured level, so the store parks it in SCHEDULE_TOPIC_XXXX and the
+schedule service delivers it to the retry topic when due. Consumers subscribe to ``%RETRY%<group>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+
+from broker.grpc.status_map import put_code
+from broker.metadata.subscription_groups import SubscriptionGroupManager
+from broker.metadata.topics import TopicConfigManager, dlq_topic, retry_topic
+from broker.store.types import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RETRY_TOPIC,
+    RETRY_GROUP_TOPIC_PREFIX,
+    MessageDraft,
+)
+from remoting.codes import ResponseCode
+
+log = logging.getLogger(__name__)
+
+FIRST_RETRY_LEVEL = 3  # RocketMQ: level 3 + reconsumeTimes (10 s, 30 s, 1 m, ... with the default levels)
+
+
+@dataclass(slots=True)
+class SendBackRequest:
+    group: str
+    physical_offset: int
+    delay_level: int = 0  # 0: 3 + reconsumeTimes; < 0: straight to the DLQ
+    original_topic: str = ""
+    original_msg_id: str = ""
+    max_reconsume_times: int = 0  # 0: the group's retryMaxTimes
+
+
+@dataclass(slots=True)
+class SendBackResult:
+    code: ResponseCode
+    remark: str
+    topic: str = ""  # where the copy went
+    reconsume_times: int = 0
+
+
+class RetryService:
+    def __init__(
+        self, store, topics: TopicConfigManager, groups: SubscriptionGroupManager, max_delay_level: int
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.max_delay_level = max_delay_level
+
+    async def send_back(self, req: SendBackRequest) -> tuple[SendBackResult, bool]:
+        """(result, topics_changed): the caller persists and re-registers when a retry or DLQ topic was created."""
+        group = self.groups.get(req.group) or self.groups.find_or_create(req.group)
+        if group is None:
+            return SendBackResult(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"group {req.group} does not exist and autoCreateSubscriptionGroup=false; create it first",
+            ), False
+        original = self.store.read_message(req.physical_offset) if req.physical_offset >= 0 else None
+        if original is None:
+            return SendBackResult(
+                ResponseCode.SYSTEM_ERROR,
+                f"no message at commitlog offset {req.physical_offset}; it expired or the offset is wrong."
+                " Give the physical offset of the message you pulled",
+            ), False
+        reconsume = original.reconsume_times + 1
+        max_times = req.max_reconsume_times if req.max_reconsume_times > 0 else group.retry_max_times
+        props = dict(original.properties)
+        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        props.pop(PROPERTY_REAL_TOPIC, None)
+        props.pop(PROPERTY_REAL_QUEUE_ID, None)
+        source_topic = original.topic
+        if not source_topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
+            props.setdefault(PROPERTY_RETRY_TOPIC, req.original_topic or source_topic)
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, req.original_msg_id or original.msg_id)
+
+        changed = False
+        if reconsume > max_times or req.delay_level < 0:
+            cfg, changed = self.topics.create_dlq_topic(req.group)
+            target, queue_id = cfg.topic_name, 0
+        else:
+            cfg, changed = self.topics.create_retry_topic(req.group, group.retry_queue_nums)
+            target = cfg.topic_name
+            queue_id = random.randrange(max(1, cfg.write_queue_nums))
+            level = req.delay_level if req.delay_level > 0 else FIRST_RETRY_LEVEL + original.reconsume_times
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(min(level, self.max_delay_level))
+        draft = MessageDraft(
+            body=original.body,
+            properties=props,
+            flag=original.flag,
+            born_timestamp=original.born_timestamp,
+            born_host=original.born_host,
+            reconsume_times=reconsume,
+            sys_flag=original.sys_flag,
+        )
+        result = await self.store.put_messages(target, queue_id, [draft])
+        code, remark = put_code(result.status, result.remark)
+        if target.startswith(DLQ_GROUP_TOPIC_PREFIX) and result.status.stored:
+            log.info(
+                "message at %d of group %s moved to %s after %d reconsumes",
+                req.physical_offset,
+                req.group,
+                target,
+                reconsume - 1,
+            )
+            remark = remark or f"reconsumed {reconsume - 1} times (max {max_times}); moved to {target}"
+        return SendBackResult(code, remark, target, reconsume), changed
+
+
+__all__ = ["RetryService", "SendBackRequest", "SendBackResult", "dlq_topic", "retry_topic"]

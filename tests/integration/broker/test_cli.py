@@ -1,0 +1,43 @@
+"""``python -m broker``: a bad config exits 2 with one line naming the key; --print-config lists every key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.procs import REPO_ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def run_broker(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "broker", *args], cwd=REPO_ROOT, check=False, capture_output=True, text=True, timeout=30
+    )
+
+
+def test_an_unknown_key_exits_2_with_one_line_naming_the_closest_key(tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerRol=SLAVE\n")
+    done = run_broker("-c", str(conf))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "brokerRol" in done.stderr and "brokerRole" in done.stderr
+
+
+def test_a_master_with_a_nonzero_broker_id_exits_2(tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerRole=SYNC_MASTER\nbrokerId=1\n")
+    done = run_broker("-c", str(conf))
+    assert done.returncode == 2 and "brokerId" in done.stderr
+
+
+def test_print_config_lists_the_effective_keys_of_both_config_classes(tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=broker-x\nflushDiskType=SYNC_FLUSH\n")
+    done = run_broker("-c", str(conf), "--print-config")
+    assert done.returncode == 0
+    lines = dict(line.split("=", 1) for line in done.stdout.splitlines())
+    assert lines["brokerName"] == "broker-x" and lines["flushDiskType"] == "SYNC_FLUSH"
+    assert lines["registerNameServerPeriod"] == "30000" and lines["messageDelayLevel"].startswith("1s 5s")
