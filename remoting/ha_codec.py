@@ -38,8 +38,9 @@ Master -> slave: **error frame** (pyrmq), the last thing the master sends before
 
 Any other negative ``body_size`` or one above the receiver's ``haTransferBatchSize`` is a ProtocolError; so is a
 truncated structure. Parsers come in two shapes: ``read_*`` coroutines over a ``Reader`` (anything with
-``readexactly``, e.g. ``asyncio.StreamReader``), and ``decode_*`` / ``FrameDecoder`` / ``ReportDecoder`` over
-bytes, for callers that read large chunks and want one ack per read batch. All of it is task-safe because it
+``readexactly``, e.g. ``asyncio.StreamReader``), and ``decode_*`` / ``parse_frames`` (zero-copy, over a caller's
+buffer) / ``FrameDecoder`` / ``ReportDecoder`` over bytes, for callers that read large chunks and want one ack
+per read batch. All of it is task-safe because it
 holds no shared state; decoders are per connection.
 """
 
@@ -113,10 +114,10 @@ class Hello:
 
 @dataclass(frozen=True, slots=True)
 class Frame:
-    """A master -> slave data or heartbeat frame."""
+    """A master -> slave data or heartbeat frame (``body`` is a memoryview when it came from ``parse_frames``)."""
 
     phy_offset: int
-    body: bytes
+    body: bytes | memoryview
 
     @property
     def is_heartbeat(self) -> bool:
@@ -366,27 +367,35 @@ class FrameDecoder:
         return decode_header(bytes(self._buf[self._pos:self._pos + HEADER_SIZE]), self.max_body)
 
     def frames(self) -> list[Frame | ErrorFrame]:
-        out: list[Frame | ErrorFrame] = []
-        buf = self._buf
-        with memoryview(buf) as view:
-            while True:
-                head = self.peek_header()
-                if head is None:
-                    return out
-                phy_offset, size = head
-                start = self._pos + HEADER_SIZE
-                if size == ERROR_MARKER:
-                    if len(buf) < start + ERROR_FIXED_SIZE:
-                        return out
-                    code, mn, mx, mlen = _decode_error_fixed(phy_offset, view[start:start + ERROR_FIXED_SIZE])
-                    end = start + ERROR_FIXED_SIZE + mlen
-                    if len(buf) < end:
-                        return out
-                    self._pos = end
-                    out.append(_make_error(phy_offset, code, mn, mx, view[end - mlen:end]))
-                    continue
-                end = start + size
-                if len(buf) < end:
-                    return out
-                self._pos = end
-                out.append(Frame(phy_offset, view[start:end].tobytes()))
+        with memoryview(self._buf) as view:
+            found, self._pos = parse_frames(view, self._pos, len(self._buf), self.max_body)
+            # copy bodies out so the frames outlive the buffer (feed may move or resize it)
+            return [Frame(f.phy_offset, bytes(f.body)) if isinstance(f, Frame) else f for f in found]
+
+
+def parse_frames(view: memoryview, start: int, end: int, max_body: int) -> tuple[list[Frame | ErrorFrame], int]:
+    """Every complete frame in ``view[start:end]``; returns (frames, position after the last one).
+
+    Zero-copy: data-frame bodies are memoryview slices of ``view``, valid until the caller reuses that region.
+    A header is validated as soon as its 12 bytes are present, even if its body is not.
+    """
+    out: list[Frame | ErrorFrame] = []
+    pos = start
+    while end - pos >= HEADER_SIZE:
+        phy_offset, size = decode_header(view[pos:pos + HEADER_SIZE], max_body)
+        body_at = pos + HEADER_SIZE
+        if size == ERROR_MARKER:
+            if end - body_at < ERROR_FIXED_SIZE:
+                break
+            code, mn, mx, mlen = _decode_error_fixed(phy_offset, view[body_at:body_at + ERROR_FIXED_SIZE])
+            msg_at = body_at + ERROR_FIXED_SIZE
+            if end - msg_at < mlen:
+                break
+            out.append(_make_error(phy_offset, code, mn, mx, view[msg_at:msg_at + mlen]))
+            pos = msg_at + mlen
+            continue
+        if end - body_at < size:
+            break
+        out.append(Frame(phy_offset, view[body_at:body_at + size]))
+        pos = body_at + size
+    return out, pos

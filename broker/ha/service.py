@@ -1,0 +1,147 @@
+"""HAService: the one object ``broker/server.py`` wires (RocketMQ HAService facade).
+
+By role:
+- SYNC_MASTER / ASYNC_MASTER: an ``HAMaster`` on ``0.0.0.0:haListenPort``; a SYNC_MASTER also installs the
+  ``GroupTransfer`` waiter with ``store.set_replica_waiter`` so a put answers PUT_OK only after a slave ack;
+- SLAVE: an ``HASlave`` towards ``haMasterAddress``, or towards the address the broker passes to
+  ``update_master_address`` after each registration.
+
+``status()`` returns a dict with admin.proto ``HAStatus`` field names (slaves as ``SlaveConnection`` dicts);
+``fill_status(pb)`` copies it into an ``admin_pb2.HAStatus`` (the GetHAStatus handler calls it). ``counters`` and
+``metrics()`` hold monotonic counters and gauges for broker/metrics.py. Task-safety: event loop only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from broker.config import BrokerRole, BrokerSettings
+from broker.ha.group_transfer import GroupTransfer
+from broker.ha.master import HAMaster
+from broker.ha.slave import HASlave
+from broker.ha.state import ConnState, HACounters, slave_state
+
+log = logging.getLogger(__name__)
+
+
+class HAService:
+    def __init__(self, settings: BrokerSettings, store, *, listen_host: str = "0.0.0.0") -> None:
+        self.settings = settings
+        self.store = store
+        self.role = settings.role
+        self.counters = HACounters()
+        cfg = settings.store
+        b = settings.broker
+        self.master: HAMaster | None = None
+        self.slave: HASlave | None = None
+        self.group_transfer: GroupTransfer | None = None
+        if self.role.is_master:
+            self.master = HAMaster(store=store, store_config=cfg, cluster=b.broker_cluster_name,
+                                   broker_name=b.broker_name, port=settings.ha_port, host=listen_host,
+                                   counters=self.counters)
+            if self.role is BrokerRole.SYNC_MASTER:
+                self.group_transfer = GroupTransfer(
+                    broker_name=b.broker_name, ha_port=settings.ha_port, slave_timeout_ms=cfg.slave_timeout,
+                    fallbehind_max=cfg.ha_slave_fallbehind_max, connected_slaves=self.master.connected_slaves)
+                self.master.on_ack_listener = self.group_transfer.on_ack
+        else:
+            self.slave = HASlave(store=store, store_config=cfg, cluster=b.broker_cluster_name,
+                                 broker_name=b.broker_name, broker_id=b.broker_id,
+                                 master_addr=cfg.ha_master_address, counters=self.counters)
+
+    # lifecycle -------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self.master is not None:
+            await self.master.start()
+            if self.group_transfer is not None:
+                self.store.set_replica_waiter(self.group_transfer.wait)
+        if self.slave is not None:
+            await self.slave.start()
+
+    async def stop(self) -> None:
+        if self.group_transfer is not None:
+            self.group_transfer.close()
+        if self.master is not None:
+            await self.master.stop()
+        if self.slave is not None:
+            await self.slave.stop()
+
+    @property
+    def ha_port(self) -> int:
+        """The bound HA port (differs from the configured one when it was 0)."""
+        return self.master.port if self.master is not None else self.settings.ha_port
+
+    def update_master_address(self, ha_addr: str) -> None:
+        """The registration reply's ``ha_server_addr``; ignored on a master or with haMasterAddress set."""
+        if self.slave is not None:
+            self.slave.update_master_address(ha_addr)
+
+    @property
+    def push2slave_max_offset(self) -> int:
+        return self.master.push2slave_max_offset if self.master is not None else 0
+
+    # status ----------------------------------------------------------------------------------------------
+    def status(self) -> dict:
+        store = self.store
+        out: dict = {
+            "role": self.role.value,
+            "commitlog_max_offset": store.max_phy_offset,
+            "commitlog_min_offset": store.min_phy_offset,
+            "slaves": [],
+            "in_sync_slave_count": 0,
+            "master_ha_addr": "",
+            "connected": False,
+            "last_read_timestamp": 0,
+            "last_write_timestamp": 0,
+            "replicated_bytes": 0,
+        }
+        if self.master is not None:
+            master_max = store.max_phy_offset
+            fallbehind = self.settings.store.ha_slave_fallbehind_max
+            for link in self.master.links.values():
+                connected = link.state is not ConnState.CLOSED
+                ack = max(link.ack_offset, 0)
+                state = slave_state(connected=connected, ack_offset=ack, master_max=master_max,
+                                    fallbehind_max=fallbehind)
+                out["slaves"].append({
+                    "slave_addr": link.slave_addr,
+                    "broker_id": link.broker_id,
+                    "ack_offset": link.ack_offset,
+                    "lag_bytes": max(0, master_max - ack),
+                    "state": state.value,
+                    "transfer_from": link.transfer_from,
+                    "transferred_bytes": link.transferred_bytes,
+                    "last_ack_timestamp": link.last_ack_ms,
+                })
+                if state.value == "OK":
+                    out["in_sync_slave_count"] += 1
+        if self.slave is not None:
+            out.update(master_ha_addr=self.slave.master_addr, connected=self.slave.connected,
+                       last_read_timestamp=self.slave.last_read_ms, last_write_timestamp=self.slave.last_write_ms,
+                       replicated_bytes=self.slave.replicated_bytes)
+        return out
+
+    def fill_status(self, pb) -> None:
+        """Fill an admin_pb2.HAStatus (the GetHAStatus handler calls this when ``server.ha`` is set)."""
+        st = self.status()
+        slaves = st.pop("slaves")
+        for key, value in st.items():
+            if key == "master_ha_addr" and not value:
+                continue  # keep what the handler put there (the registration reply's address)
+            setattr(pb, key, value)
+        for slave in slaves:
+            pb.slaves.add(**slave)
+
+    def metrics(self) -> dict:
+        """Counters and gauges for broker/metrics.py (names without the prefix)."""
+        c = self.counters
+        out = {k: getattr(c, k) for k in c.__dataclass_fields__}
+        out["push2slave_max_offset"] = self.push2slave_max_offset
+        out["connected_slaves"] = self.master.connected_slaves() if self.master is not None else 0
+        if self.group_transfer is not None:
+            out.update(sync_ok=self.group_transfer.ok, sync_timeouts=self.group_transfer.timeouts,
+                       sync_slave_not_available=self.group_transfer.not_available,
+                       sync_pending=self.group_transfer.pending)
+        out["now_ms"] = int(time.time() * 1000)
+        return out

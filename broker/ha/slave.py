@@ -1,0 +1,402 @@
+"""The slave's HA client: connect to the master's HA port, report, append what it streams (RocketMQ HAClient).
+
+The master's HA address is ``haMasterAddress`` when set, else whatever the broker passes to
+``update_master_address`` after each nameserver registration (a change closes the current connection and
+reconnects to the new address). Per connection:
+- connect with a 5 s timeout; send the hello and the first report (the local max offset) at once (RocketMQ
+  waited ~5 s before the first report);
+- receive side: an ``asyncio.BufferedProtocol`` lets the kernel write straight into an 8 MiB buffer; the reader
+  task parses every complete frame in place (``parse_frames``, zero-copy), checks each header's offset against
+  the local max (an empty store accepts any offset: it starts at the master's choice), appends the body view
+  with ``store.append_replicated`` (one pwrite, no Python copy), then writes ONE report for the whole batch
+  (coalesced acks), at once; reading pauses while the buffer lacks room for a whole frame;
+- writer task: the hello and first report, then a report every ``haSendHeartbeatInterval`` (or when the local
+  max grew without an ack); expires the connection after ``haHousekeepingInterval`` without reads (RocketMQ
+  5.x's last-read rule). Both tasks write whole 8-byte reports with non-blocking ``transport.write`` calls, so
+  their writes never interleave inside a report.
+A header offset that differs from the local max logs "master pushed offset X, slave max is Y" and reconnects
+at once from the local max. An error frame is logged at ERROR with the offsets and what to do. Other failures
+reconnect with bounded exponential backoff (0.1 s doubling to MAX_BACKOFF_S).
+
+Task-safety: event loop only; one connection at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+
+from broker.config import MessageStoreConfig
+from broker.ha.state import CloseReason, HACounters
+from broker.store.types import StoreOffsetMismatch
+from common.service import Service
+from remoting.ha_codec import (
+    ERROR_FIXED_SIZE,
+    HEADER_SIZE,
+    MAX_ERROR_MESSAGE_BYTES,
+    ErrorCode,
+    ErrorFrame,
+    ProtocolError,
+    encode_hello,
+    encode_report,
+    parse_frames,
+)
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 5.0
+MIN_BACKOFF_S = 0.1
+MAX_BACKOFF_S = 5.0
+BUFFER_BYTES = 8 * 1024 * 1024  # receive buffer per connection (frames are parsed and appended in place)
+MAX_PENDING_WRITE_BYTES = 1024 * 1024  # reports queued because the master stopped reading: give up
+
+_ERROR_ADVICE = {
+    ErrorCode.SLAVE_BEHIND_MASTER_MIN: "wipe the slave store (its commitlog and consumequeue directories) so it "
+                                       "copies from the master's min offset, or set haSlaveCatchUpFrom=LAST_FILE "
+                                       "on the master and wipe the slave to copy only the newest file",
+    ErrorCode.SLAVE_AHEAD_OF_MASTER_MAX: "the slave holds bytes the master never wrote (an old master rejoined as "
+                                         "slave?); wipe or truncate the slave store before it can replicate",
+    ErrorCode.PEER_REFUSED: "check brokerClusterName, brokerName, brokerId (>= 1) and haAuthSecret on both sides, "
+                            "and that haMasterAddress points at this group's master",
+}
+
+
+def _parse_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.strip().rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"HA master address {addr!r} is not host:port")
+    return host, int(port)
+
+
+class HASlave(Service):
+    def __init__(self, *, store, store_config: MessageStoreConfig, cluster: str, broker_name: str, broker_id: int,
+                 master_addr: str = "", counters: HACounters | None = None) -> None:
+        super().__init__(f"ha-slave[{broker_name}-{broker_id}]")
+        self.store = store
+        self.cfg = store_config
+        self.cluster = cluster
+        self.broker_name = broker_name
+        self.broker_id = broker_id
+        self.master_addr = master_addr
+        self.fixed_address = bool(master_addr)
+        self.counters = counters or HACounters()
+        self.connected = False
+        self.last_read_ms = 0
+        self.last_write_ms = 0
+        self.replicated_bytes = 0
+        self.last_error = ""
+        self._addr_changed = asyncio.Event()
+        self._conn: _SlaveConnection | None = None
+
+    # control ---------------------------------------------------------------------------------------------
+    def update_master_address(self, addr: str) -> None:
+        """Called after each registration with the reply's master HA address; empty keeps the old one."""
+        if self.fixed_address or not addr or addr == self.master_addr:
+            return
+        log.info("%s: master HA address %s -> %s", self.name, self.master_addr or "(none)", addr)
+        self.master_addr = addr
+        self._addr_changed.set()
+        if self._conn is not None:
+            self._conn.close(CloseReason.ADDRESS_CHANGED)
+
+    async def on_start(self) -> None:
+        self.spawn("client", self._run())
+
+    async def on_stop(self) -> None:
+        self._addr_changed.set()
+        if self._conn is not None:
+            self._conn.close(CloseReason.SHUTDOWN)
+
+    # main loop -------------------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        backoff = MIN_BACKOFF_S
+        while not self.stopping:
+            if not self.master_addr:
+                self._addr_changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(MAX_BACKOFF_S):
+                        await self._addr_changed.wait()
+                continue
+            addr = self.master_addr
+            try:
+                host, port = _parse_addr(addr)
+                async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                    transport, proto = await asyncio.get_running_loop().create_connection(
+                        lambda: _ReceiveBuffer(BUFFER_BYTES, self.cfg.ha_transfer_batch_size), host, port)
+            except (OSError, TimeoutError, ValueError) as exc:
+                self.last_error = f"connect to {addr} failed: {exc!r}"
+                log.warning("%s: cannot connect to master HA %s: %r; retrying in %.1f s (is haListenPort/brokerIP2 "
+                            "right?)", self.name, addr, exc, backoff)
+                self.counters.reconnects += 1
+                if await self.sleep(backoff):
+                    return
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            self.counters.connects += 1
+            conn = _SlaveConnection(self, transport, proto, addr)
+            self._conn = conn
+            self.connected = True
+            try:
+                reason = await conn.run()
+            finally:
+                self.connected = False
+                self._conn = None
+            if self.stopping:
+                return
+            self.counters.reconnects += 1
+            if conn.appended_frames:
+                backoff = MIN_BACKOFF_S  # it worked for a while: retry quickly
+            if reason is CloseReason.ADDRESS_CHANGED or (reason is CloseReason.OFFSET_MISMATCH and conn.appended_frames):
+                continue  # reconnect at once from the local max
+            # a mismatch right after connecting (nothing appended) backs off like any failure: no hot loop
+            delay = MAX_BACKOFF_S if reason in (CloseReason.CATCH_UP_ERROR, CloseReason.REFUSED) else backoff
+            if await self.sleep(delay):
+                return
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+
+class _ReceiveBuffer(asyncio.BufferedProtocol):
+    """Zero-copy receive side: the kernel writes into ``buf`` (recv_into), the reader parses and appends in place.
+
+    ``buf[start:end]`` holds unparsed bytes. The reader moves the tail of a partial frame to the front when less
+    than one whole frame fits after ``end``; reading pauses when the free space drops below one frame and resumes
+    once the reader made room, so memory stays bounded at ``size`` bytes.
+    """
+
+    def __init__(self, size: int, max_body: int) -> None:
+        self.buf = bytearray(size)
+        self.view = memoryview(self.buf)
+        self.start = 0
+        self.end = 0
+        self.room = HEADER_SIZE + max(max_body, ERROR_FIXED_SIZE + MAX_ERROR_MESSAGE_BYTES)
+        self.ready = asyncio.Event()
+        self.transport: asyncio.Transport | None = None
+        self.paused = False
+        self.eof = False
+        self.lost: BaseException | None = None
+        self.received = 0
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.view[self.end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.end += nbytes
+        self.received += nbytes
+        self.ready.set()
+        if len(self.buf) - self.end < self.room and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self.ready.set()
+        return False
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.eof = True
+        self.lost = exc
+        self.ready.set()
+
+    def consumed(self, pos: int) -> None:
+        """The reader parsed up to ``pos``: reuse the space and resume reading when there is room again."""
+        self.start = pos
+        if self.start == self.end:
+            self.start = self.end = 0
+        elif len(self.buf) - self.end < self.room:
+            tail = bytes(self.view[self.start:self.end])  # < one frame; copied first: the regions may overlap
+            n = len(tail)
+            self.buf[:n] = tail  # same-size slice assignment: no resize, so outstanding views stay valid
+            self.start, self.end = 0, n
+        if self.paused and len(self.buf) - self.end >= self.room and not self.eof:
+            self.paused = False
+            self.transport.resume_reading()
+
+
+class _SlaveConnection:
+    def __init__(self, owner: HASlave, transport: asyncio.Transport, proto: _ReceiveBuffer, addr: str) -> None:
+        self.owner = owner
+        self.transport = transport
+        self.proto = proto
+        self.addr = addr
+        self.appended_frames = 0
+        self.reported = -1
+        self.last_read_mono = time.monotonic()
+        self.last_write_mono = time.monotonic()
+        self._done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._tasks: list[asyncio.Task] = []
+
+    @property
+    def received_bytes(self) -> int:
+        return self.proto.received
+
+    async def run(self) -> CloseReason:
+        owner = self.owner
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            import socket as _socket
+
+            with contextlib.suppress(OSError):
+                sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+        for role, coro in (("reader", self._read_loop()), ("writer", self._write_loop())):
+            task = asyncio.get_running_loop().create_task(coro, name=f"{owner.name}.{role}")
+            task.add_done_callback(self._on_task_done)
+            self._tasks.append(task)
+        try:
+            return await asyncio.shield(self._done)
+        except asyncio.CancelledError:
+            self.close(CloseReason.SHUTDOWN)
+            raise
+
+    def _on_task_done(self, task: asyncio.Task) -> None:
+        if task.cancelled():
+            self.close(CloseReason.SHUTDOWN)
+            return
+        exc = task.exception()
+        if exc is None:
+            self.close(task.result() or CloseReason.PEER_CLOSED)
+        elif isinstance(exc, ProtocolError):
+            log.warning("%s: invalid frame from master %s: %s", self.owner.name, self.addr, exc)
+            self.close(CloseReason.PROTOCOL_ERROR)
+        elif isinstance(exc, (ConnectionError, OSError)):
+            log.info("%s: HA connection to %s broke: %r", self.owner.name, self.addr, exc)
+            self.close(CloseReason.IO_ERROR)
+        else:
+            log.error("%s: HA task %s died: %r", self.owner.name, task.get_name(), exc, exc_info=exc)
+            self.close(CloseReason.IO_ERROR)
+
+    def close(self, reason: CloseReason) -> None:
+        if self._done.done():
+            return
+        for task in self._tasks:
+            if not task.done():
+                task.cancel()
+        with contextlib.suppress(Exception):
+            self.transport.close()
+        if reason not in (CloseReason.SHUTDOWN,):
+            log.info("%s: HA connection to %s closed: %s (local max %d)", self.owner.name, self.addr, reason.value,
+                     self.owner.store.max_phy_offset)
+        self._done.set_result(reason)
+
+    def _write(self, data: bytes) -> None:
+        if self.transport.get_write_buffer_size() > MAX_PENDING_WRITE_BYTES:
+            raise ConnectionError(f"master {self.addr} stopped reading reports ({MAX_PENDING_WRITE_BYTES} bytes queued)")
+        self.transport.write(data)
+
+    # reader ----------------------------------------------------------------------------------------------
+    async def _read_loop(self) -> CloseReason:
+        owner = self.owner
+        store = owner.store
+        counters = owner.counters
+        proto = self.proto
+        max_body = owner.cfg.ha_transfer_batch_size
+        seen = 0
+        while True:
+            await proto.ready.wait()
+            proto.ready.clear()
+            if proto.received != seen:
+                counters.bytes_received += proto.received - seen
+                seen = proto.received
+                self.last_read_mono = time.monotonic()
+                owner.last_read_ms = int(time.time() * 1000)
+            frames, pos = parse_frames(proto.view, proto.start, proto.end, max_body)
+            grew = False
+            try:
+                for frame in frames:
+                    if isinstance(frame, ErrorFrame):
+                        return self._on_error_frame(frame)
+                    local_max = store.max_phy_offset
+                    if local_max != 0 and frame.phy_offset != local_max:
+                        counters.offset_mismatches += 1
+                        log.warning("%s: master pushed offset %d, slave max is %d; reconnecting from the slave max",
+                                    owner.name, frame.phy_offset, local_max)
+                        return CloseReason.OFFSET_MISMATCH
+                    if not frame.body:
+                        continue
+                    try:
+                        result = store.append_replicated(frame.phy_offset, frame.body)
+                        if inspect.isawaitable(result):
+                            await result
+                    except StoreOffsetMismatch as exc:
+                        counters.offset_mismatches += 1
+                        log.warning("%s: master pushed offset %d, slave max is %d (%s); reconnecting", owner.name,
+                                    frame.phy_offset, exc.expected, exc)
+                        return CloseReason.OFFSET_MISMATCH
+                    except ValueError as exc:  # the store refuses the chunk (e.g. it would cross a file end)
+                        log.error("%s: cannot append %d replicated bytes at %d: %s; master and slave must use the "
+                                  "same mappedFileSizeCommitLog and haTransferBatchSize", owner.name,
+                                  len(frame.body), frame.phy_offset, exc)
+                        return CloseReason.PROTOCOL_ERROR
+                    counters.frames_received += 1
+                    owner.replicated_bytes += len(frame.body)
+                    self.appended_frames += 1
+                    grew = True
+            finally:
+                frames.clear()  # drop the body views before the buffer is compacted
+            proto.consumed(pos)
+            if grew:
+                # One report per read batch, written here and now: waking the writer task would queue the ack
+                # behind the dispatcher this append just woke, delaying SYNC_MASTER puts by a dispatch pass.
+                self.report_now()
+            if proto.eof:  # every complete frame was handled above; what is left is a truncated frame, if any
+                return CloseReason.PEER_CLOSED if proto.lost is None else CloseReason.IO_ERROR
+
+    def _on_error_frame(self, frame: ErrorFrame) -> CloseReason:
+        owner = self.owner
+        owner.counters.error_frames_received += 1
+        advice = _ERROR_ADVICE.get(frame.code, "see the master's log")
+        owner.last_error = f"{frame.code.name}: {frame.message}"
+        log.error("%s: master %s refused replication (%s): %s. Slave max offset %d, master min %d, max %d. What to "
+                  "do: %s", owner.name, self.addr, frame.code.name, frame.message, owner.store.max_phy_offset,
+                  frame.master_min, frame.master_max, advice)
+        if frame.code is ErrorCode.PEER_REFUSED:
+            return CloseReason.REFUSED
+        return CloseReason.CATCH_UP_ERROR
+
+    # writer ----------------------------------------------------------------------------------------------
+    async def _write_loop(self) -> CloseReason:
+        owner = self.owner
+        cfg = owner.cfg
+        store = owner.store
+        heartbeat_s = cfg.ha_send_heartbeat_interval / 1000.0
+        idle_s = cfg.ha_housekeeping_interval / 1000.0
+        self.reported = store.max_phy_offset
+        hello = encode_hello(broker_id=owner.broker_id, cluster=owner.cluster, broker_name=owner.broker_name,
+                             timestamp_ms=int(time.time() * 1000), secret=cfg.ha_auth_secret)
+        self._write(hello + encode_report(self.reported))
+        self._wrote()
+        self.last_write_mono = time.monotonic()
+        while True:
+            now = time.monotonic()
+            wait_s = min(heartbeat_s - (now - self.last_write_mono), idle_s - (now - self.last_read_mono))
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)  # the period of heartbeats and idle checks (acks go out from the reader)
+            now = time.monotonic()
+            if now - self.last_read_mono > idle_s:
+                log.warning("%s: nothing read from master %s for %.1f s (haHousekeepingInterval); reconnecting",
+                            owner.name, self.addr, now - self.last_read_mono)
+                return CloseReason.READ_IDLE
+            if store.max_phy_offset != self.reported:
+                self.report_now()
+            elif now - self.last_write_mono >= heartbeat_s:
+                self._write(encode_report(self.reported))
+                self.last_write_mono = time.monotonic()
+                self._wrote()
+
+    def report_now(self) -> None:
+        """Write the local max as a report (8 bytes, whole in the transport buffer; safe next to the writer task)."""
+        current = self.owner.store.max_phy_offset
+        if current != self.reported:
+            self._write(encode_report(current))
+            self.reported = current
+            self.last_write_mono = time.monotonic()
+            self._wrote()
+
+    def _wrote(self) -> None:
+        self.owner.last_write_ms = int(time.time() * 1000)
+        self.owner.counters.reports_sent += 1

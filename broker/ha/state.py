@@ -1,0 +1,176 @@
+"""HA decisions (pure) and the runtime info behind ``mqctl ha status``.
+
+Pure functions, no I/O and no clock reads, so they can be tested against a model (STYLE §2):
+- ``check_hello``: is this peer one of our slaves?
+- ``choose_start``: where the master starts streaming to a slave (DESIGN §3: MIN_OFFSET / LAST_FILE, explicit
+  errors for a slave behind the master's min or ahead of its max);
+- ``judge_report``: what a slave's 8-byte report means on an established connection (RocketMQ #3015: an ack
+  beyond the master's max, or beyond what this connection was sent, closes it; acks never decrease).
+
+``SlaveLink`` / ``SlaveClientInfo`` are plain records owned by the event loop (not thread-safe).
+"""
+
+from __future__ import annotations
+
+import enum
+import hmac as _hmac
+from dataclasses import dataclass
+
+from broker.config import CatchUpFrom
+from remoting.ha_codec import ErrorCode, Hello, hello_mac
+
+# A hello signed with a clock this far from the master's is refused (bounds replay of a captured hello).
+MAX_HELLO_SKEW_MS = 5 * 60 * 1000
+
+
+class ConnState(enum.Enum):
+    HANDSHAKE = "HANDSHAKE"  # waiting for the hello and the first report
+    TRANSFER = "TRANSFER"  # streaming
+    CLOSED = "CLOSED"
+
+
+class SlaveState(enum.Enum):
+    """How ``mqctl ha status`` shows a slave (admin.proto SlaveConnection.state)."""
+
+    OK = "OK"
+    FALL_BEHIND = "FALL_BEHIND"
+    DISCONNECTED = "DISCONNECTED"
+
+
+class CloseReason(enum.Enum):
+    PEER_CLOSED = "peer closed the connection"
+    READ_IDLE = "no bytes read within haHousekeepingInterval"
+    REFUSED = "peer refused"
+    REPLACED = "a newer connection of the same slave took over"
+    ACK_BEYOND_MAX = "ack beyond the master's max offset"
+    PROTOCOL_ERROR = "protocol error"
+    CATCH_UP_ERROR = "slave offset outside the master's range"
+    OFFSET_MISMATCH = "frame offset differs from the local max"
+    SHUTDOWN = "service stopping"
+    IO_ERROR = "socket error"
+    ADDRESS_CHANGED = "master address changed"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    code: ErrorCode
+    message: str
+
+
+def check_hello(hello: Hello, *, cluster: str, broker_name: str, secret: str, now_ms: int,
+                max_skew_ms: int = MAX_HELLO_SKEW_MS) -> Refusal | None:
+    """None when the hello comes from a slave of this broker group; else why not (sent in the error frame)."""
+    if hello.cluster != cluster or hello.broker_name != broker_name:
+        return Refusal(ErrorCode.PEER_REFUSED,
+                       f"this HA port serves {cluster}/{broker_name}, the peer is {hello.cluster}/{hello.broker_name}; "
+                       "check the slave's brokerClusterName/brokerName and haMasterAddress")
+    if hello.broker_id <= 0:
+        return Refusal(ErrorCode.PEER_REFUSED,
+                       f"brokerId {hello.broker_id} is not a slave id; a slave needs brokerId >= 1")
+    if secret:
+        if not hello.mac:
+            return Refusal(ErrorCode.PEER_REFUSED, "this master requires haAuthSecret; the peer sent no HMAC")
+        if not _hmac.compare_digest(hello.mac, hello_mac(secret, hello.signed)):
+            return Refusal(ErrorCode.PEER_REFUSED, "bad HMAC in the hello: haAuthSecret differs between master and slave")
+        if abs(now_ms - hello.timestamp_ms) > max_skew_ms:
+            return Refusal(ErrorCode.PEER_REFUSED,
+                           f"hello timestamp {hello.timestamp_ms} is {abs(now_ms - hello.timestamp_ms)} ms from the "
+                           f"master clock (limit {max_skew_ms} ms); sync the clocks")
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class StartDecision:
+    start: int  # -1 with an error
+    error: Refusal | None = None
+    reason: str = ""
+
+
+def choose_start(request: int, *, master_min: int, master_max: int, file_size: int,
+                 catch_up_from: CatchUpFrom) -> StartDecision:
+    """Where to stream from for a slave whose first report is ``request`` (its commitlog end)."""
+    if request > master_max:
+        return StartDecision(-1, Refusal(
+            ErrorCode.SLAVE_AHEAD_OF_MASTER_MAX,
+            f"slave store ends at {request}, beyond the master's max offset {master_max}: the slave holds bytes the "
+            "master never wrote (an old master rejoined as slave?); wipe or truncate the slave store"))
+    if request == 0:
+        if catch_up_from is CatchUpFrom.LAST_FILE:
+            start = max(0, master_max - master_max % file_size)
+            return StartDecision(start, reason=f"empty slave, haSlaveCatchUpFrom=LAST_FILE: from {start}")
+        return StartDecision(master_min, reason=f"empty slave, haSlaveCatchUpFrom=MIN_OFFSET: from {master_min}")
+    if request < master_min:
+        return StartDecision(-1, Refusal(
+            ErrorCode.SLAVE_BEHIND_MASTER_MIN,
+            f"slave store ends at {request}, before the master's min offset {master_min}: the bytes it needs were "
+            "deleted on the master; wipe the slave store (it then copies from the master's min offset)"))
+    return StartDecision(request, reason=f"slave resumes at its own max {request}")
+
+
+class Verdict(enum.Enum):
+    ACK = "ACK"  # advance
+    SAME = "SAME"  # heartbeat repeating the last ack
+    BEYOND_MAX = "BEYOND_MAX"  # close (#3015)
+    BEYOND_SENT = "BEYOND_SENT"  # close: acks bytes this connection never sent
+    DECREASED = "DECREASED"  # close: acks never go back on one connection
+
+
+def judge_report(value: int, *, last_ack: int, sent_upto: int, master_max: int) -> Verdict:
+    """A report on an established connection. ``sent_upto`` = end of the last frame written to this slave."""
+    if value > master_max:
+        return Verdict.BEYOND_MAX
+    if value > max(sent_upto, last_ack):
+        return Verdict.BEYOND_SENT
+    if value < last_ack:
+        return Verdict.DECREASED
+    return Verdict.SAME if value == last_ack else Verdict.ACK
+
+
+def slave_state(*, connected: bool, ack_offset: int, master_max: int, fallbehind_max: int) -> SlaveState:
+    if not connected:
+        return SlaveState.DISCONNECTED
+    return SlaveState.OK if master_max - ack_offset < fallbehind_max else SlaveState.FALL_BEHIND
+
+
+@dataclass(slots=True)
+class SlaveLink:
+    """One slave as the master sees it (kept after disconnect for ``ha status``)."""
+
+    slave_addr: str
+    broker_id: int
+    state: ConnState = ConnState.HANDSHAKE
+    request_offset: int = -1
+    ack_offset: int = -1
+    transfer_from: int = -1
+    next_transfer: int = -1
+    transferred_bytes: int = 0
+    frames: int = 0
+    sendfile_frames: int = 0
+    last_ack_ms: int = 0  # epoch ms
+    last_read_mono: float = 0.0
+    last_write_mono: float = 0.0
+    connected_at_ms: int = 0
+    close_reason: str = ""
+
+
+@dataclass(slots=True)
+class HACounters:
+    """Counters for the metrics issue (monotonic; never reset while the process lives)."""
+
+    accepted: int = 0
+    refused: int = 0
+    replaced: int = 0
+    closed: int = 0
+    bytes_sent: int = 0
+    frames_sent: int = 0
+    sendfile_frames: int = 0
+    heartbeats_sent: int = 0
+    error_frames_sent: int = 0
+    acks: int = 0
+    reconnects: int = 0  # slave side
+    connects: int = 0
+    bytes_received: int = 0
+    frames_received: int = 0
+    reports_sent: int = 0
+    offset_mismatches: int = 0
+    error_frames_received: int = 0

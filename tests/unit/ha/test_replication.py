@@ -1,0 +1,414 @@
+"""Replication in one process (RocketMQ HATest): a SYNC/ASYNC master store and a SLAVE store over loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+from broker.config import BrokerRole, CatchUpFrom
+from broker.store.types import PutStatus
+from remoting import ha_codec
+from tests.support.waiting import async_wait_until
+from tests.unit.ha import harness as h
+
+pytestmark = pytest.mark.timeout(120)
+MiB = 1024 * 1024
+
+
+async def connected(m: h.Node, n: int = 1) -> None:
+    await async_wait_until(lambda: m.ha.master.connected_slaves() == n, 10, f"{n} slave(s) connected to the master")
+
+
+def delete_oldest_files(node: h.Node) -> int:
+    """Expire every commitlog file but the last (as cleanup would after fileReservedTime)."""
+    cleanup = node.store._cleanup
+    deleted = cleanup.delete_commitlog_files(now_s=time.time() + 10**9)
+    cleanup.clean_consume_queues()
+    return deleted
+
+
+async def test_after_a_sync_run_the_slave_commitlog_and_consume_queues_equal_the_master(tmp_path):
+    m = await h.master(tmp_path / "m")
+    s = await h.slave(tmp_path / "s", m)
+    try:
+        await connected(m)
+        statuses = set()
+        for i in range(120):  # ~3.6 MiB: several 1 MiB files
+            r = await h.put(m, 30, 1000, queue_id=i % 3)
+            statuses.add(r.status)
+        assert statuses == {PutStatus.PUT_OK}
+        assert m.store.max_phy_offset > 3 * MiB
+        await h.wait_caught_up(m, s)
+        h.assert_commitlogs_identical(m, s)
+        assert h.cq_files(s) == h.cq_files(m)
+        for q in range(3):
+            assert s.store.max_offset_in_queue("TopicTest", q) == m.store.max_offset_in_queue("TopicTest", q) == 1200
+        status = m.ha.status()
+        assert status["in_sync_slave_count"] == 1 and status["slaves"][0]["state"] == "OK"
+        assert s.ha.status()["connected"] is True
+    finally:
+        await s.stop()
+        await m.stop()
+
+
+async def test_a_sync_put_returns_put_ok_only_after_the_slave_acked_its_end_offset(tmp_path):
+    m = await h.master(tmp_path / "m")
+    s = await h.slave(tmp_path / "s", m)
+    try:
+        await connected(m)
+        results = await asyncio.gather(*(h.put(m, 20, 500, queue_id=i % 4) for i in range(40)))
+        for r in results:
+            assert r.status is PutStatus.PUT_OK
+            # the ack covering this batch had arrived by the time the put returned
+            assert m.ha.push2slave_max_offset >= r.next_offset
+        assert s.store.max_phy_offset >= max(r.next_offset for r in results)
+    finally:
+        await s.stop()
+        await m.stop()
+
+
+async def test_without_a_slave_a_sync_put_answers_slave_not_available_at_once(tmp_path):
+    m = await h.master(tmp_path / "m")
+    try:
+        start = time.monotonic()
+        r = await h.put(m, 5)
+        assert r.status is PutStatus.SLAVE_NOT_AVAILABLE
+        assert time.monotonic() - start < 0.5
+        assert "no slave connected" in r.remark and str(m.ha.ha_port) in r.remark
+        assert m.store.max_phy_offset == r.next_offset  # stored on the master anyway
+    finally:
+        await m.stop()
+
+
+async def test_an_async_master_answers_put_ok_without_a_slave(tmp_path):
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
+    try:
+        assert (await h.put(m, 5)).status is PutStatus.PUT_OK
+    finally:
+        await m.stop()
+
+
+async def test_a_stopped_slave_makes_sync_puts_fail_fast_and_a_silent_one_times_out(tmp_path):
+    m = await h.master(tmp_path / "m", slave_timeout=300)
+    s = await h.slave(tmp_path / "s", m)
+    try:
+        await connected(m)
+        assert (await h.put(m)).status is PutStatus.PUT_OK
+        await s.stop()
+        await connected(m, 0)
+        assert (await h.put(m)).status is PutStatus.SLAVE_NOT_AVAILABLE
+        # A peer that completes the handshake but never acks: the SYNC put waits slaveTimeout, then times out.
+        peer = await h.RawPeer.connect(m.ha_addr)
+        peer.hello(broker_id=2)
+        peer.send(ha_codec.encode_report(m.store.max_phy_offset))
+        await connected(m)
+        start = time.monotonic()
+        r = await h.put(m)
+        elapsed = time.monotonic() - start
+        assert r.status is PutStatus.FLUSH_SLAVE_TIMEOUT, r
+        assert 0.25 <= elapsed < 2.0
+        assert "slaveTimeout=300 ms" in r.remark
+        peer.close()
+    finally:
+        await m.stop()
+
+
+async def test_an_empty_slave_copies_from_the_master_min_offset_across_several_files(tmp_path):
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
+    try:
+        await h.fill(m, int(4.5 * MiB))
+        assert delete_oldest_files(m) >= 4
+        assert m.store.min_phy_offset == 4 * MiB
+        await h.fill(m, int(6.5 * MiB))
+        s = await h.slave(tmp_path / "s", m)
+        try:
+            await h.wait_caught_up(m, s)
+            assert s.store.min_phy_offset == m.store.min_phy_offset == 4 * MiB
+            h.assert_commitlogs_identical(m, s)
+            names = [p.name for p in h.commitlog_files(s)]
+            assert names[:3] == [f"{k * MiB:020d}" for k in (4, 5, 6)]  # a 4th may be pre-allocated
+            assert m.ha.status()["slaves"][0]["transfer_from"] == 4 * MiB
+        finally:
+            await s.stop()
+    finally:
+        await m.stop()
+
+
+async def test_with_last_file_an_empty_slave_starts_at_the_newest_master_file(tmp_path):
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER, ha_slave_catch_up_from=CatchUpFrom.LAST_FILE)
+    try:
+        await h.fill(m, int(2.5 * MiB))
+        s = await h.slave(tmp_path / "s", m)
+        try:
+            await h.wait_caught_up(m, s)
+            assert s.store.min_phy_offset == 2 * MiB
+            assert h.commitlog_files(s)[0].name == f"{2 * MiB:020d}"
+            h.assert_commitlogs_identical(m, s)
+        finally:
+            await s.stop()
+    finally:
+        await m.stop()
+
+
+async def test_a_slave_behind_the_master_min_gets_an_error_frame_and_a_clear_log(tmp_path, caplog):
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
+    s = await h.slave(tmp_path / "s", m)
+    await h.fill(m, int(1.5 * MiB))
+    await h.wait_caught_up(m, s)
+    await s.stop()
+    try:
+        await h.fill(m, int(3.5 * MiB))
+        delete_oldest_files(m)
+        assert m.store.min_phy_offset == 3 * MiB > s.store.max_phy_offset
+        caplog.set_level(logging.INFO)
+        s2 = await h.Node(s.settings).start()
+        try:
+            await async_wait_until(lambda: s2.ha.counters.error_frames_received >= 1, 10, "error frame at the slave")
+            text = caplog.text
+            assert "SLAVE_BEHIND_MASTER_MIN" in text and "wipe the slave store" in text
+            assert f"Slave max offset {s2.store.max_phy_offset}, master min {3 * MiB}" in text
+            assert "before the master's min offset" in text  # the master's own log line
+            assert m.ha.push2slave_max_offset < 3 * MiB
+        finally:
+            await s2.stop()
+    finally:
+        await m.stop()
+
+
+async def test_a_slave_ahead_of_the_master_gets_an_error_frame(tmp_path):
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
+    try:
+        await h.fill(m, 1000)
+        peer = await h.RawPeer.connect(m.ha_addr)
+        peer.hello()
+        peer.send(ha_codec.encode_report(m.store.max_phy_offset + 100))
+        frames = await peer.frames()
+        assert frames and isinstance(frames[-1], ha_codec.ErrorFrame)
+        assert frames[-1].code is ha_codec.ErrorCode.SLAVE_AHEAD_OF_MASTER_MAX
+        assert frames[-1].master_max == m.store.max_phy_offset
+        assert m.ha.push2slave_max_offset == 0
+    finally:
+        await m.stop()
+
+
+async def test_an_ack_beyond_the_master_max_closes_the_connection_and_never_counts(tmp_path, caplog):
+    m = await h.master(tmp_path / "m")
+    try:
+        await h.fill(m, 5000)
+        peer = await h.RawPeer.connect(m.ha_addr)
+        peer.hello()
+        peer.send(ha_codec.encode_report(0))
+        await peer.frames(until_bytes=m.store.max_phy_offset)
+        peer.send(ha_codec.encode_report(m.store.max_phy_offset + 10**9))
+        assert await peer.closed_by_peer()
+        assert m.ha.push2slave_max_offset == 0
+        assert "beyond the master's max offset" in caplog.text
+        assert (await h.put(m)).status is PutStatus.SLAVE_NOT_AVAILABLE
+    finally:
+        await m.stop()
+
+
+@pytest.mark.parametrize("impostor", ["bare-offset", "wrong-broker-name", "wrong-cluster", "broker-id-0",
+                                      "no-hmac", "bad-hmac"])
+async def test_an_impostor_is_refused_and_never_counts_as_an_ack(tmp_path, impostor):
+    m = await h.master(tmp_path / "m", ha_auth_secret="s3cret")
+    try:
+        await h.fill(m, 5000)
+        peer = await h.RawPeer.connect(m.ha_addr)
+        if impostor == "bare-offset":
+            peer.send(ha_codec.encode_report(10**12) * 4)  # what a RocketMQ 4.x slave / #3015 rogue peer sends
+        else:
+            kw = {"secret": "s3cret"}
+            kw.update({"wrong-broker-name": {"broker_name": "broker-x"}, "wrong-cluster": {"cluster": "Other"},
+                       "broker-id-0": {"broker_id": 0}, "no-hmac": {"secret": ""},
+                       "bad-hmac": {"secret": "guess"}}[impostor])
+            peer.hello(**kw)
+            peer.send(ha_codec.encode_report(10**12))
+        frames = await peer.frames()
+        assert len(frames) == 1 and frames[0].code is ha_codec.ErrorCode.PEER_REFUSED, frames
+        assert m.ha.master.connected_slaves() == 0
+        assert m.ha.push2slave_max_offset == 0
+        assert (await h.put(m)).status is PutStatus.SLAVE_NOT_AVAILABLE
+    finally:
+        await m.stop()
+
+
+async def test_a_slave_with_the_shared_secret_replicates(tmp_path):
+    m = await h.master(tmp_path / "m", ha_auth_secret="s3cret")
+    s = await h.slave(tmp_path / "s", m, ha_auth_secret="s3cret")
+    try:
+        await connected(m)
+        assert (await h.put(m)).status is PutStatus.PUT_OK
+    finally:
+        await s.stop()
+        await m.stop()
+
+
+async def test_a_second_connection_with_the_same_broker_id_replaces_the_first(tmp_path):
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
+    try:
+        first = await h.RawPeer.connect(m.ha_addr)
+        first.hello()
+        first.send(ha_codec.encode_report(0))
+        await connected(m)
+        second = await h.RawPeer.connect(m.ha_addr)
+        second.hello()
+        second.send(ha_codec.encode_report(0))
+        assert await first.closed_by_peer()
+        assert m.ha.master.connected_slaves() == 1 and m.ha.counters.replaced == 1
+        second.close()
+    finally:
+        await m.stop()
+
+
+@pytest.mark.parametrize("path", ["worker-thread-os-sendfile", "loop-sendfile"])
+async def test_frames_never_cross_a_file_end_and_catch_up_uses_sendfile_at_nonzero_file_positions(tmp_path, path):
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
+    m.ha.master.use_sendfile_thread = path == "worker-thread-os-sendfile"
+    try:
+        await h.fill(m, int(2.5 * MiB))
+        total = m.store.max_phy_offset
+        m.ha.master.sendfile_min_lag = 64 * 1024  # treat this 2.5 MiB lag as a catch-up
+        peer = await h.RawPeer.connect(m.ha_addr)
+        peer.hello()
+        peer.send(ha_codec.encode_report(0))
+        frames = [f for f in await peer.frames(until_bytes=total) if isinstance(f, ha_codec.Frame) and f.body]
+        expected = 0
+        data = bytearray()
+        for f in frames:
+            assert f.phy_offset == expected
+            assert len(f.body) <= 32 * 1024
+            assert f.phy_offset // h.FILE_SIZE == (f.phy_offset + len(f.body) - 1) // h.FILE_SIZE, "crosses a file"
+            expected += len(f.body)
+            data += f.body
+        assert expected == total
+        # every file boundary starts a frame
+        assert {f.phy_offset for f in frames} >= {MiB, 2 * MiB}
+        # sendfile did the catch-up, including frames from the middle of a file
+        assert m.ha.counters.sendfile_frames >= 40
+        mid_file = [f for f in frames if f.phy_offset % h.FILE_SIZE]
+        assert mid_file
+        # and the bytes are the master's bytes, file position included
+        on_disk = b"".join(p.read_bytes() for p in h.commitlog_files(m))
+        assert bytes(data) == on_disk[:total]
+        peer.close()
+    finally:
+        await m.stop()
+
+
+async def test_a_mismatching_header_offset_makes_the_slave_reconnect_from_its_own_max(tmp_path, caplog):
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
+    s = await h.slave(tmp_path / "s", None, master_addr="")
+    s.ha.update_master_address(m.ha_addr)
+    await h.fill(m, 50_000)
+    await h.wait_caught_up(m, s)
+    await m.stop()
+    local_max = s.store.max_phy_offset
+    reports: list[int] = []
+    hellos = 0
+
+    async def fake_master(reader, writer):
+        nonlocal hellos
+        await ha_codec.read_hello(reader)
+        hellos += 1
+        reports.append(await ha_codec.read_report(reader))
+        if hellos == 1:
+            writer.write(ha_codec.encode_frame(local_max + 4096, b"x" * 100))
+        await reader.read()  # until the slave closes
+        writer.close()
+
+    server = await asyncio.start_server(fake_master, "127.0.0.1", 0)
+    try:
+        caplog.set_level(logging.INFO)
+        s.ha.update_master_address(f"127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        await async_wait_until(lambda: hellos >= 2, 10, "the slave reconnected after the offset mismatch")
+        assert reports[:2] == [local_max, local_max]
+        assert f"master pushed offset {local_max + 4096}, slave max is {local_max}" in caplog.text
+        assert s.store.max_phy_offset == local_max  # nothing appended
+    finally:
+        server.close()
+        await s.stop()
+
+
+async def test_ha_status_shows_a_disconnected_slave(tmp_path):
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
+    s = await h.slave(tmp_path / "s", m)
+    try:
+        await connected(m)
+        await h.put(m)
+        await h.wait_caught_up(m, s)
+        await s.stop()
+        await connected(m, 0)
+        [slave] = m.ha.status()["slaves"]
+        assert slave["state"] == "DISCONNECTED" and slave["broker_id"] == 1
+        assert slave["ack_offset"] == m.store.max_phy_offset
+    finally:
+        await m.stop()
+
+
+async def test_a_restarted_slave_resumes_from_its_own_max(tmp_path):
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
+    s = await h.slave(tmp_path / "s", m)
+    try:
+        await h.fill(m, 300_000)
+        await h.wait_caught_up(m, s)
+        resume_at = s.store.max_phy_offset
+        await s.stop()
+        await h.fill(m, 600_000)
+        s = await h.Node(s.settings).start()
+        await h.wait_caught_up(m, s)
+        h.assert_commitlogs_identical(m, s)
+        assert m.ha.status()["slaves"][0]["transfer_from"] == resume_at
+    finally:
+        await s.stop()
+        await m.stop()
+
+
+async def test_the_slave_reconnects_to_a_restarted_master_and_replication_goes_on(tmp_path):
+    m = await h.master(tmp_path / "m")
+    s = await h.slave(tmp_path / "s", m)
+    try:
+        await connected(m)
+        assert (await h.put(m, 20)).status is PutStatus.PUT_OK
+        await m.stop()
+        m = await h.Node(m.settings).start()  # same directory, same HA port
+        await connected(m)
+        assert (await h.put(m, 20)).status is PutStatus.PUT_OK
+        await h.wait_caught_up(m, s)
+        h.assert_commitlogs_identical(m, s)
+        assert s.ha.counters.reconnects >= 1
+    finally:
+        await s.stop()
+        await m.stop()
+
+
+async def test_a_backlog_larger_than_the_receive_buffer_streams_by_sendfile_and_arrives_intact(tmp_path):
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
+    try:
+        await h.fill(m, 20 * MiB, batch=200, size=2000)
+        s = await h.slave(tmp_path / "s", m)
+        try:
+            await h.wait_caught_up(m, s, timeout_s=60)
+            h.assert_commitlogs_identical(m, s)
+            assert h.cq_files(s) == h.cq_files(m)
+            assert m.ha.counters.sendfile_frames > 100  # lag >= 16 MiB went through the worker-thread sendfile path
+        finally:
+            await s.stop()
+    finally:
+        await m.stop()
+
+
+async def test_a_port_probe_that_sends_nothing_is_not_logged_as_a_refused_peer(tmp_path):
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
+    try:
+        probe = await h.RawPeer.connect(m.ha_addr)
+        probe.close()
+        peer = await h.RawPeer.connect(m.ha_addr)
+        peer.send(b"GET / HTTP/1.1\r\n\r\n" + b"x" * 16)
+        assert await peer.closed_by_peer()
+        assert m.ha.counters.refused == 1  # the HTTP client, not the silent probe
+    finally:
+        await m.stop()

@@ -1,0 +1,59 @@
+"""Pure HA decisions: where streaming starts, how a report is judged, who may connect."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.config import CatchUpFrom
+from broker.ha.state import Verdict, check_hello, choose_start, judge_report
+from remoting.ha_codec import ErrorCode, decode_hello, encode_hello
+
+MiB = 1 << 20
+
+
+def test_an_empty_slave_starts_at_the_master_min_offset_by_default():
+    d = choose_start(0, master_min=2 * MiB, master_max=5 * MiB + 7, file_size=MiB, catch_up_from=CatchUpFrom.MIN_OFFSET)
+    assert d.start == 2 * MiB and d.error is None
+
+
+def test_an_empty_slave_starts_at_the_newest_file_with_last_file():
+    d = choose_start(0, master_min=2 * MiB, master_max=5 * MiB + 7, file_size=MiB, catch_up_from=CatchUpFrom.LAST_FILE)
+    assert d.start == 5 * MiB
+
+
+def test_a_slave_behind_the_master_min_gets_an_explicit_error():
+    d = choose_start(MiB, master_min=2 * MiB, master_max=3 * MiB, file_size=MiB, catch_up_from=CatchUpFrom.MIN_OFFSET)
+    assert d.error.code is ErrorCode.SLAVE_BEHIND_MASTER_MIN and "wipe the slave store" in d.error.message
+
+
+def test_a_slave_ahead_of_the_master_max_gets_an_explicit_error():
+    d = choose_start(4 * MiB, master_min=0, master_max=3 * MiB, file_size=MiB, catch_up_from=CatchUpFrom.MIN_OFFSET)
+    assert d.error.code is ErrorCode.SLAVE_AHEAD_OF_MASTER_MAX
+
+
+@given(value=st.integers(0, 1000), last=st.integers(0, 1000), sent=st.integers(0, 1000), mx=st.integers(0, 1000))
+def test_only_growing_acks_within_what_was_sent_and_the_master_max_advance(value, last, sent, mx):
+    v = judge_report(value, last_ack=last, sent_upto=sent, master_max=mx)
+    advances = last < value <= min(mx, max(sent, last))
+    assert (v is Verdict.ACK) == advances
+    if value > mx:
+        assert v is Verdict.BEYOND_MAX
+
+
+def hello(**kw):
+    base = dict(broker_id=1, cluster="C", broker_name="b", timestamp_ms=1000, secret="")
+    base.update(kw)
+    return decode_hello(encode_hello(**base))[0]
+
+
+def test_hello_checks_refuse_strangers_and_accept_the_group_slave():
+    ok = dict(cluster="C", broker_name="b", now_ms=1000)
+    assert check_hello(hello(), secret="", **ok) is None
+    assert check_hello(hello(broker_name="x"), secret="", **ok).code is ErrorCode.PEER_REFUSED
+    assert check_hello(hello(cluster="D"), secret="", **ok) is not None
+    assert check_hello(hello(broker_id=0), secret="", **ok) is not None
+    assert "no HMAC" in check_hello(hello(), secret="s", **ok).message
+    assert "bad HMAC" in check_hello(hello(secret="t"), secret="s", **ok).message
+    assert check_hello(hello(secret="s"), secret="s", **ok) is None
+    assert "clock" in check_hello(hello(secret="s", timestamp_ms=10**9), secret="s", **ok).message
