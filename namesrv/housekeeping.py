@@ -19,7 +19,9 @@ log = logging.getLogger(__name__)
 
 
 class BrokerHousekeepingService(Service):
-    def __init__(self, table: RouteInfoManager, *, scan_interval_ms: int, clock_ms: Callable[[], int]) -> None:
+    def __init__(self, table: RouteInfoManager, *, scan_interval_ms: int, clock_ms: Callable[[], int],
+                 metrics=None) -> None:
+        self.metrics = metrics  # namesrv.metrics.NamesrvMetrics or None
         super().__init__("BrokerHousekeepingService")
         self.table = table
         self.scan_interval_ms = scan_interval_ms
@@ -30,6 +32,8 @@ class BrokerHousekeepingService(Service):
 
     def scan_once(self) -> list[Expired]:
         expired = self.table.scan_not_active(self._clock_ms())
+        if expired and self.metrics is not None:
+            self.metrics.on_expired("silence", len(expired))
         for item in expired:
             log.warning(
                 "broker %s silent for %d ms (limit %d ms); removed it from the route table",

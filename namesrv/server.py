@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 
+from common.metrics import MetricsServer, new_registry
 from common.service import Service
+from namesrv.metrics import NamesrvMetrics
 from namesrv.config import NamesrvConfig
 from namesrv.housekeeping import BrokerHousekeepingService
 from namesrv.route_table import RouteInfoManager
@@ -27,9 +29,15 @@ class NamesrvServer(Service):
         super().__init__("NamesrvServer")
         self.config = config
         self.route_table = RouteInfoManager(default_timeout_ms=config.broker_channel_expired_time)
-        self.servicer = NameServerServicer(self.route_table, clock_ms=monotonic_ms)
+        self.metrics_registry = new_registry()
+        self.metrics = NamesrvMetrics(self.metrics_registry, node_id=f"{config.listen_host}:{config.listen_port}",
+                                      route_table=self.route_table, clock_ms=monotonic_ms,
+                                      open_streams=lambda: self.servicer.open_streams)
+        self.metrics_server: MetricsServer | None = None
+        self.servicer = NameServerServicer(self.route_table, clock_ms=monotonic_ms, metrics=self.metrics)
         self.housekeeping = BrokerHousekeepingService(
-            self.route_table, scan_interval_ms=config.scan_not_active_broker_interval, clock_ms=monotonic_ms
+            self.route_table, scan_interval_ms=config.scan_not_active_broker_interval, clock_ms=monotonic_ms,
+            metrics=self.metrics,
         )
         self.bound_port = 0
         self._server = None
@@ -46,6 +54,11 @@ class NamesrvServer(Service):
         self._server = channel.aio_server()
         namesrv_pb2_grpc.add_NameServerServicer_to_server(self.servicer, self._server)
         self.bound_port = channel.bind(self._server, self.config.listen_host, self.config.listen_port)
+        self.metrics.set_node_id(self.listen_addr)
+        if self.config.metrics_enabled:
+            self.metrics_server = MetricsServer(self.metrics_registry, host=self.config.metrics_prom_exporter_host,
+                                                port=self.config.metrics_prom_exporter_port)
+            await self.metrics_server.start()
         await self._server.start()
         await self.housekeeping.start()
         log.info(
@@ -57,6 +70,8 @@ class NamesrvServer(Service):
         )
 
     async def on_stop(self) -> None:
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         self.servicer.close_streams()
         if self._server is not None:
             await self._server.stop(STOP_GRACE_S)

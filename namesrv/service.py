@@ -110,8 +110,10 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):
         *,
         clock_ms: Callable[[], int] = monotonic_ms,
         wall_clock_ms: Callable[[], int] = wall_ms,
+        metrics=None,
     ) -> None:
         self.table = table
+        self.metrics = metrics  # namesrv.metrics.NamesrvMetrics or None
         self._clock_ms = clock_ms
         self._wall_clock_ms = wall_clock_ms
         self._stream_generation: dict[str, int] = {}  # broker_addr -> generation of its newest open stream
@@ -131,6 +133,8 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):
     async def RegisterBroker(self, request, context):
         problem = _validate_register(request)
         if problem:
+            if self.metrics is not None:
+                self.metrics.on_register(request.broker_id, ok=False)
             return namesrv_pb2.RegisterBrokerResponse(code=INVALID, remark=problem)
         dv = request.data_version
         result = self.table.register_broker(
@@ -144,6 +148,8 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):
             now_ms=self._clock_ms(),
             timeout_ms=request.heartbeat_timeout_millis,
         )
+        if self.metrics is not None:
+            self.metrics.on_register(request.broker_id)
         who = f"{request.broker_name} id {request.broker_id} at {request.broker_addr}"
         if request.broker_id == rt.MASTER_ID:
             remark = f"registered master {who} with {len(request.topic_configs)} topics"
@@ -169,6 +175,8 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):
             broker_addr=request.broker_addr,
             broker_id=request.broker_id,
         )
+        if self.metrics is not None:
+            self.metrics.on_unregister(changed)
         who = f"{request.broker_name} id {request.broker_id} at {request.broker_addr}"
         remark = f"unregistered {who}" if changed else f"{who} was not registered here; nothing to do"
         log.info("%s", remark)
@@ -177,8 +185,12 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):
     # queries -------------------------------------------------------------------------------------------------
     async def GetRouteInfoByTopic(self, request, context):
         if not request.topic:
+            if self.metrics is not None:
+                self.metrics.on_route_query("invalid")
             return namesrv_pb2.GetRouteInfoResponse(code=INVALID, remark="topic is empty: name the topic to route")
         route = self.table.pickup_topic_route(request.topic)
+        if self.metrics is not None:
+            self.metrics.on_route_query("not_found" if route is None else "found")
         if route is None:
             return namesrv_pb2.GetRouteInfoResponse(
                 code=ResponseCode.TOPIC_NOT_EXIST,
@@ -348,6 +360,8 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):
             return
         identity = self.table.broker_identity(addr)
         if self.table.on_channel_destroy(addr):
+            if self.metrics is not None:
+                self.metrics.on_expired("stream_break")
             what = f"{identity[0]} id {identity[1]}" if identity else "live entry"
             log.info("keep-alive stream #%d of %s ended (%s); dropped %s from the route table",
                      generation, addr, reason, what)

@@ -141,7 +141,9 @@ class ComposeCluster:
             )
 
     def up(self, timeout_s: float = 240) -> None:
-        self.run("up", "-d", timeout=timeout_s)
+        # Only pyrmq's own services: prometheus and grafana come from public images a registry-less CI
+        # machine cannot pull (tests/integration/metrics checks the dashboard queries on a real Prometheus).
+        self.run("up", "-d", *SERVICES, timeout=timeout_s)
         self.wait_healthy(timeout_s)
 
     def wait_healthy(self, timeout_s: float, services=SERVICES) -> None:

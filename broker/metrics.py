@@ -1,0 +1,484 @@
+"""BrokerMetrics: every Prometheus series a broker exports (DESIGN.md §8, spec/operator-conventions.md §4.3, §4.5).
+
+Two kinds of series, so the hot path pays (almost) nothing:
+
+- **Counters updated per batch** by explicit calls from the request handlers: ``on_send`` (one call per send
+  request, whatever its message count), ``on_pull``, ``on_sync_wait``, ``on_send_back``, ``on_slave_sync``.
+  Each is a cached child lookup plus a few locked adds; the message-size histogram takes the batch's sizes in
+  one call (see ``common.metrics.BatchHistogram``: exact, O(1) Python work when the batch is uniform).
+- **Gauges mirroring state** (commitlog offsets, flush/dispatch backlog, disk use, HA links, consumer lag) are
+  computed at SCRAPE time by a collector that calls providers set with ``set_providers``; nothing is
+  maintained between scrapes. Scrapes run on the event loop (``common.metrics.MetricsServer``), so providers
+  may read loop-owned state directly.
+
+Names follow RocketMQ 5 where they exist (``rocketmq_messages_in_total``, ``rocketmq_throughput_in_total``,
+``rocketmq_message_size``, ``rocketmq_consumer_lag_messages``, ``rocketmq_consumer_lag_latency_milliseconds`` —
+RocketMQ's OTel exporter appends the unit, so that is the name its dashboards query —
+``rocketmq_send_to_dlq_messages_total``, ``rocketmq_storage_*``), and operator-conventions §4.5 for replication,
+which RocketMQ lacks. Every series carries ``cluster``, ``node_type="broker"``, ``node_id`` (= brokerName, shared
+by a master and its slaves), ``broker_id`` and ``role`` (SYNC_MASTER / ASYNC_MASTER / SLAVE).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from broker.metadata.topics import is_system_topic
+from broker.store.types import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from common.metrics import BatchHistogram, LoopCounter, ScrapeCollector, const_labels, label_value
+
+# RocketMQ 5's rocketmq_message_size buckets: 1K, 4K, 512K, 1M, 2M, 4M (bytes).
+MESSAGE_SIZE_BUCKETS = (1024, 4096, 512 * 1024, 1024**2, 2 * 1024**2, 4 * 1024**2)
+# SYNC_MASTER ack waits: sub-millisecond on loopback up to the 3 s slaveTimeout (FLUSH_SLAVE_TIMEOUT).
+SYNC_WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0)
+# At most this many lagging queues get a store read for the lag latency per scrape.
+LAG_LATENCY_MAX_READS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class StoreGauges:
+    """What the store reports at scrape time. ``None`` fields are not exported."""
+
+    max_offset: int  # commitlog max physical offset (bytes)
+    min_offset: int  # commitlog min physical offset (bytes)
+    flushed_offset: int | None = None  # flushed-to-disk offset: flush_behind = max - flushed
+    dispatched_offset: int | None = None  # dispatcher position: dispatch_behind = max - dispatched
+
+
+@dataclass(frozen=True, slots=True)
+class SlaveLink:
+    """One slave connection, as the master sees it (haStatus ``#SlaveAckOffset``, ``#Diff``, in-sync)."""
+
+    addr: str
+    ack_offset: int
+    fall_behind_bytes: int
+    in_sync: bool
+    transferred_bytes: int = 0  # cumulative bytes sent to this slave
+    connected: bool = True  # a master keeps a disconnected slave's last state; its lag keeps growing
+    broker_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HAGauges:
+    """HA state at scrape time. A master fills ``slaves``; a slave fills the ``master_*`` fields."""
+
+    slaves: Sequence[SlaveLink] = ()
+    reconnects: int | None = None  # cumulative: slave -> master reconnects (slave) / accepted connections (master)
+    connected: bool | None = None  # slave only: an HA connection to the master is up
+    master_addr: str = ""
+    last_read_timestamp_s: float | None = None  # slave only: epoch seconds of the last frame from the master
+    received_bytes: int | None = None  # slave only: cumulative replicated bytes appended
+    extra: Mapping[str, float] = field(default_factory=dict)
+
+
+# Providers: plain callables, called on the event loop at scrape time.
+StoreProvider = Callable[[], StoreGauges]
+HAProvider = Callable[[], "HAGauges | Mapping[str, object]"]
+OffsetTableProvider = Callable[[], Mapping[str, Mapping[int, int]]]  # "topic@group" -> {queue_id: offset}
+QueueMaxOffset = Callable[[str, int], int]
+QueueStoreTimestamp = Callable[[str, int, int], int]  # (topic, queue_id, offset) -> store time, epoch ms; 0 unknown
+ReplicaWaiter = Callable[[int], Awaitable[tuple[object, str]]]  # the store's: next_offset -> (PutStatus, remark)
+
+IN_SYNC_STATES = frozenset({"IN_SYNC", "INSYNC", "SYNC", "OK"})
+
+
+def ha_gauges_from_status(status: Mapping[str, object]) -> HAGauges:
+    """Adapt ``HAService.status()`` merged with ``HAService.metrics()`` (dicts) to ``HAGauges``.
+
+    Master keys: ``slaves`` = list of {``slave_addr``|``addr``, ``broker_id``, ``ack_offset``, ``lag_bytes``|``diff``,
+    ``state`` (``OK`` in sync, ``FALL_BEHIND``, ``DISCONNECTED``) or ``in_sync``, ``transferred_bytes``}; the
+    connection count is ``accepted``. Slave keys (``role`` = ``SLAVE``): ``connected``, ``master_ha_addr``,
+    ``last_read_timestamp`` (epoch ms; 0 = never), ``replicated_bytes``, ``reconnects``.
+    """
+
+    def pick(d: Mapping[str, object], *keys: str, default=None):
+        for k in keys:
+            if k in d and d[k] is not None:
+                return d[k]
+        return default
+
+    is_slave = str(status.get("role", "")).upper() == "SLAVE"
+    slaves = []
+    for s in pick(status, "slaves", "connections", default=()) or ():
+        state = str(pick(s, "state", default="")).upper()
+        in_sync = bool(s["in_sync"]) if "in_sync" in s else state in IN_SYNC_STATES
+        bid = pick(s, "broker_id")
+        ack = int(pick(s, "ack_offset", "slave_ack_offset", default=0))
+        slaves.append(
+            SlaveLink(
+                addr=str(pick(s, "slave_addr", "addr", "remote_addr", default="?")),
+                ack_offset=max(0, ack),
+                fall_behind_bytes=max(0, int(pick(s, "lag_bytes", "diff", "fall_behind_bytes", default=0))),
+                in_sync=in_sync,
+                transferred_bytes=int(pick(s, "transferred_bytes", "bytes_sent", "transfer_bytes", default=0)),
+                connected=state != "DISCONNECTED" if "connected" not in s else bool(s["connected"]),
+                broker_id=None if bid is None else int(bid),
+            )
+        )
+    last_read = pick(status, "last_read_timestamp", "last_read_timestamp_s", "last_read_time")
+    if last_read is not None:
+        last_read = float(last_read)
+        if last_read > 1e11:  # epoch milliseconds
+            last_read /= 1000.0
+    connected = pick(status, "connected")
+    received = pick(status, "replicated_bytes", "received_bytes", "bytes_received")
+    reconnects = pick(status, "reconnects") if is_slave else pick(status, "accepted", "accepted_connections")
+    return HAGauges(
+        slaves=slaves,
+        reconnects=None if reconnects is None else int(reconnects),
+        connected=None if connected is None else bool(connected),
+        master_addr=str(pick(status, "master_ha_addr", "master_addr", default="")),
+        last_read_timestamp_s=last_read,
+        received_bytes=None if received is None else int(received),
+    )
+
+
+def _is_system(topic: str) -> bool:
+    return is_system_topic(topic) or topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
+
+
+class BrokerMetrics:
+    """All broker series, registered in ``registry`` (the process's registry from ``common.metrics.new_registry``).
+
+    Update methods are called once per batch/request, from the event loop. ``set_providers`` may be called at
+    any time (later calls replace earlier ones; ``None`` leaves a provider unchanged).
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        cluster: str,
+        broker_name: str,
+        broker_id: int,
+        role: object,
+        broker_addr: str = "",
+        store_dir: str | Path | None = None,
+        clock_s: Callable[[], float] = time.time,
+    ) -> None:
+        self.role = label_value(role)
+        self.broker_name = broker_name
+        self.cluster = cluster
+        self.broker_id = int(broker_id)
+        self.broker_addr = broker_addr
+        self.store_dir = Path(store_dir) if store_dir else None
+        self._clock_s = clock_s
+        common = {"cluster": cluster, "node_type": "broker", "node_id": broker_name, "broker_id": broker_id,
+                  "role": self.role}
+        reg = self.registry = const_labels(registry, common)
+
+        # RocketMQ 5 message series -------------------------------------------------------------------------
+        # Hot-path counters are LoopCounters (no lock per inc; see common.metrics), registered below.
+        self.messages_in = LoopCounter("rocketmq_messages_in", "Messages stored (produced), per topic.",
+                                       ["topic", "message_type", "is_system"])
+        self.throughput_in = LoopCounter("rocketmq_throughput_in", "Message body bytes stored (produced).",
+                                         ["topic", "message_type", "is_system"])
+        self.message_size = BatchHistogram("rocketmq_message_size", "Size of stored message bodies in bytes.",
+                                           MESSAGE_SIZE_BUCKETS, ["topic", "message_type", "is_system"])
+        self.messages_out = LoopCounter("rocketmq_messages_out", "Messages delivered to consumers by pulls.",
+                                        ["topic", "consumer_group", "is_system"])
+        self.throughput_out = LoopCounter("rocketmq_throughput_out", "Message bytes delivered to consumers by pulls.",
+                                          ["topic", "consumer_group", "is_system"])
+        self.send_to_dlq = LoopCounter("rocketmq_send_to_dlq_messages", "Messages moved to a %DLQ% topic.",
+                                       ["topic", "consumer_group", "is_system"])
+        self.send_back = LoopCounter("rocketmq_send_back_messages",
+                                     "Messages a consumer sent back for redelivery (retry or DLQ).",
+                                     ["topic", "consumer_group"])
+
+        # pyrmq: send outcomes and replication waits ---------------------------------------------------------
+        self.send_results = LoopCounter("rocketmq_send_results", "Messages answered to producers, by put status.",
+                                        ["status"])
+        self.send_requests = LoopCounter("rocketmq_send_requests", "Send requests (batches) answered, by put status.",
+                                         ["status"])
+        self.sync_wait = BatchHistogram("rocketmq_ha_sync_wait_seconds",
+                                        "SYNC_MASTER wait for a slave ack of a batch's end offset.", SYNC_WAIT_BUCKETS)
+        self.sync_wait.observe(0.0, 0)  # an unlabelled histogram exists (all zero) before the first wait
+        self.sync_timeouts = LoopCounter("rocketmq_ha_sync_timeouts", "Batches answered FLUSH_SLAVE_TIMEOUT.")
+        self.sync_timeouts.cell()
+        self.pulls = LoopCounter("rocketmq_pull_requests", "Pull requests answered with messages or not.", ["found"])
+        self.pull_slave_suggestions = LoopCounter("rocketmq_pull_slave_suggestions",
+                                                  "Pull responses that advised the consumer to pull from a slave.")
+        self.pull_slave_suggestions.cell()
+        for family in (self.messages_in, self.throughput_in, self.message_size, self.messages_out,
+                       self.throughput_out, self.send_to_dlq, self.send_back, self.send_results, self.send_requests,
+                       self.sync_wait, self.sync_timeouts, self.pulls, self.pull_slave_suggestions):
+            reg.register(family)
+
+        # slave metadata sync (slaves only) ---------------------------------------------------------------------
+        self.slave_sync_runs: Counter | None = None
+        self.slave_sync_last_success: Gauge | None = None
+        if self.role == "SLAVE":
+            self.slave_sync_runs = Counter("rocketmq_slave_sync_runs", "Slave metadata sync steps, by outcome.",
+                                           ["step", "outcome"], registry=reg)
+            self.slave_sync_last_success = Gauge("rocketmq_slave_sync_last_success_timestamp_seconds",
+                                                 "Epoch seconds of the last fully successful metadata sync "
+                                                 "(0: none yet).", registry=reg)
+
+        self._store: StoreProvider | None = None
+        self._ha: HAProvider | None = None
+        self._offsets: OffsetTableProvider | None = None
+        self._queue_max: QueueMaxOffset | None = None
+        self._queue_ts: QueueStoreTimestamp | None = None
+        reg.register(ScrapeCollector("broker-state", self._collect_state))
+        reg.register(ScrapeCollector("consumer-lag", self._collect_lag))
+
+        self._in_cells: dict[tuple[str, str], tuple] = {}
+        self._out_cells: dict[tuple[str, str], tuple] = {}
+        self._status_cells: dict[str, tuple] = {}
+        for status in ("PUT_OK", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE"):
+            self._status(status)  # so rate()/status panels have series before the first failure
+        self._pull_found, self._pull_empty = self.pulls.cell("true"), self.pulls.cell("false")
+
+    # providers ----------------------------------------------------------------------------------------------
+    def set_providers(
+        self,
+        *,
+        store: StoreProvider | None = None,
+        ha: HAProvider | None = None,
+        consumer_offsets: OffsetTableProvider | None = None,
+        queue_max_offset: QueueMaxOffset | None = None,
+        queue_store_timestamp: QueueStoreTimestamp | None = None,
+    ) -> None:
+        self._store = store or self._store
+        self._ha = ha or self._ha
+        self._offsets = consumer_offsets or self._offsets
+        self._queue_max = queue_max_offset or self._queue_max
+        self._queue_ts = queue_store_timestamp or self._queue_ts
+
+    def attach(self, *, store=None, ha=None, offsets=None) -> None:
+        """Set the providers from the real objects: a started ``MessageStore``, the ``HAService`` and the
+        ``ConsumerOffsetManager``. Each is read only at scrape time."""
+        if store is not None:
+            self.set_providers(
+                store=lambda: StoreGauges(store.max_phy_offset, store.min_phy_offset, store.flushed_phy_offset,
+                                          store.dispatched_phy_offset),
+                queue_max_offset=store.max_offset_in_queue,
+                queue_store_timestamp=store.store_timestamp_at,
+            )
+        if ha is not None:
+            self.set_providers(ha=lambda: {**ha.metrics(), **ha.status()})
+        if offsets is not None:
+            self.set_providers(consumer_offsets=lambda: offsets.table)
+
+    # per-batch updates ---------------------------------------------------------------------------------------
+    def on_send(
+        self,
+        topic: str,
+        msg_count: int,
+        total_bytes: int,
+        status: object,
+        *,
+        sizes: Sequence[int] | None = None,
+        message_type: str = "normal",
+    ) -> None:
+        """One send request answered. ``status`` is a PutStatus (or its name, or another answer such as
+        ``SERVICE_NOT_AVAILABLE``); messages count as produced when the status means stored. ``sizes`` are the
+        body sizes of the batch (``[len(m.body) for m in request.messages]``); for a one-message batch it may be
+        omitted. ``total_bytes`` is their sum."""
+        name = label_value(status)
+        results, requests = self._status(name)
+        results[0] += msg_count
+        requests[0] += 1
+        if getattr(status, "stored", name in _STORED_NAMES):
+            key = (topic, message_type)
+            cells = self._in_cells.get(key)
+            if cells is None:
+                labels = (topic, message_type, label_value(_is_system(topic)))
+                cells = self._in_cells[key] = (self.messages_in.cell(*labels), self.throughput_in.cell(*labels), labels)
+            cells[0][0] += msg_count
+            cells[1][0] += total_bytes
+            if sizes is not None:
+                self.message_size.observe_batch(sizes, cells[2], total_bytes)
+            elif msg_count == 1:
+                self.message_size.observe(total_bytes, 1, cells[2])
+            elif msg_count > 1:
+                raise ValueError("on_send: pass sizes= for a batch of more than one message")
+
+    def on_pull(self, topic: str, group: str, msg_count: int, total_bytes: int, suggested_slave: bool = False) -> None:
+        """One pull request answered (``msg_count`` 0 when nothing was found)."""
+        if msg_count > 0:
+            key = (topic, group)
+            cells = self._out_cells.get(key)
+            if cells is None:
+                labels = (topic, group, label_value(_is_system(topic)))
+                cells = self._out_cells[key] = (self.messages_out.cell(*labels), self.throughput_out.cell(*labels))
+            cells[0][0] += msg_count
+            cells[1][0] += total_bytes
+            self._pull_found[0] += 1
+        else:
+            self._pull_empty[0] += 1
+        if suggested_slave:
+            self.pull_slave_suggestions.inc()
+
+    def on_sync_wait(self, seconds: float, status: object) -> None:
+        """A SYNC_MASTER batch finished waiting for its slave ack (PUT_OK) or gave up (FLUSH_SLAVE_TIMEOUT)."""
+        self.sync_wait.observe(seconds)
+        if label_value(status) == "FLUSH_SLAVE_TIMEOUT":
+            self.sync_timeouts.inc()
+
+    def on_send_back(self, topic: str, group: str, msg_count: int = 1, *, to_dlq: bool = False) -> None:
+        """A consumer returned messages of ``topic`` (the original topic); ``to_dlq`` when they went to %DLQ%."""
+        self.send_back.inc(msg_count, topic, group)
+        if to_dlq:
+            self.send_to_dlq.inc(msg_count, topic, group, label_value(_is_system(topic)))
+
+    def on_slave_sync(self, step: str, ok: bool) -> None:
+        """One metadata-sync step on a slave (``topic_config``, ``consumer_offsets``, ``delay_offsets``,
+        ``subscription_groups``, or ``all`` for a whole round; a successful ``all`` sets the last-success time).
+        A no-op on a master."""
+        if self.slave_sync_runs is None:
+            return  # a master has no slave sync
+        self.slave_sync_runs.labels(step, "success" if ok else "failure").inc()
+        if ok and step == "all":
+            self.slave_sync_last_success.set(self._clock_s())
+
+    def timed_replica_waiter(self, waiter: ReplicaWaiter) -> ReplicaWaiter:
+        """Wrap the store's replica waiter (``GroupTransfer.wait``) so each SYNC_MASTER batch observes its wait
+        once: ``store.set_replica_waiter(metrics.timed_replica_waiter(ha.group_transfer.wait))``. An immediate
+        SLAVE_NOT_AVAILABLE is not a wait and is only counted by ``on_send``."""
+        clock = time.perf_counter
+
+        async def timed(next_offset: int):
+            started = clock()
+            status, remark = await waiter(next_offset)
+            if label_value(status) != "SLAVE_NOT_AVAILABLE":
+                self.on_sync_wait(clock() - started, status)
+            return status, remark
+
+        return timed
+
+    def _status(self, name: str) -> tuple:
+        cells = self._status_cells.get(name)
+        if cells is None:
+            cells = self._status_cells[name] = (self.send_results.cell(name), self.send_requests.cell(name))
+        return cells
+
+    # scrape-time collectors ----------------------------------------------------------------------------------
+    def _collect_state(self) -> Iterable[Metric]:
+        out: list[Metric] = []
+        info = GaugeMetricFamily("rocketmq_broker_info", "Always 1; identifies the broker.", labels=["broker_addr"])
+        info.add_metric([self.broker_addr], 1)
+        out.append(info)
+        if self._store is not None:
+            out.extend(self._store_families(self._store()))
+        if self.store_dir is not None:
+            out.extend(self._disk_families())
+        if self._ha is not None:
+            ha = self._ha()
+            if not isinstance(ha, HAGauges):
+                ha = ha_gauges_from_status(ha)
+            out.extend(self._ha_families(ha))
+        return out
+
+    @staticmethod
+    def _store_families(s: StoreGauges) -> Iterator[Metric]:
+        yield GaugeMetricFamily("rocketmq_commitlog_max_offset_bytes", "Commitlog max physical offset.", s.max_offset)
+        yield GaugeMetricFamily("rocketmq_commitlog_min_offset_bytes", "Commitlog min physical offset.", s.min_offset)
+        storage = {"storage_type": "local", "storage_medium": "disk"}
+        if s.flushed_offset is not None:
+            g = GaugeMetricFamily("rocketmq_storage_flush_behind_bytes", "Commitlog bytes written but not yet flushed.",
+                                  labels=list(storage))
+            g.add_metric(list(storage.values()), max(0, s.max_offset - s.flushed_offset))
+            yield g
+        if s.dispatched_offset is not None:
+            g = GaugeMetricFamily("rocketmq_storage_dispatch_behind_bytes",
+                                  "Commitlog bytes not yet dispatched to consume queues.", labels=list(storage))
+            g.add_metric(list(storage.values()), max(0, s.max_offset - s.dispatched_offset))
+            yield g
+
+    def _disk_families(self) -> Iterator[Metric]:
+        path = self.store_dir
+        while path is not None and not path.exists() and path != path.parent:
+            path = path.parent
+        st = os.statvfs(path)
+        total = st.f_blocks * st.f_frsize
+        used = total - st.f_bfree * st.f_frsize
+        labels = ["storage_type", "storage_medium"]
+        size = GaugeMetricFamily("rocketmq_storage_size", "Bytes used on the store's filesystem (RocketMQ 5).",
+                                 labels=labels)
+        size.add_metric(["local", "disk"], used)
+        yield size
+        cap = GaugeMetricFamily("rocketmq_storage_capacity_bytes", "Size of the store's filesystem.", labels=labels)
+        cap.add_metric(["local", "disk"], total)
+        yield cap
+
+    def _ha_families(self, ha: HAGauges) -> Iterator[Metric]:
+        if self.role != "SLAVE":
+            yield GaugeMetricFamily("rocketmq_ha_connections", "Slaves connected over HA.",
+                                    sum(1 for s in ha.slaves if s.connected))
+            yield GaugeMetricFamily("rocketmq_ha_in_sync_slaves", "Connected slaves that are in sync.",
+                                    sum(1 for s in ha.slaves if s.in_sync and s.connected))
+            per_slave = ["slave_addr", "slave_broker_id"]
+            ack = GaugeMetricFamily("rocketmq_ha_slave_ack_offset_bytes", "Offset the slave acked.", labels=per_slave)
+            behind = GaugeMetricFamily("rocketmq_ha_slave_fall_behind_bytes",
+                                       "Master max offset minus the slave's ack (haStatus #Diff); a disconnected "
+                                       "slave's keeps growing.", labels=per_slave)
+            sent = CounterMetricFamily("rocketmq_ha_transfer_bytes", "Commitlog bytes sent to the slave.",
+                                       labels=per_slave)
+            diff = GaugeMetricFamily("rocketmq_broker_commitlog_diff",
+                                     "rocketmq-exporter alias of the fall-behind bytes.", labels=["brokerIP", "broker"])
+            for s in ha.slaves:
+                values = [s.addr, "" if s.broker_id is None else str(s.broker_id)]
+                ack.add_metric(values, s.ack_offset)
+                behind.add_metric(values, s.fall_behind_bytes)
+                sent.add_metric(values, s.transferred_bytes)
+                diff.add_metric([s.addr, self.broker_name], s.fall_behind_bytes)
+            yield from (ack, behind, sent, diff)
+        else:
+            if ha.connected is not None:
+                yield GaugeMetricFamily("rocketmq_ha_connected", "1 while connected to the master over HA.",
+                                        1 if ha.connected else 0)
+            if ha.last_read_timestamp_s is not None:
+                yield GaugeMetricFamily("rocketmq_ha_master_last_read_timestamp_seconds",
+                                        "Epoch seconds of the last frame read from the master.",
+                                        ha.last_read_timestamp_s)
+                age = max(0.0, self._clock_s() - ha.last_read_timestamp_s) if ha.last_read_timestamp_s > 0 else -1
+                yield GaugeMetricFamily("rocketmq_ha_master_last_read_age_seconds",
+                                        "Seconds since the last frame from the master (-1: never).", age)
+            if ha.received_bytes is not None:
+                yield CounterMetricFamily("rocketmq_ha_replicated_bytes", "Commitlog bytes replicated from the master.",
+                                          ha.received_bytes)
+        if ha.reconnects is not None:
+            yield CounterMetricFamily("rocketmq_ha_reconnects",
+                                      "HA (re)connections: to the master on a slave, accepted on a master.",
+                                      ha.reconnects)
+
+    def _collect_lag(self) -> Iterable[Metric]:
+        if self._offsets is None or self._queue_max is None:
+            return []
+        labels = ["topic", "consumer_group", "is_retry", "is_system"]
+        lag_family = GaugeMetricFamily("rocketmq_consumer_lag_messages",
+                                       "Messages not yet consumed: queue max offset minus committed offset.", labels=labels)
+        latency_family = GaugeMetricFamily("rocketmq_consumer_lag_latency_milliseconds",
+                                           "Age of the oldest unconsumed message (0 when caught up).", labels=labels)
+        now_ms = int(self._clock_s() * 1000)
+        reads = 0
+        for key, queues in list(self._offsets().items()):
+            topic, _, group = key.rpartition("@")
+            lag, oldest_ms = 0, 0
+            for queue_id, committed in list(queues.items()):
+                behind = self._queue_max(topic, queue_id) - committed
+                if behind <= 0:
+                    continue
+                lag += behind
+                if self._queue_ts is not None and reads < LAG_LATENCY_MAX_READS:
+                    reads += 1
+                    ts = self._queue_ts(topic, queue_id, committed)
+                    if ts > 0:
+                        oldest_ms = max(oldest_ms, now_ms - ts)
+            values = [topic, group, label_value(topic.startswith(RETRY_GROUP_TOPIC_PREFIX)),
+                      label_value(_is_system(topic))]
+            lag_family.add_metric(values, lag)
+            if self._queue_ts is not None:
+                latency_family.add_metric(values, max(0, oldest_ms))
+        return [lag_family, latency_family] if self._queue_ts is not None else [lag_family]
+
+
+_STORED_NAMES = frozenset({"PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE"})

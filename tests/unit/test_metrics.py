@@ -1,0 +1,352 @@
+"""Metrics: the exposition text of each collector, batch histograms, constant labels and the /metrics server."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client import Counter, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker.metrics import BrokerMetrics, HAGauges, SlaveLink, StoreGauges, ha_gauges_from_status
+from broker.store.types import PutStatus
+from common.metrics import BatchHistogram, MetricsServer, const_labels, new_registry
+from namesrv.metrics import NamesrvMetrics
+from namesrv.route_table import DataVersion, RouteInfoManager, TopicConfig
+
+
+def samples(registry) -> dict[tuple[str, frozenset], float]:
+    """{(sample name, frozenset(labels)): value} parsed back from the exposition text."""
+    out = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(registry, name: str, **labels: str) -> float | None:
+    """The value of the one sample named ``name`` whose labels include ``labels``."""
+    hits = [v for (n, ls), v in samples(registry).items() if n == name and set(labels.items()) <= ls]
+    assert len(hits) <= 1, f"{name} {labels} matches {len(hits)} samples"
+    return hits[0] if hits else None
+
+
+def broker(role="SYNC_MASTER", broker_id=0, **kw):
+    registry = new_registry(process_metrics=False)
+    m = BrokerMetrics(registry, cluster="C1", broker_name="broker-a", broker_id=broker_id, role=role,
+                      broker_addr="127.0.0.1:10911", **kw)
+    return registry, m
+
+
+# common.metrics -----------------------------------------------------------------------------------------------
+def test_const_labels_are_added_to_every_sample_and_created_series_are_dropped():
+    registry = new_registry(process_metrics=False)
+    inner = const_labels(registry, {"cluster": "C1", "node_type": "broker"})
+    Counter("demo_events", "demo", ["topic"], registry=inner).labels("T").inc(3)
+    text = generate_latest(registry).decode()
+    assert 'demo_events_total{cluster="C1",node_type="broker",topic="T"} 3.0' in text
+    assert "_created" not in text
+
+
+def test_batch_histogram_is_exact_for_uniform_and_mixed_batches():
+    h = BatchHistogram("size_bytes", "demo", [10, 100])
+    h.observe_batch([5, 6, 7])  # one bucket: the fast path
+    h.observe_batch([5, 50, 500])  # three buckets: per value
+    h.observe(100, count=2)  # an upper bound belongs to its bucket
+    registry = new_registry(process_metrics=False)
+    registry.register(h)
+    assert value(registry, "size_bytes_bucket", le="10.0") == 4
+    assert value(registry, "size_bytes_bucket", le="100.0") == 7
+    assert value(registry, "size_bytes_bucket", le="+Inf") == 8
+    assert value(registry, "size_bytes_count") == 8
+    assert value(registry, "size_bytes_sum") == 5 + 6 + 7 + 5 + 50 + 500 + 200
+
+
+async def test_metrics_server_serves_the_registry_on_port_0_and_stops():
+    registry = new_registry()
+    Counter("demo_hits", "demo", registry=registry).inc()
+    server = MetricsServer(registry, host="127.0.0.1", port=0)
+    await server.start()
+    try:
+        assert server.bound_port > 0
+
+        def get(path):
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.bound_port}{path}", timeout=5) as resp:
+                return resp.status, resp.headers["Content-Type"], resp.read().decode()
+
+        status, ctype, body = await asyncio.to_thread(get, "/metrics")
+        assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
+        assert "demo_hits_total 1.0" in body
+        assert "process_cpu_seconds_total" in body  # the per-process registry has the standard collectors
+        with pytest.raises(urllib.error.HTTPError) as err:
+            await asyncio.to_thread(get, "/nope")
+        err.value.close()
+        assert err.value.code == 404
+    finally:
+        await server.stop()
+    with pytest.raises(urllib.error.URLError):
+        await asyncio.to_thread(urllib.request.urlopen, f"http://127.0.0.1:{server.bound_port}/metrics", None, 2)
+
+
+async def test_metrics_server_says_which_port_is_taken():
+    first = MetricsServer(new_registry(process_metrics=False), host="127.0.0.1", port=0)
+    await first.start()
+    try:
+        second = MetricsServer(new_registry(process_metrics=False), host="127.0.0.1", port=first.bound_port)
+        with pytest.raises(OSError, match=f"127.0.0.1:{first.bound_port}.*metricsPromExporterPort"):
+            await second.start()
+    finally:
+        await first.stop()
+
+
+# broker -------------------------------------------------------------------------------------------------------
+COMMON = {"cluster": "C1", "node_type": "broker", "node_id": "broker-a", "broker_id": "0", "role": "SYNC_MASTER"}
+
+
+def test_send_counts_messages_bytes_sizes_and_status_per_batch():
+    registry, m = broker()
+    m.on_send("T", 3, 3000, PutStatus.PUT_OK, sizes=[1000, 1000, 1000])
+    m.on_send("T", 2, 5100, PutStatus.FLUSH_SLAVE_TIMEOUT, sizes=[100, 5000])
+    m.on_send("T", 1, 10, "SERVICE_NOT_AVAILABLE")  # refused: not produced
+    m.on_send("T", 1, 2_000_000, "PUT_OK")  # one message: sizes may be omitted
+    assert value(registry, "rocketmq_messages_in_total", topic="T", **COMMON) == 6
+    assert value(registry, "rocketmq_throughput_in_total", topic="T", is_system="false") == 3000 + 5100 + 2_000_000
+    assert value(registry, "rocketmq_message_size_bucket", topic="T", le="1024.0") == 4
+    assert value(registry, "rocketmq_message_size_bucket", topic="T", le="524288.0") == 5
+    assert value(registry, "rocketmq_message_size_bucket", topic="T", le="2097152.0") == 6
+    assert value(registry, "rocketmq_message_size_count", topic="T") == 6
+    assert value(registry, "rocketmq_send_results_total", status="PUT_OK") == 4
+    assert value(registry, "rocketmq_send_results_total", status="FLUSH_SLAVE_TIMEOUT") == 2
+    assert value(registry, "rocketmq_send_results_total", status="SERVICE_NOT_AVAILABLE") == 1
+    assert value(registry, "rocketmq_send_requests_total", status="PUT_OK") == 2
+    assert value(registry, "rocketmq_send_results_total", status="SLAVE_NOT_AVAILABLE") == 0  # present from the start
+
+
+def test_a_batch_without_sizes_is_refused_rather_than_averaged():
+    _, m = broker()
+    with pytest.raises(ValueError, match="sizes="):
+        m.on_send("T", 2, 200, PutStatus.PUT_OK)
+
+
+def test_pull_send_back_and_sync_wait_counters():
+    registry, m = broker()
+    m.on_pull("T", "G", 4, 400, suggested_slave=True)
+    m.on_pull("T", "G", 0, 0)
+    m.on_sync_wait(0.002, PutStatus.PUT_OK)
+    m.on_sync_wait(3.0, PutStatus.FLUSH_SLAVE_TIMEOUT)
+    m.on_send_back("T", "G", 2)
+    m.on_send_back("T", "G", 1, to_dlq=True)
+    assert value(registry, "rocketmq_messages_out_total", topic="T", consumer_group="G") == 4
+    assert value(registry, "rocketmq_throughput_out_total", topic="T", consumer_group="G") == 400
+    assert value(registry, "rocketmq_pull_requests_total", found="false") == 1
+    assert value(registry, "rocketmq_pull_slave_suggestions_total") == 1
+    assert value(registry, "rocketmq_ha_sync_wait_seconds_bucket", le="0.0025") == 1
+    assert value(registry, "rocketmq_ha_sync_wait_seconds_count") == 2
+    assert value(registry, "rocketmq_ha_sync_timeouts_total") == 1
+    assert value(registry, "rocketmq_send_back_messages_total", topic="T", consumer_group="G") == 3
+    assert value(registry, "rocketmq_send_to_dlq_messages_total", topic="T", consumer_group="G") == 1
+    m.on_slave_sync("all", True)  # a master has no slave sync: ignored
+    assert value(registry, "rocketmq_slave_sync_last_success_timestamp_seconds") is None
+
+
+def test_slave_sync_runs_and_last_success_on_a_slave():
+    registry, m = broker(role="SLAVE", broker_id=1, clock_s=lambda: 1_700_000_000.0)
+    assert value(registry, "rocketmq_slave_sync_last_success_timestamp_seconds") == 0
+    m.on_slave_sync("topic_config", True)
+    m.on_slave_sync("consumer_offsets", False)
+    m.on_slave_sync("all", False)
+    assert value(registry, "rocketmq_slave_sync_last_success_timestamp_seconds") == 0
+    m.on_slave_sync("all", True)
+    assert value(registry, "rocketmq_slave_sync_runs_total", step="consumer_offsets", outcome="failure") == 1
+    assert value(registry, "rocketmq_slave_sync_runs_total", step="all", outcome="failure") == 1
+    assert value(registry, "rocketmq_slave_sync_last_success_timestamp_seconds", role="SLAVE") == 1_700_000_000.0
+
+
+def test_store_disk_and_master_ha_gauges_are_read_at_scrape_time(tmp_path):
+    registry, m = broker(store_dir=tmp_path / "store")
+    state = {"max": 1000}
+    m.set_providers(
+        store=lambda: StoreGauges(max_offset=state["max"], min_offset=0, flushed_offset=900, dispatched_offset=950),
+        ha=lambda: HAGauges(slaves=[SlaveLink("10.0.0.2:40000", 700, state["max"] - 700, True, 4096)], reconnects=1),
+    )
+    assert value(registry, "rocketmq_commitlog_max_offset_bytes", **COMMON) == 1000
+    state["max"] = 5000  # nothing is cached between scrapes
+    assert value(registry, "rocketmq_commitlog_max_offset_bytes") == 5000
+    assert value(registry, "rocketmq_commitlog_min_offset_bytes") == 0
+    assert value(registry, "rocketmq_storage_flush_behind_bytes", storage_type="local") == 4100
+    assert value(registry, "rocketmq_storage_dispatch_behind_bytes") == 4050
+    assert value(registry, "rocketmq_storage_size") > 0
+    assert value(registry, "rocketmq_storage_capacity_bytes") >= value(registry, "rocketmq_storage_size")
+    assert value(registry, "rocketmq_ha_connections") == 1
+    assert value(registry, "rocketmq_ha_in_sync_slaves") == 1
+    assert value(registry, "rocketmq_ha_slave_ack_offset_bytes", slave_addr="10.0.0.2:40000") == 700
+    assert value(registry, "rocketmq_ha_slave_fall_behind_bytes", slave_addr="10.0.0.2:40000") == 4300
+    assert value(registry, "rocketmq_ha_transfer_bytes_total", slave_addr="10.0.0.2:40000") == 4096
+    assert value(registry, "rocketmq_broker_commitlog_diff", brokerIP="10.0.0.2:40000", broker="broker-a") == 4300
+    assert value(registry, "rocketmq_ha_reconnects_total") == 1
+    assert value(registry, "rocketmq_broker_info", broker_addr="127.0.0.1:10911") == 1
+
+
+def test_slave_ha_gauges_from_the_ha_service_status():
+    registry, m = broker(role="SLAVE", broker_id=1, clock_s=lambda: 1_700_000_003.0)
+    # HAService.status() merged with HAService.metrics(), as BrokerMetrics.attach(ha=...) reads them
+    m.set_providers(ha=lambda: {"role": "SLAVE", "slaves": [], "connected": True, "master_ha_addr": "127.0.0.1:10912",
+                                "last_read_timestamp": 1_700_000_000_500, "replicated_bytes": 123, "reconnects": 2,
+                                "accepted": 0})
+    slave = {"role": "SLAVE", "broker_id": "1"}
+    assert value(registry, "rocketmq_ha_connected", **slave) == 1
+    assert value(registry, "rocketmq_ha_master_last_read_timestamp_seconds") == 1_700_000_000.5  # epoch ms converted
+    assert value(registry, "rocketmq_ha_master_last_read_age_seconds") == 2.5
+    assert value(registry, "rocketmq_ha_replicated_bytes_total") == 123
+    assert value(registry, "rocketmq_ha_reconnects_total") == 2
+    assert value(registry, "rocketmq_ha_connections") is None  # master-only series stay off a slave
+
+
+def test_master_ha_gauges_from_the_ha_service_status_skip_disconnected_slaves():
+    registry, m = broker()
+    m.set_providers(ha=lambda: {"role": "SYNC_MASTER", "accepted": 5, "reconnects": 0, "slaves": [
+        {"slave_addr": "127.0.0.1:5001", "broker_id": 1, "ack_offset": 10, "lag_bytes": 5, "state": "OK",
+         "transferred_bytes": 99},
+        {"slave_addr": "127.0.0.1:5002", "broker_id": 2, "ack_offset": -1, "lag_bytes": 900, "state": "DISCONNECTED",
+         "transferred_bytes": 7},
+    ]})
+    assert value(registry, "rocketmq_ha_connections") == 1
+    assert value(registry, "rocketmq_ha_in_sync_slaves") == 1
+    assert value(registry, "rocketmq_ha_slave_fall_behind_bytes", slave_broker_id="2") == 900  # still growing
+    assert value(registry, "rocketmq_ha_slave_ack_offset_bytes", slave_addr="127.0.0.1:5002") == 0
+    assert value(registry, "rocketmq_ha_transfer_bytes_total", slave_broker_id="1") == 99
+    assert value(registry, "rocketmq_ha_reconnects_total") == 5  # a master counts accepted connections
+
+
+def test_ha_status_adapter_reads_slave_links():
+    ha = ha_gauges_from_status({"slaves": [
+        {"slave_addr": "a:1", "broker_id": 1, "ack_offset": 10, "lag_bytes": 5, "state": "OK", "transferred_bytes": 99},
+        {"addr": "b:2", "ack_offset": 1, "diff": 14, "state": "FALL_BEHIND"},
+    ], "accepted": 3})
+    assert ha.slaves == [SlaveLink("a:1", 10, 5, True, 99, True, 1), SlaveLink("b:2", 1, 14, False, 0, True, None)]
+    assert ha.reconnects == 3 and ha.connected is None
+
+
+async def test_timed_replica_waiter_observes_each_wait_once():
+    registry, m = broker()
+
+    async def waiter(next_offset):
+        return (PutStatus.FLUSH_SLAVE_TIMEOUT if next_offset > 100 else PutStatus.PUT_OK), ""
+
+    timed = m.timed_replica_waiter(waiter)
+    assert await timed(50) == (PutStatus.PUT_OK, "")
+    assert await timed(500) == (PutStatus.FLUSH_SLAVE_TIMEOUT, "")
+    assert value(registry, "rocketmq_ha_sync_wait_seconds_count") == 2
+    assert value(registry, "rocketmq_ha_sync_timeouts_total") == 1
+
+
+def test_consumer_lag_and_latency_are_computed_from_offsets_at_scrape_time():
+    registry, m = broker(clock_s=lambda: 100.0)
+    offsets = {"T@G": {0: 3, 1: 10}, "%RETRY%G@G": {0: 0}}
+    max_offsets = {("T", 0): 10, ("T", 1): 10, ("%RETRY%G", 0): 0}
+    m.set_providers(
+        consumer_offsets=lambda: offsets,
+        queue_max_offset=lambda topic, q: max_offsets[(topic, q)],
+        queue_store_timestamp=lambda topic, q, off: 95_000 if (topic, q, off) == ("T", 0, 3) else 0,
+    )
+    assert value(registry, "rocketmq_consumer_lag_messages", topic="T", consumer_group="G", is_retry="false") == 7
+    assert value(registry, "rocketmq_consumer_lag_latency_milliseconds", topic="T", consumer_group="G") == 5000
+    assert value(registry, "rocketmq_consumer_lag_messages", topic="%RETRY%G", is_retry="true") == 0
+    offsets["T@G"][0] = 10
+    assert value(registry, "rocketmq_consumer_lag_messages", topic="T", consumer_group="G") == 0
+    assert value(registry, "rocketmq_consumer_lag_latency_milliseconds", topic="T", consumer_group="G") == 0
+
+
+def test_a_failing_provider_drops_its_series_but_not_the_page():
+    registry, m = broker()
+
+    def broken():
+        raise RuntimeError("store is closing")
+
+    m.set_providers(store=broken)
+    m.on_send("T", 1, 10, PutStatus.PUT_OK)
+    text = generate_latest(registry).decode()
+    assert "rocketmq_messages_in_total" in text
+    assert "rocketmq_commitlog_max_offset_bytes" not in text
+
+
+def test_every_series_name_follows_the_naming_rules():
+    registry, m = broker(store_dir="/")
+    m.set_providers(store=lambda: StoreGauges(1, 0, 1, 1), ha=lambda: HAGauges(slaves=[SlaveLink("s:1", 1, 0, True)]))
+    m.on_send("T", 1, 10, PutStatus.PUT_OK)
+    m.on_pull("T", "G", 1, 10)
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        assert family.name.startswith(("rocketmq_", "process_", "python_")), family.name
+        assert re.fullmatch(r"[a-z_]+", family.name), family.name
+        if family.type == "counter":
+            assert all(s.name.endswith("_total") for s in family.samples), family.name
+        for s in family.samples:
+            assert {"cluster", "node_type", "node_id", "broker_id", "role"} <= set(s.labels), s
+
+
+# namesrv ------------------------------------------------------------------------------------------------------
+def test_namesrv_metrics_read_the_route_table_at_scrape_time():
+    table = RouteInfoManager()
+    now = {"ms": 10_000}
+    registry = new_registry(process_metrics=False)
+    m = NamesrvMetrics(registry, node_id="127.0.0.1:9876", route_table=table, clock_ms=lambda: now["ms"],
+                       open_streams=lambda: 2)
+    for bid, port in ((0, 10911), (1, 10921)):
+        table.register_broker(cluster="C1", broker_name="broker-a", broker_addr=f"127.0.0.1:{port}", broker_id=bid,
+                              ha_server_addr="", data_version=DataVersion(1, 1), topic_configs=[TopicConfig("T")],
+                              now_ms=7_000)
+        m.on_register(bid)
+    m.on_register(0, ok=False)
+    m.on_route_query("found")
+    m.on_expired("silence")
+    common = {"node_type": "namesrv", "node_id": "127.0.0.1:9876"}
+    assert value(registry, "rocketmq_namesrv_live_brokers", broker_cluster="C1", role="MASTER", **common) == 1
+    assert value(registry, "rocketmq_namesrv_live_brokers", broker_cluster="C1", role="SLAVE") == 1
+    assert value(registry, "rocketmq_namesrv_broker_groups", broker_cluster="C1") == 1
+    assert value(registry, "rocketmq_namesrv_broker_heartbeat_age_seconds", broker_id="1") == 3.0
+    assert value(registry, "rocketmq_namesrv_topics") == 1
+    assert value(registry, "rocketmq_namesrv_keepalive_streams") == 2
+    assert value(registry, "rocketmq_namesrv_registrations_total", role="SLAVE", result="ok") == 1
+    assert value(registry, "rocketmq_namesrv_registrations_total", role="MASTER", result="invalid") == 1
+    assert value(registry, "rocketmq_namesrv_route_queries_total", result="found") == 1
+    assert value(registry, "rocketmq_namesrv_route_queries_total", result="not_found") == 0
+    assert value(registry, "rocketmq_namesrv_broker_expiries_total", reason="silence") == 1
+    assert value(registry, "rocketmq_namesrv_broker_expiries_total", reason="stream_break") == 0
+    table.on_channel_destroy("127.0.0.1:10921")
+    assert value(registry, "rocketmq_namesrv_live_brokers", broker_cluster="C1", role="SLAVE") == 0
+
+
+async def test_attach_reads_a_real_message_store_and_offset_table(tmp_path):
+    from broker.config import MessageStoreConfig
+    from broker.metadata.consumer_offsets import ConsumerOffsetManager
+    from broker.store.message_store import MessageStore
+    from broker.store.types import MessageDraft
+
+    store = MessageStore(MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"),
+                                            mapped_file_size_commit_log=1024 * 1024,
+                                            mapped_file_size_consume_queue=20 * 1000))
+    await store.start()
+    try:
+        registry, m = broker(store_dir=tmp_path / "store")
+        offsets = ConsumerOffsetManager(tmp_path / "store" / "config")
+        m.attach(store=store, offsets=offsets)
+        result = await store.put_messages("T", 0, [MessageDraft(body=b"x" * 100) for _ in range(5)])
+        assert result.status.stored
+        offsets.commit("G", "T", 0, 2)
+
+        def lag():
+            return value(registry, "rocketmq_consumer_lag_messages", topic="T", consumer_group="G")
+
+        for _ in range(200):  # the dispatcher builds the consume queue asynchronously
+            if lag() == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert lag() == 3
+        assert value(registry, "rocketmq_commitlog_max_offset_bytes") == store.max_phy_offset > 0
+        assert value(registry, "rocketmq_consumer_lag_latency_milliseconds", topic="T", consumer_group="G") >= 0
+        assert value(registry, "rocketmq_storage_dispatch_behind_bytes") == 0
+    finally:
+        await store.stop()
