@@ -195,3 +195,22 @@ class StoreOffsetMismatch(PyrmqError):
         )
         self.expected = expected
         self.got = got
+
+
+@dataclass(slots=True)
+class CommitlogSlice:
+    """Commitlog bytes [phy_offset, phy_offset + length) inside one file, for the HA master.
+
+    ``fd`` + ``file_position`` serve ``os.sendfile``; ``view`` is a zero-copy memoryview of the same bytes.
+    Valid until the file is deleted by cleanup (the view keeps the mapping alive; the fd may be closed).
+    """
+
+    fd: int
+    file_position: int
+    length: int
+    phy_offset: int
+    view: memoryview
+
+    @property
+    def next_offset(self) -> int:
+        return self.phy_offset + self.length

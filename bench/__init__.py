@@ -1,0 +1,1 @@
+"""Benchmarks: each module prints a table and writes JSON to bench/results/; they measure, never pass or fail."""

@@ -1,0 +1,263 @@
+"""Commitlog and consume-queue flushing: ASYNC_FLUSH periodic, SYNC_FLUSH group commit.
+
+- ``CommitLogFlushService`` (ASYNC_FLUSH, RocketMQ FlushRealTimeService): every ``flushIntervalCommitLog`` ms
+  it fdatasyncs the commitlog when at least ``flushCommitLogLeastPages`` 4 KiB pages are dirty, or when
+  ``flushCommitLogThoroughInterval`` ms passed since the last thorough flush (then any dirty byte counts).
+- ``GroupCommitService`` (SYNC_FLUSH): a put registers ``(next_offset, future)`` and waits. The service
+  snapshots the write offset, runs ONE fdatasync in the executor, then completes every waiter whose
+  next_offset is covered. Puts arriving during an fdatasync form the next group, so concurrent writers
+  share syncs. A waiter not served within ``syncFlushTimeout`` gets FLUSH_DISK_TIMEOUT (the data stays).
+- ``ConsumeQueueFlushService``: every ``flushIntervalConsumeQueue`` ms flushes dirty consume queues with
+  the least-pages rule; on a thorough flush it also writes the checkpoint.
+
+The flushed offset only moves after fdatasync returned, so a status of PUT_OK under SYNC_FLUSH means the
+bytes are on disk. Task-safety: every method runs on the event loop; fdatasync runs on the disk executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from broker.config import FlushDiskType
+from broker.store.types import PutStatus
+from common.service import Service
+
+if TYPE_CHECKING:
+    from broker.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = 4096
+
+
+class CommitLogFlushService(Service):
+    """Periodic flush (ASYNC_FLUSH). ``flush_fn(least_bytes)`` flushes when that many bytes are dirty."""
+
+    def __init__(
+        self,
+        flush_fn: Callable[[int], Awaitable[bool]],
+        *,
+        interval_ms: int,
+        least_pages: int,
+        thorough_interval_ms: int,
+        name: str = "commitlog-flush",
+    ) -> None:
+        super().__init__(name)
+        self._flush_fn = flush_fn
+        self._interval_s = max(interval_ms, 1) / 1000
+        self._least_bytes = max(least_pages, 0) * PAGE_SIZE
+        self._thorough_s = thorough_interval_ms / 1000
+        self._last_thorough = time.monotonic()
+
+    async def on_start(self) -> None:
+        self.spawn("loop", self._loop())
+
+    async def _loop(self) -> None:
+        while not await self.sleep(self._interval_s):
+            now = time.monotonic()
+            thorough = now - self._last_thorough >= self._thorough_s
+            if thorough:
+                self._last_thorough = now
+            try:
+                await self._flush_fn(0 if thorough else self._least_bytes)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s: flush failed; retrying in %.3fs", self.name, self._interval_s)
+
+
+class GroupCommitService(Service):
+    """SYNC_FLUSH: one fdatasync serves every waiter it covers.
+
+    ``target_fn()`` returns the current write offset; ``flush_fn(target)`` is a coroutine that makes everything
+    below ``target`` durable and returns the flushed offset.
+    """
+
+    def __init__(
+        self,
+        target_fn: Callable[[], int],
+        flushed_fn: Callable[[], int],
+        flush_fn: Callable[[int], Awaitable[int]],
+        *,
+        timeout_ms: int,
+    ) -> None:
+        super().__init__("group-commit")
+        self._target_fn = target_fn
+        self._flushed_fn = flushed_fn
+        self._flush_fn = flush_fn
+        self._timeout_s = timeout_ms / 1000
+        self._waiters: list[tuple[int, int, asyncio.Future]] = []
+        self._seq = itertools.count()
+        self._wakeup = asyncio.Event()
+        self.syncs = 0
+
+    async def on_start(self) -> None:
+        self.spawn("loop", self._loop())
+
+    async def wait_flushed(self, next_offset: int) -> tuple[PutStatus, str]:
+        if self._flushed_fn() >= next_offset:
+            return PutStatus.PUT_OK, ""
+        if not self.started:
+            return PutStatus.FLUSH_DISK_TIMEOUT, "the store is stopping; the data is written but not yet flushed"
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        # A timer handle rather than wait_for: no Task per waiting put (this runs once per put).
+        timer = loop.call_later(self._timeout_s, _expire, fut)
+        heapq.heappush(self._waiters, (next_offset, next(self._seq), fut))
+        self._wakeup.set()
+        flushed = await fut
+        timer.cancel()
+        if not flushed:
+            remark = (
+                f"the disk did not confirm the write within syncFlushTimeout={int(self._timeout_s * 1000)} ms; "
+                "the message is stored but may be lost on power failure"
+            )
+            return PutStatus.FLUSH_DISK_TIMEOUT, remark
+        return PutStatus.PUT_OK, ""
+
+    async def _loop(self) -> None:
+        while not self.stopping:
+            if not self._waiters:
+                self._wakeup.clear()
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), 1.0)
+                except TimeoutError:
+                    continue
+            target = self._target_fn()
+            try:
+                flushed = await self._flush_fn(target)
+                self.syncs += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("group commit: fdatasync failed; waiters will time out unless a retry succeeds")
+                await self.sleep(0.01)
+                continue
+            self._complete(flushed)
+
+    def _complete(self, flushed: int) -> None:
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= flushed:
+            _, _, fut = heapq.heappop(waiters)
+            if not fut.done():
+                fut.set_result(True)
+
+    async def on_stop(self) -> None:
+        self._wakeup.set()
+        # Serve what is written so far once more, so a clean stop answers every waiter it can.
+        if self._waiters:
+            try:
+                self._complete(await self._flush_fn(self._target_fn()))
+            except Exception:
+                log.exception("group commit: final flush failed")
+
+
+def _expire(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(False)  # timed out; the waiter entry is dropped when the flush passes it
+
+
+class ConsumeQueueFlushService(Service):
+    def __init__(
+        self,
+        flush_fn: Callable[[int, bool], Awaitable[None]],
+        *,
+        interval_ms: int,
+        least_pages: int,
+        thorough_interval_ms: int,
+    ) -> None:
+        super().__init__("consumequeue-flush")
+        self._flush_fn = flush_fn
+        self._interval_s = max(interval_ms, 1) / 1000
+        self._least_bytes = max(least_pages, 0) * PAGE_SIZE
+        self._thorough_s = thorough_interval_ms / 1000
+        self._last_thorough = time.monotonic()
+
+    async def on_start(self) -> None:
+        self.spawn("loop", self._loop())
+
+    async def _loop(self) -> None:
+        while not await self.sleep(self._interval_s):
+            now = time.monotonic()
+            thorough = now - self._last_thorough >= self._thorough_s
+            if thorough:
+                self._last_thorough = now
+            try:
+                await self._flush_fn(0 if thorough else self._least_bytes, thorough)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("consume-queue flush failed; retrying in %.3fs", self._interval_s)
+
+
+def build_flush_services(store: MessageStore) -> list[Service]:
+    """The flush services for ``store``'s flushDiskType, wired to its commitlog, queues and checkpoint."""
+    cfg = store.config
+    commitlog = store._commitlog
+    executor = store._executor
+
+    async def flush_commitlog_to(target: int) -> int:
+        ts = store._last_put_ts
+        loop = asyncio.get_running_loop()
+        flushed = await loop.run_in_executor(executor, commitlog.files.flush_sync, target)
+        if store._checkpoint is not None and ts and store.role.is_master:
+            store._checkpoint.physic_msg_timestamp = ts  # a slave records what it dispatched instead
+        return flushed
+
+    async def flush_commitlog_least(least_bytes: int) -> bool:
+        target = commitlog.max_offset
+        dirty = target - commitlog.flushed_offset
+        if dirty <= 0 or (least_bytes and dirty < least_bytes):
+            return False
+        await flush_commitlog_to(target)
+        return True
+
+    async def flush_consume_queues(least_bytes: int, thorough: bool) -> None:
+        ts = max(store._last_put_ts, store._last_dispatched_ts)
+        dirty = [cq for cq in store._all_cqs() if cq.dirty_bytes() > 0 and cq.dirty_bytes() >= least_bytes]
+        checkpoint = store._checkpoint
+
+        def work() -> None:
+            for cq in dirty:
+                cq.flush_sync()
+            if thorough and checkpoint is not None:
+                checkpoint.logics_msg_timestamp = max(checkpoint.logics_msg_timestamp, ts)
+                checkpoint.flush()
+
+        if dirty or thorough:
+            await asyncio.get_running_loop().run_in_executor(executor, work)
+
+    services: list[Service] = []
+    if cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+        services.append(
+            GroupCommitService(
+                lambda: commitlog.max_offset,
+                lambda: commitlog.flushed_offset,
+                flush_commitlog_to,
+                timeout_ms=cfg.sync_flush_timeout,
+            )
+        )
+    else:
+        services.append(
+            CommitLogFlushService(
+                flush_commitlog_least,
+                interval_ms=cfg.flush_interval_commit_log,
+                least_pages=cfg.flush_commit_log_least_pages,
+                thorough_interval_ms=cfg.flush_commit_log_thorough_interval,
+            )
+        )
+    services.append(
+        ConsumeQueueFlushService(
+            flush_consume_queues,
+            interval_ms=cfg.flush_interval_consume_queue,
+            least_pages=cfg.flush_consume_queue_least_pages,
+            thorough_interval_ms=cfg.flush_consume_queue_thorough_interval,
+        )
+    )
+    return services

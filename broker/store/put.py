@@ -1,0 +1,430 @@
+"""The put path, in two halves: ``prepare_batch`` (validation, no store state, nothing written on a refusal) and
+``append_batch`` (under the put lock: queue offsets, placement in commitlog files, one encode into one
+bytearray, one pwrite per file touched, one consume-queue write per queue). ``append_simple`` is the common case
+(one queue, everything fits the current files) with no await at all, so the facade runs it without the lock.
+
+Placement (RocketMQ's rule for batches): a batch goes to the current file when ``total + 8 <= remaining``;
+else, if it fits an empty file, the current file is closed with a BLANK record and the batch goes to the next
+file; else (a batch larger than a file) it is split into chunks of whole records, each chunk filling a file up
+to 8 bytes before its end. Every file a batch needs is created *before* the first byte is written, so a
+failure to create one (ENOSPC) leaves the store untouched.
+
+Delay rewrite (RocketMQ CommitLog.asyncPutMessage): ``DELAY=n > 0`` stores the message under
+SCHEDULE_TOPIC_XXXX queue ``min(n, maxLevel) - 1`` with ``REAL_TOPIC`` / ``REAL_QID``; its consume-queue
+tags code is the delivery time (store time + level delay).
+
+Transaction PREPARED/ROLLBACK records (sys flag bits 2-3 = 0x4/0xC) get queue offset 0 and no consume-queue
+unit, as in RocketMQ.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+import time
+import zlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+from broker.store.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
+from broker.store.record import (
+    BLANK_SIZE,
+    HEADER,
+    MAX_PROPERTIES_LEN,
+    MIN_RECORD_SIZE,
+    host_bytes,
+    validate_topic,
+)
+from broker.store.types import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    SCHEDULE_TOPIC,
+    MessageDraft,
+    PutResult,
+    PutStatus,
+    java_string_hash,
+)
+
+if TYPE_CHECKING:
+    from broker.store.message_store import MessageStore
+
+_crc32 = zlib.crc32
+_pack_header = HEADER.pack
+_pack_unit = UNIT.pack
+_PROPS_LEN = struct.Struct(">h").pack
+_FIELDS = struct.Struct(">iiiqi").pack  # range check of the draft's numeric fields before anything is written
+
+TX_MASK = 0xC
+TX_NOT_DISPATCHED = (0x4, 0xC)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@functools.lru_cache(maxsize=65536)
+def tags_hash(tags: str) -> int:
+    return java_string_hash(tags)
+
+
+@functools.lru_cache(maxsize=4096)
+def _born_host(ip: str, port: int) -> bytes:
+    return host_bytes(ip, port)
+
+
+# One message of a batch, as a plain tuple (the hot loops unpack it):
+# (topic, topic_bytes, queue_id, draft, properties bytes, record size, tags code, delay level, dispatched)
+Entry = tuple
+E_TOPIC, E_TOPIC_BYTES, E_QUEUE, E_DRAFT, E_PROPS, E_SIZE, E_CODE, E_LEVEL, E_DISPATCHED = range(9)
+
+
+class Prepared(NamedTuple):
+    entries: list[Entry]
+    total: int
+    wait: bool
+    single_queue: bool
+    all_dispatched: bool  # no transaction PREPARED/ROLLBACK record in the batch
+
+
+def illegal(remark: str, status: PutStatus = PutStatus.MESSAGE_ILLEGAL) -> PutResult:
+    return PutResult(status, remark=remark)
+
+
+_join_pair = "\x01".join
+_valid_topics: set[str] = set()  # names validate_topic accepted (bounded)
+
+
+def prepare_batch(
+    topic: str,
+    queue_id: int,
+    drafts: Sequence[MessageDraft],
+    *,
+    max_message_size: int,
+    file_size: int,
+    max_delay_level: int,
+) -> Prepared | PutResult:
+    """Validate a batch and precompute everything that does not depend on store state."""
+    if not drafts:
+        return illegal("the batch is empty; send at least one message")
+    if queue_id < 0:
+        return illegal(f"queue id {queue_id} is negative")
+    if topic not in _valid_topics:
+        problem = validate_topic(topic)
+        if problem:
+            return illegal(problem)
+        if len(_valid_topics) > 100_000:
+            _valid_topics.clear()
+        _valid_topics.add(topic)
+    topic_bytes = topic.encode()
+    base_size = MIN_RECORD_SIZE + len(topic_bytes)
+    entries: list[Entry] = []
+    append = entries.append
+    total = 0
+    wait = False
+    single = True
+    all_dispatched = True
+    for i, d in enumerate(drafts):
+        body = d.body
+        if type(body) is not bytes and not isinstance(body, bytes | bytearray | memoryview):
+            return illegal(f"message {i}: the body must be bytes, got {type(body).__name__}")
+        blen = len(body)
+        if not blen or blen > max_message_size:
+            if not blen:
+                return illegal(f"message {i} of the batch has an empty body")
+            return illegal(f"message {i} body is {blen} bytes, over maxMessageSize={max_message_size}")
+        props = d.properties
+        level = 0
+        if props:
+            if PROPERTY_DELAY_TIME_LEVEL in props:
+                delayed = _delay_rewrite(i, topic, queue_id, d, props, max_delay_level)
+                if isinstance(delayed, PutResult):
+                    return delayed
+                props, level = delayed
+            n = len(props)
+            try:
+                text = "\x02".join(map(_join_pair, props.items())) + "\x02"
+            except TypeError:
+                return illegal(f"message {i}: property names and values must be strings")
+            if text.count("\x01") != n or text.count("\x02") != n:
+                return illegal(f"message {i}: a property name or value contains \\x01 or \\x02 (the separators)")
+            raw = text.encode()
+            if len(raw) > MAX_PROPERTIES_LEN:
+                return illegal(
+                    f"message {i}: properties are {len(raw)} bytes, over the limit of {MAX_PROPERTIES_LEN}",
+                    PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                )
+            if not wait and props.get(PROPERTY_WAIT_STORE_MSG_OK) != "false":
+                wait = True
+            tags = props.get(PROPERTY_TAGS)
+            code = tags_hash(tags) if tags else 0
+        else:
+            raw = b""
+            wait = True
+            code = 0
+        try:
+            _FIELDS(d.flag, d.sys_flag, d.reconsume_times, d.born_timestamp, d.born_host[1])
+        except (struct.error, TypeError, IndexError):
+            return illegal(f"message {i}: flag, sysFlag, reconsumeTimes, bornTimestamp or born port is out of range")
+        dispatched = (d.sys_flag & TX_MASK) not in TX_NOT_DISPATCHED
+        if not dispatched:
+            all_dispatched = False
+        if level:
+            single = False
+            size = MIN_RECORD_SIZE + 19 + blen + len(raw)
+            entry = (SCHEDULE_TOPIC, b"SCHEDULE_TOPIC_XXXX", level - 1, d, raw, size, code, level, dispatched)
+        else:
+            size = base_size + blen + len(raw)
+            entry = (topic, topic_bytes, queue_id, d, raw, size, code, 0, dispatched)
+        if size + BLANK_SIZE > file_size:
+            return illegal(
+                f"message {i} needs {size} bytes, more than a commitlog file of mappedFileSizeCommitLog={file_size}"
+            )
+        append(entry)
+        total += size
+    return Prepared(entries, total, wait, single, all_dispatched)
+
+
+def _delay_rewrite(i: int, topic: str, queue_id: int, d: MessageDraft, props: dict, max_level: int):
+    delay = props[PROPERTY_DELAY_TIME_LEVEL]
+    try:
+        level = int(delay)
+    except ValueError:
+        return illegal(f"message {i}: DELAY={delay!r} is not a delay level number")
+    if level <= 0 or d.sys_flag & TX_MASK:
+        return props, 0
+    level = min(level, max_level)
+    props = dict(props)
+    props[PROPERTY_REAL_TOPIC] = topic
+    props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+    return props, level
+
+
+class Placement(NamedTuple):
+    new_files: int  # files to create before writing
+    chunks: list[tuple[int, int, bool]]  # (first entry, end entry, roll before this chunk)
+
+
+def plan(entries: list[Entry], total: int, remaining: int, file_size: int) -> Placement:
+    if total + BLANK_SIZE <= remaining:
+        return Placement(0, [(0, len(entries), False)])
+    if total + BLANK_SIZE <= file_size:
+        return Placement(1, [(0, len(entries), True)])
+    chunks = []
+    first, used, roll, rolls = 0, 0, False, 0
+    room = remaining
+    for i, e in enumerate(entries):
+        size = e[E_SIZE]
+        if used + size + BLANK_SIZE > room:
+            if i > first:
+                chunks.append((first, i, roll))
+            first, used, roll, room = i, 0, True, file_size
+            rolls += 1
+        used += size
+    chunks.append((first, len(entries), roll))
+    return Placement(rolls, chunks)
+
+
+def encode_chunk(
+    buf: bytearray,
+    entries: list[Entry],
+    begin: int,
+    end: int,
+    base_offset: int,
+    queue_offsets: list[int],
+    store_ts: int,
+    store_host: bytes,
+    phys: list[int],
+    units: bytearray | None,
+) -> None:
+    """Append records ``entries[begin:end]`` to ``buf`` (first one at commitlog offset ``base_offset``).
+
+    With ``units`` (a single-queue batch without transaction records) the consume-queue units are built in the
+    same pass; otherwise ``cq_units`` builds them afterwards.
+    """
+    pack_header, pack_unit, crc32, plen, born = _pack_header, _pack_unit, _crc32, _PROPS_LEN, _born_host
+    for i in range(begin, end):
+        _, tb, qid, d, props, size, code, _, _ = entries[i]
+        body = d.body
+        phy = base_offset + len(buf)
+        phys.append(phy)
+        bh = d.born_host
+        buf += pack_header(
+            size,
+            -626843481,
+            crc32(body) & 0x7FFFFFFF,
+            qid,
+            d.flag,
+            queue_offsets[i],
+            phy,
+            d.sys_flag,
+            d.born_timestamp,
+            born(bh[0], bh[1]),
+            store_ts,
+            store_host,
+            d.reconsume_times,
+            0,
+            len(body),
+        )
+        buf += body
+        buf.append(len(tb))
+        buf += tb
+        buf += plen(len(props))
+        buf += props
+        if units is not None:
+            units += pack_unit(phy, size, code)
+
+
+def cq_units(
+    entries: list[Entry],
+    queue_offsets: list[int],
+    phys: list[int],
+    store_ts: int,
+    delay_ms: list[int],
+) -> dict[tuple[str, int], tuple[int, bytearray, int]]:
+    """Consume-queue units grouped per queue: key -> (first queue offset, units, max physical end)."""
+    out: dict[tuple[str, int], tuple[int, bytearray, int]] = {}
+    for i, (topic, _, qid, _, _, size, code, level, dispatched) in enumerate(entries):
+        if not dispatched:
+            continue
+        if level:
+            code = store_ts + delay_ms[level - 1]
+        key = (topic, qid)
+        item = out.get(key)
+        if item is None:
+            item = (queue_offsets[i], bytearray(), 0)
+        item[1].extend(_pack_unit(phys[i], size, code))
+        out[key] = (item[0], item[1], phys[i] + size)
+    return out
+
+
+async def write_units(cq: ConsumeQueue, first: int, units: bytearray, end: int, create_file) -> None:
+    """Dispatcher path: create the files the units need (executor), then one write."""
+    count = len(units) // UNIT_SIZE
+    last = cq.files.last
+    fits = last is not None and last.remaining >= len(units) and cq.files.max_offset == first * UNIT_SIZE
+    if not fits and cq.missing_files(first, count):
+        await cq.prepare(first, count, create_file)
+    cq.write(first, units, end)
+
+
+def _finish(store: MessageStore, prepared: Prepared, units_keys, qoff0: int, store_ts: int, phys: list[int]):
+    next_offset = store._commitlog.max_offset
+    store._dispatched = next_offset
+    store._last_put_ts = store_ts
+    stats = store.stats
+    stats["putMessageTimesTotal"] += len(prepared.entries)
+    stats["putMessageSizeTotal"] += prepared.total
+    if store._dispatch_listeners:
+        for key in units_keys:
+            store._notify_dispatch(key[0], key[1])
+    if store._append_listeners:
+        store._notify_append(next_offset)
+    wrote_offset = phys[0]
+    return PutResult(
+        PutStatus.PUT_OK,
+        wrote_offset=wrote_offset,
+        wrote_bytes=next_offset - wrote_offset,
+        queue_offset=qoff0,
+        msg_count=len(prepared.entries),
+        store_timestamp=store_ts,
+        physical_offsets=phys,
+    )
+
+
+def append_simple(store: MessageStore, prepared: Prepared) -> PutResult | None:
+    """The common put, with no await at all: one queue, no transaction records, fits the current commitlog
+    and consume-queue files. None when the batch needs the general path."""
+    last = store._commitlog.files.last
+    if last is None or prepared.total + BLANK_SIZE > last.remaining:
+        return None
+    entries = prepared.entries
+    n = len(entries)
+    e0 = entries[0]
+    cq = store._cq(e0[0], e0[2], create=True)
+    cq_last = cq.files.last
+    base = cq.max_offset
+    if cq_last is None or cq_last.remaining < n * UNIT_SIZE or cq_last.write_offset != base * UNIT_SIZE:
+        return None
+    store_ts = now_ms()
+    phys: list[int] = []
+    units = bytearray()
+    buf = bytearray()
+    qoffs = range(base, base + n)
+    encode_chunk(buf, entries, 0, n, last.write_offset, qoffs, store_ts, store._store_host_bytes, phys, units)
+    last.append(buf)
+    cq.write(base, units, phys[-1] + entries[-1][E_SIZE])
+    return _finish(store, prepared, ((e0[0], e0[2]),), base, store_ts, phys)
+
+
+async def append_batch(store: MessageStore, prepared: Prepared) -> PutResult:
+    """The locked half of a put (the caller holds the put lock): offsets, files, one encode, one write each."""
+    if prepared.single_queue and prepared.all_dispatched:
+        done = append_simple(store, prepared)
+        if done is not None:
+            return done
+    cl = store._commitlog
+    entries = prepared.entries
+    last = cl.files.last
+    remaining = last.remaining if last is not None else 0
+    placement = plan(entries, prepared.total, remaining, cl.file_size)
+    # Queue offsets: consume queues are written in this same critical section, so their max is the counter.
+    single_units: bytearray | None = None
+    spans: dict[tuple[str, int], list[int]] = {}  # queue -> [first queue offset, count]
+    if prepared.single_queue:
+        e0 = entries[0]
+        base = store._cq(e0[0], e0[2], create=True).max_offset
+        if all(e[8] for e in entries):
+            qoffs = list(range(base, base + len(entries)))
+            single_units = bytearray()
+        else:
+            qoffs, n = [], base
+            for e in entries:
+                qoffs.append(n if e[8] else 0)
+                n += 1 if e[8] else 0
+        spans[(e0[0], e0[2])] = [base, qoffs[-1] - base + 1 if single_units is not None else len(entries)]
+    else:
+        qoffs = []
+        for e in entries:
+            if not e[8]:
+                qoffs.append(0)
+                continue
+            key = (e[0], e[2])
+            span = spans.get(key)
+            if span is None:
+                span = spans[key] = [store._cq(e[0], e[2], create=True).max_offset, 0]
+            qoffs.append(span[0] + span[1])
+            span[1] += 1
+    # Every file this batch needs exists before the first byte is written: a failure changes nothing.
+    for (topic, qid), (first, count) in spans.items():
+        cq = store._cq(topic, qid, create=True)
+        last = cq.files.last
+        if last is not None and last.remaining >= count * UNIT_SIZE and last.write_offset == first * UNIT_SIZE:
+            continue
+        if cq.missing_files(first, count):
+            await cq.prepare(first, count, store._create_cq_file)
+    new_files = await cl.acquire_next_files(placement.new_files) if placement.new_files else []
+    store_ts = now_ms()
+    phys: list[int] = []
+    host = store._store_host_bytes
+    nf = iter(new_files)
+    left = len(new_files)
+    for begin, end, roll in placement.chunks:
+        if roll:
+            left -= 1
+            mf = cl.roll(next(nf), prefetch=left == 0)
+        else:
+            mf = cl.files.last
+        buf = bytearray()
+        encode_chunk(buf, entries, begin, end, mf.write_offset, qoffs, store_ts, host, phys, single_units)
+        mf.append(buf)
+    if single_units is not None:
+        last = entries[-1]
+        units = {(last[0], last[2]): (qoffs[0], single_units, phys[-1] + last[5])}
+    else:
+        units = cq_units(entries, qoffs, phys, store_ts, store._delay_levels_ms)
+    for (topic, qid), (first, data, end_phy) in units.items():
+        store._cq(topic, qid).write(first, data, end_phy)
+    return _finish(store, prepared, units, qoffs[0], store_ts, phys)
