@@ -5,6 +5,8 @@ One ``broker.conf`` feeds both classes by key name, as in RocketMQ. Differences 
 - ``haListenPort`` defaults to 0, meaning ``listenPort + 1``; a positive value is honoured (4.x overwrote it);
 - a SLAVE's ``accessMessageInMemoryMaxRatio`` is not lowered by 10 (4.x meant to, but never did);
 - ``haSlaveFallbehindMax`` is a 64-bit value (4.x used an int, capping it at 2 GiB);
+- RocketMQ's disk thresholds that were JVM system properties (``diskSpaceWarningLevelRatio`` 90,
+  ``diskSpaceCleanForciblyRatio`` 85) are ordinary keys;
 - the HA stream additions of DESIGN.md §3: ``haAuthSecret`` and ``haSlaveCatchUpFrom``.
 """
 
@@ -102,7 +104,9 @@ class MessageStoreConfig:
     flush_delay_offset_interval: int = 10_000
     file_reserved_time: int = 72  # hours
     delete_when: str = "04"  # hours of the day (two digits, ';'-separated) when expired files are deleted
-    disk_max_used_space_ratio: int = 75
+    disk_max_used_space_ratio: int = 75  # above it, expired files are deleted at any hour
+    disk_space_clean_forcibly_ratio: int = 85  # above it, the oldest files go even if not expired
+    disk_space_warning_level_ratio: int = 90  # above it, writes are refused until space returns
     clean_resource_interval: int = 10_000
     ha_listen_port: int = 0  # 0: listenPort + 1
     ha_send_heartbeat_interval: int = 5000
@@ -123,8 +127,13 @@ class MessageStoreConfig:
             object.__setattr__(self, "mapped_file_size_consume_queue", rounded)
         if not 0 <= self.access_message_in_memory_max_ratio <= 100:
             raise ValueError("accessMessageInMemoryMaxRatio must be a percentage between 0 and 100")
-        if not 0 < self.disk_max_used_space_ratio <= 100:
-            raise ValueError("diskMaxUsedSpaceRatio must be a percentage between 1 and 100")
+        for key, value in (
+            ("diskMaxUsedSpaceRatio", self.disk_max_used_space_ratio),
+            ("diskSpaceCleanForciblyRatio", self.disk_space_clean_forcibly_ratio),
+            ("diskSpaceWarningLevelRatio", self.disk_space_warning_level_ratio),
+        ):
+            if not 0 < value <= 100:
+                raise ValueError(f"{key} must be a percentage between 1 and 100")
         if self.ha_transfer_batch_size <= 0:
             raise ValueError("haTransferBatchSize must be positive")
         if self.max_message_size <= 0:

@@ -2,15 +2,16 @@
 CleanConsumeQueueService).
 
 DiskMonitor: the commitlog partition's used ratio comes from ``statvfs`` (``1 - f_bavail / f_blocks``, so space
-reserved for root counts as used). The store is *full* while that ratio exceeds ``diskMaxUsedSpaceRatio`` or
+reserved for root counts as used). The store is *full* while that ratio exceeds ``diskSpaceWarningLevelRatio``
+(90 %, as RocketMQ; ``diskMaxUsedSpaceRatio`` only makes cleanup run at any hour) or
 after a file creation failed with ENOSPC (until a commitlog file's worth of space is free again). Puts are then
 refused with SERVICE_NOT_AVAILABLE and a remark naming the ratio and what to free; a put on a full store
 re-checks (at most every 100 ms), so writes resume as soon as space returns, without a restart.
 
 CleanupService, every ``cleanResourceInterval`` ms:
 - commitlog files whose mtime is older than ``fileReservedTime`` hours are deleted when the hour is one of
-  ``deleteWhen`` (``"04"``, ``"04;16"``) or when the disk is over ``diskMaxUsedSpaceRatio``; above 85 % used
-  (RocketMQ's diskSpaceCleanForciblyRatio) the oldest files go even if not expired. Never the last file, the
+  ``deleteWhen`` (``"04"``, ``"04;16"``) or when the disk is over ``diskMaxUsedSpaceRatio``; above
+  ``diskSpaceCleanForciblyRatio`` (85 %) the oldest files go even if not expired. Never the last file, the
   one being written;
 - then consume-queue files wholly below the new commitlog min offset are deleted and every queue's min offset is
   corrected.
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FORCE_CLEAN_RATIO = 0.85
 _MAX_DELETES_PER_RUN = 10
 
 
@@ -43,7 +43,7 @@ class DiskMonitor:
         self._ratio_full = False
         self._no_space = ""
         self._checked_at = 0.0
-        self.limit = store.config.disk_max_used_space_ratio / 100
+        self.limit = store.config.disk_space_warning_level_ratio / 100
         self.full = False  # a plain attribute: the put path reads it on every put
 
     def used_ratio(self) -> float:
@@ -100,7 +100,8 @@ class DiskMonitor:
             f"no space left for a new file ({self._no_space})"
             if self._no_space
             else (
-                f"disk {ratio * 100:.1f}% used, over diskMaxUsedSpaceRatio={self._store.config.disk_max_used_space_ratio}%"
+                f"disk {ratio * 100:.1f}% used, over "
+                f"diskSpaceWarningLevelRatio={self._store.config.disk_space_warning_level_ratio}%"
             )
         )
         return (
@@ -128,8 +129,8 @@ class CleanupService(Service):
         store = self._store
         store.disk.check()
         ratio = store.disk.used_ratio()
-        over = ratio > store.disk.limit
-        force = ratio > FORCE_CLEAN_RATIO
+        over = ratio > store.config.disk_max_used_space_ratio / 100
+        force = ratio > store.config.disk_space_clean_forcibly_ratio / 100
         time_up = time.localtime().tm_hour in self._hours
         deleted = 0
         if time_up or over or force or self.manual_delete:

@@ -137,8 +137,5 @@ def namesrv_stub(addr: str):
 
 
 def make_broker(workdir: Path, **conf: object) -> Broker:
-    """A broker process for these tests. The shared test machine's disk sits near RocketMQ's 75 % "disk full"
-    limit (statvfs counts root-reserved blocks as used), so the limit is raised: other teams' files must not turn
-    this broker's writes off in the middle of a test."""
-    conf.setdefault("diskMaxUsedSpaceRatio", 95)
+    """A broker process for these tests (real `python -m broker`, see tests/support/procs.py)."""
     return Broker(workdir, **conf)

@@ -61,8 +61,8 @@ async def test_the_file_being_written_is_never_deleted(tmp_path):
         await s.stop()
 
 
-async def test_disk_over_max_used_ratio_refuses_writes_and_writes_nothing(tmp_path):
-    s = MessageStore(small_config(tmp_path / "s", disk_max_used_space_ratio=1))
+async def test_disk_over_the_warning_level_refuses_writes_and_writes_nothing(tmp_path):
+    s = MessageStore(small_config(tmp_path / "s", disk_space_warning_level_ratio=1))
     await s.start()
     try:
         # Any real partition holding this test is more than 1% used.
@@ -71,7 +71,7 @@ async def test_disk_over_max_used_ratio_refuses_writes_and_writes_nothing(tmp_pa
         before = s.max_phy_offset
         res = await s.put_messages("T", 0, [draft()])
         assert res.status is PutStatus.SERVICE_NOT_AVAILABLE
-        assert "diskMaxUsedSpaceRatio=1%" in res.remark and "free space" in res.remark
+        assert "diskSpaceWarningLevelRatio=1%" in res.remark and "free space" in res.remark
         assert s.max_phy_offset == before
         assert s.runtime_info()["diskFull"] == "true"
     finally:
@@ -99,7 +99,7 @@ async def test_a_really_full_disk_refuses_writes_then_resumes_when_space_returns
         tiny_tmpfs / "store",
         mapped_file_size_commit_log=128 * 1024,
         mapped_file_size_consume_queue=20 * 100,
-        disk_max_used_space_ratio=100,
+        disk_space_warning_level_ratio=100,
     )
     s = MessageStore(cfg)
     await s.start()
