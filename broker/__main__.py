@@ -8,22 +8,10 @@ and fix), 1 otherwise.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from broker.config import BrokerSettings, load_broker_settings
 from common import conf, process
-from common.errors import ConfigError
-from common.log import setup_logging
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mqbroker", description="Run a pyrmq broker (master or slave).")
-    parser.add_argument("-c", "--config", metavar="FILE", help="broker.conf (key=value); default: built-in defaults")
-    parser.add_argument(
-        "-p", "--print-config", action="store_true", help="print the effective key=value settings and exit"
-    )
-    return parser
 
 
 def boot_line(server) -> str:
@@ -36,30 +24,22 @@ def boot_line(server) -> str:
     )
 
 
+def _make_server(settings: BrokerSettings):
+    from broker.server import BrokerServer  # heavy imports only when actually serving
+
+    return BrokerServer(settings)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        settings = load_broker_settings(args.config)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 2
-    if args.print_config:
-        for key, value in conf.render(settings.broker) + conf.render(settings.store):
-            print(f"{key}={value}")
-        return 0
-
-    setup_logging()
-
-    async def make():
-        from broker.server import BrokerServer
-
-        return BrokerServer(settings)
-
-    try:
-        return process.run(make, on_ready=lambda server: print(boot_line(server), flush=True))
-    except OSError as exc:  # the listen port is taken, or the store directory is unusable
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 1
+    return process.server_main(
+        argv,
+        prog="mqbroker",
+        description="Run a pyrmq broker (master or slave).",
+        load=load_broker_settings,
+        render=lambda s: conf.render(s.broker) + conf.render(s.store),
+        make_server=_make_server,
+        boot_line=boot_line,
+    )
 
 
 if __name__ == "__main__":

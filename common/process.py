@@ -12,7 +12,7 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from common.errors import ConfigError, PyrmqError
 
@@ -66,4 +66,51 @@ def run(make: Callable[[], Awaitable[Runnable]], *, on_ready: Callable[[Runnable
         return 2
     except PyrmqError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def server_main(
+    argv: list[str] | None,
+    *,
+    prog: str,
+    description: str,
+    load: Callable[[str | None], Any],
+    render: Callable[[Any], list[tuple[str, str]]],
+    make_server: Callable[[Any], Runnable],
+    boot_line: Callable[[Any], str],
+) -> int:
+    """The shared ``main`` of ``mqnamesrv`` and ``mqbroker``: ``-c FILE``, ``-p/--print-config``, run, exit code.
+
+    ``load`` reads the config file strictly (a ConfigError becomes exit 2 with one line); ``boot_line`` is printed
+    once the server is ready, in RocketMQ's wording, because operators and the test harness grep for it.
+    """
+    import argparse
+
+    from common.log import setup_logging
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("-c", "--config", metavar="FILE", help="key=value config file; default: built-in defaults")
+    parser.add_argument(
+        "-p", "--print-config", action="store_true", help="print the effective key=value settings and exit"
+    )
+    args = parser.parse_args(argv)
+    try:
+        config = load(args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    if args.print_config:
+        for key, value in render(config):
+            print(f"{key}={value}")
+        return 0
+
+    setup_logging()
+
+    async def make() -> Runnable:
+        return make_server(config)
+
+    try:
+        return run(make, on_ready=lambda server: print(boot_line(server), flush=True))
+    except OSError as exc:  # a listen port is taken, or the store directory is unusable
+        print(f"error: {exc}", file=sys.stderr, flush=True)
         return 1

@@ -7,22 +7,10 @@ On ready it prints RocketMQ's readiness line, which operators and the test harne
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from common import conf, process
-from common.errors import ConfigError
-from common.log import setup_logging
 from namesrv.config import NamesrvConfig, load_namesrv_config
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mqnamesrv", description="Run a pyrmq nameserver.")
-    parser.add_argument("-c", "--config", metavar="FILE", help="namesrv.conf (key=value); default: built-in defaults")
-    parser.add_argument(
-        "-p", "--print-config", action="store_true", help="print the effective key=value settings and exit"
-    )
-    return parser
 
 
 def _boot_line(server) -> str:
@@ -30,30 +18,22 @@ def _boot_line(server) -> str:
     return f"The Name Server boot success. listen={server.listen_addr} metrics={metrics}"
 
 
+def _make_server(config: NamesrvConfig):
+    from namesrv.server import NamesrvServer  # heavy imports only when actually serving
+
+    return NamesrvServer(config)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        config: NamesrvConfig = load_namesrv_config(args.config)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 2
-    if args.print_config:
-        for key, value in conf.render(config):
-            print(f"{key}={value}")
-        return 0
-
-    setup_logging()
-
-    async def make():
-        from namesrv.server import NamesrvServer
-
-        return NamesrvServer(config)
-
-    try:
-        return process.run(make, on_ready=lambda server: print(_boot_line(server), flush=True))
-    except OSError as exc:  # the listen address is taken or not ours
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 1
+    return process.server_main(
+        argv,
+        prog="mqnamesrv",
+        description="Run a pyrmq nameserver.",
+        load=load_namesrv_config,
+        render=conf.render,
+        make_server=_make_server,
+        boot_line=_boot_line,
+    )
 
 
 if __name__ == "__main__":
