@@ -1,0 +1,49 @@
+"""pyrmq client SDK: Producer, PushConsumer, PullConsumer, AdminClient (asyncio, gRPC)."""
+
+from client.admin import AdminClient
+from client.consume_service import ConsumeStatus
+from client.errors import (
+    BrokerError,
+    BrokerNotFoundError,
+    BrokerUnreachableError,
+    ClientStateError,
+    MQClientError,
+    NoNameserverError,
+    NoRouteError,
+    ProducerClosedError,
+    RequestTimeout,
+)
+from client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
+from client.offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
+from client.producer import Producer
+from client.pull_api import PullResult, PullStatus
+from client.pull_consumer import PullConsumer
+from client.push_consumer import ConsumeFromWhere, MessageModel, PushConsumer
+
+__all__ = [
+    "AdminClient",
+    "BrokerError",
+    "BrokerNotFoundError",
+    "BrokerUnreachableError",
+    "ClientStateError",
+    "ConsumeFromWhere",
+    "ConsumeStatus",
+    "LocalFileOffsetStore",
+    "MQClientError",
+    "Message",
+    "MessageExt",
+    "MessageModel",
+    "MessageQueue",
+    "NoNameserverError",
+    "NoRouteError",
+    "Producer",
+    "ProducerClosedError",
+    "PullConsumer",
+    "PullResult",
+    "PullStatus",
+    "PushConsumer",
+    "RemoteBrokerOffsetStore",
+    "RequestTimeout",
+    "SendResult",
+    "SendStatus",
+]

@@ -1,0 +1,228 @@
+"""End-to-end benchmark: SDK Producer -> real broker process -> SDK PushConsumer, 1 KiB messages.
+
+Starts a nameserver and one broker (ASYNC_MASTER, ASYNC_FLUSH, 1 GiB commitlog files) as real processes, then
+``--senders`` concurrent coroutines each send one message at a time (``await producer.send``) for
+``--duration`` seconds while a PushConsumer in the same process receives them. Reports:
+
+- produce msg/s and MiB/s, send latency p50/p99/p999 (call to SendResult),
+- SendMessage RPCs made and messages per RPC (the producer's coalescing),
+- end-to-end latency p50/p99 (born timestamp, set by the producer, to the listener; ms clock),
+- CPU µs per message of the broker and of the client process (from /proc).
+
+The consumer pulls up to ``--pull-batch`` (128) messages per RPC, the broker's in-memory pull caps are raised to
+match (RocketMQ's 32 messages / 256 KiB would make pulls cost more broker CPU than sends), and it pauses
+``--pull-interval-ms`` (2) after a partial pull. ``--no-consumer`` measures the produce path alone.
+
+Variants (``--variants``) are producer settings compared in one run, interleaved over ``--runs``; medians are
+printed. Never passes or fails. Usage: ``python -m bench.e2e_bench [--duration 10] [--runs 1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.report import print_table, write_json
+from client import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
+from tests.support.procs import Broker, Namesrv
+
+MiB = 1024 * 1024
+VARIANTS = {
+    "batch512": {"max_batch_messages": 512},
+    "batch32": {"max_batch_messages": 32},
+    "batch16": {"max_batch_messages": 16},
+}
+
+
+def cpu_s(pid: int | None = None) -> float:
+    with open(f"/proc/{pid or os.getpid()}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * p))]
+
+
+async def run_once(ns_addr: str, broker: Broker, args, name: str, producer_kw: dict) -> dict:
+    topic = f"Bench_{name}_{int(time.time() * 1000) % 10_000_000}"
+    async with AdminClient(ns_addr) as admin:
+        await admin.update_topic(broker.addr, topic, read_queue_nums=args.queues, write_queue_nums=args.queues)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                if (await admin.topic_route(topic)).publish_queues:
+                    break
+            except Exception:
+                pass
+            await asyncio.sleep(0.1)
+
+    e2e_ms: list[int] = []
+    received = 0
+
+    def listener(msgs):
+        nonlocal received
+        now = int(time.time() * 1000)
+        for m in msgs:
+            e2e_ms.append(now - m.born_timestamp)
+        received += len(msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(
+        f"BenchGroup_{name}",
+        ns_addr,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        consume_batch_max_size=32,
+        consume_concurrency=2,
+        pull_batch_size=args.pull_batch,
+        max_inflight_messages=4096,
+        suspend_ms=2000,
+        pull_interval_ms=args.pull_interval_ms,
+    )
+    consumer.subscribe(topic)
+    consumer.register_message_listener(listener)
+    if not args.no_consumer:
+        await consumer.start()
+
+    body = os.urandom(args.body // 2).hex().encode()[: args.body]
+    latencies: list[float] = []
+    sent = 0
+    async with Producer(f"BenchProducer_{name}", ns_addr, **producer_kw) as producer:
+        await producer.send(Message(topic, body))  # route lookup and channel set-up outside the window
+        base_rpcs = producer.stats.rpcs
+        stop_at = 0.0
+
+        async def sender() -> None:
+            nonlocal sent
+            perf = time.perf_counter
+            lat = latencies.append
+            while perf() < stop_at:
+                t0 = perf()
+                await producer.send(Message(topic, body))
+                lat(perf() - t0)
+                sent += 1
+
+        cpu_b0, cpu_c0 = cpu_s(broker.pid), cpu_s()
+        t0 = time.perf_counter()
+        stop_at = t0 + args.duration
+        await asyncio.gather(*(sender() for _ in range(args.senders)))
+        elapsed = time.perf_counter() - t0
+        cpu_b1, cpu_c1 = cpu_s(broker.pid), cpu_s()
+        rpcs = producer.stats.rpcs - base_rpcs
+
+    if not args.no_consumer:
+        deadline = time.monotonic() + 30
+        while received < sent + 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        await consumer.stop()
+    return {
+        "variant": name,
+        "sent": sent,
+        "elapsed_s": round(elapsed, 3),
+        "msg_per_s": round(sent / elapsed),
+        "mib_per_s": round(sent * args.body / elapsed / MiB, 1),
+        "send_p50_ms": round(pct(latencies, 0.50) * 1000, 2),
+        "send_p99_ms": round(pct(latencies, 0.99) * 1000, 2),
+        "send_p999_ms": round(pct(latencies, 0.999) * 1000, 2),
+        "rpcs": rpcs,
+        "msgs_per_rpc": round(sent / max(1, rpcs), 1),
+        "received": received,
+        "msgs_per_pull": round(consumer.pull_api.pulled / max(1, consumer.pull_api.pulls), 1),
+        "e2e_p50_ms": pct(e2e_ms, 0.50),
+        "e2e_p99_ms": pct(e2e_ms, 0.99),
+        "broker_cpu_us_per_msg": round((cpu_b1 - cpu_b0) / max(1, sent) * 1e6, 1),
+        "client_cpu_us_per_msg": round((cpu_c1 - cpu_c0) / max(1, sent) * 1e6, 1),
+    }
+
+
+def median_rows(results: list[dict]) -> list[dict]:
+    out = []
+    for name in dict.fromkeys(r["variant"] for r in results):
+        rs = [r for r in results if r["variant"] == name]
+        row = {"variant": name, "runs": len(rs)}
+        for key in rs[0]:
+            if key != "variant":
+                row[key] = statistics.median(r[key] for r in rs)
+        out.append(row)
+    return out
+
+
+async def main_async(args) -> list[dict]:
+    work = Path(tempfile.mkdtemp(prefix="e2e-bench-"))
+    ns = Namesrv(work / "namesrv").start()
+    broker = Broker(
+        work / "broker",
+        name="broker-bench",
+        namesrv_addr=ns.addr,
+        role="ASYNC_MASTER",
+        flushDiskType="ASYNC_FLUSH",
+        mappedFileSizeCommitLog=1024 * MiB,
+        # One pull may carry a whole --pull-batch (RocketMQ caps in-memory pulls at 32 messages / 256 KiB).
+        maxTransferCountOnMessageInMemory=max(32, args.pull_batch),
+        maxTransferBytesOnMessageInMemory=max(262_144, args.pull_batch * (args.body + 512)),
+    ).start()
+    results = []
+    try:
+        names = [v.strip() for v in args.variants.split(",") if v.strip()]
+        for run in range(args.runs):
+            for name in names:
+                kw = dict(VARIANTS[name])
+                if args.linger_ms:
+                    kw["linger_ms"] = args.linger_ms
+                row = await run_once(ns.addr, broker, args, name, kw)
+                row["run"] = run
+                results.append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        broker.stop()
+        ns.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=10.0, help="seconds of sending per run")
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--senders", type=int, default=64)
+    ap.add_argument("--body", type=int, default=1024)
+    ap.add_argument("--queues", type=int, default=4)
+    ap.add_argument("--pull-batch", type=int, default=128, help="consumer pull batch (and the broker's cap)")
+    ap.add_argument("--pull-interval-ms", type=float, default=2.0, help="consumer pause after a partial pull")
+    ap.add_argument("--linger-ms", type=float, default=0.0)
+    ap.add_argument("--variants", default="batch512,batch32", help=f"comma-separated, of {sorted(VARIANTS)}")
+    ap.add_argument("--no-consumer", action="store_true", help="produce only")
+    ap.add_argument("--out", default="", help="JSON path (default bench/results/e2e_bench.json)")
+    args = ap.parse_args()
+    results = asyncio.run(main_async(args))
+    rows = median_rows(results)
+    columns = [c for c in rows[0] if c != "run"]
+    print()
+    print_table(
+        f"e2e: {args.senders} senders x {args.body} B, {args.duration:.0f} s, medians of {args.runs} run(s)",
+        columns,
+        [[r[c] for c in columns] for r in rows],
+    )
+    out = Path(args.out) if args.out else None
+    write_json(
+        out.stem if out else "e2e_bench",
+        {"args": vars(args), "runs": results, "medians": rows},
+        directory=out.parent if out else None,
+    )
+
+if __name__ == "__main__":
+    main()

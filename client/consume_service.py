@@ -1,0 +1,182 @@
+"""Consumption for the PushConsumer (RocketMQ's ConsumeMessageConcurrentlyService).
+
+Pull tasks ``submit`` messages; ``concurrency`` worker tasks call the listener with lists of up to
+``batch_max_size`` messages. ``inflight`` counts messages submitted and not yet consumed; pull tasks call
+``wait_for_space()`` before pulling, so at most ``max_inflight`` (plus one pull batch per queue) are held.
+
+Outcomes: CONSUME_SUCCESS marks the messages done in their ProcessQueue (so the committable offset can pass
+them). RECONSUME_LATER, an exception or None: in clustering mode each message is sent back to its broker
+(ConsumerSendMsgBack, delay level 0: the broker picks 3 + reconsumeTimes and moves it to the DLQ after the
+group's retryMaxTimes, or ``max_reconsume_times`` when set); a message whose send-back failed stays in flight
+and is consumed again locally after ``local_retry_delay_s``. Broadcasting messages are not retried (RocketMQ
+drops them with a warning). Messages of a dropped queue that did not start are skipped: they stay below the
+queue's committable offset, so its next owner delivers them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+
+from broker.store.types import PROPERTY_RETRY_TOPIC, RETRY_GROUP_TOPIC_PREFIX
+from client.message import MessageExt
+from client.process_queue import ProcessQueue
+from client.route_cache import RouteCache
+from client.rpc import BrokerChannels, send_ack
+from remoting.pb import broker_pb2
+
+log = logging.getLogger(__name__)
+
+
+class ConsumeStatus(enum.Enum):
+    CONSUME_SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+Listener = Callable[[list[MessageExt]], Awaitable[ConsumeStatus] | ConsumeStatus]
+
+
+class ConsumeService:
+    def __init__(
+        self,
+        group: str,
+        listener: Listener,
+        routes: RouteCache,
+        channels: BrokerChannels,
+        *,
+        broadcasting: bool,
+        concurrency: int,
+        batch_max_size: int,
+        max_inflight: int,
+        max_reconsume_times: int,
+        local_retry_delay_s: float,
+        request_timeout_s: float,
+    ) -> None:
+        self.group = group
+        self.listener = listener
+        self.routes = routes
+        self.channels = channels
+        self.broadcasting = broadcasting
+        self.concurrency = max(1, concurrency)
+        self.batch_max_size = max(1, batch_max_size)
+        self.max_inflight = max(1, max_inflight)
+        self.max_reconsume_times = max_reconsume_times
+        self.local_retry_delay_s = local_retry_delay_s
+        self.request_timeout_s = request_timeout_s
+        self.inflight = 0
+        self.consumed = 0  # messages the listener accepted
+        self._queue: asyncio.Queue[tuple[ProcessQueue, list[MessageExt]]] = asyncio.Queue()
+        self._space = asyncio.Event()
+        self._space.set()
+        self._workers: list[asyncio.Task] = []
+        self._running = False
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._running = True
+        self._workers = [
+            loop.create_task(self._worker(), name=f"consumer.{self.group}.consume.{i}") for i in range(self.concurrency)
+        ]
+
+    async def stop(self) -> None:
+        self._running = False
+        for w in self._workers:
+            w.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers = []
+
+    async def wait_for_space(self) -> None:
+        while self.inflight >= self.max_inflight:
+            self._space.clear()
+            await self._space.wait()
+
+    def submit(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
+        if pq.mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            for m in messages:  # the listener sees the original topic (RocketMQ resetRetryTopic)
+                real = m.properties.get(PROPERTY_RETRY_TOPIC)
+                if real:
+                    m.topic = real
+        pq.add([m.queue_offset for m in messages])
+        self.inflight += len(messages)
+        size = self.batch_max_size
+        put = self._queue.put_nowait
+        if size == 1:
+            for m in messages:
+                put((pq, [m]))
+        else:
+            for i in range(0, len(messages), size):
+                put((pq, messages[i : i + size]))
+
+    def _release(self, n: int) -> None:
+        self.inflight -= n
+        if self.inflight < self.max_inflight:
+            self._space.set()
+
+    async def _worker(self) -> None:
+        listener = self.listener
+        while True:
+            pq, msgs = await self._queue.get()
+            n = len(msgs)
+            if pq.dropped:
+                self._release(n)
+                continue
+            pq.begin_consume(n)
+            try:
+                try:
+                    status = listener(msgs)
+                    if inspect.isawaitable(status):
+                        status = await status
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("listener of %s failed on %d messages; reconsuming later", self.group, n)
+                    status = ConsumeStatus.RECONSUME_LATER
+                if status is ConsumeStatus.CONSUME_SUCCESS:
+                    done = msgs
+                    self.consumed += n
+                elif self.broadcasting:
+                    log.warning("broadcast consumer of %s asked to reconsume %d messages; dropped", self.group, n)
+                    done = msgs
+                else:
+                    done, again = await self._send_back(pq, msgs)
+                    if again:
+                        self._retry_locally(pq, again)
+                pq.done([m.queue_offset for m in done])
+                self._release(len(done))
+            finally:
+                pq.end_consume(n)
+
+    async def _send_back(self, pq: ProcessQueue, msgs: list[MessageExt]) -> tuple[list[MessageExt], list[MessageExt]]:
+        addr = self.routes.find_broker_address_in_publish(pq.mq.broker_name)
+        if addr is None:
+            return [], list(msgs)
+        sent: list[MessageExt] = []
+        failed: list[MessageExt] = []
+        for m in msgs:
+            request = broker_pb2.ConsumerSendMsgBackRequest(
+                consumer_group=self.group,
+                physical_offset=m.physical_offset,
+                delay_level=0,
+                original_topic=m.topic,
+                original_msg_id=m.msg_id,
+                max_reconsume_times=self.max_reconsume_times,
+            )
+            ok = await send_ack(self.channels, addr, "ConsumerSendMsgBack", request, self.request_timeout_s)
+            (sent if ok else failed).append(m)
+        return sent, failed
+
+    def _retry_locally(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        def again() -> None:
+            if self._running:
+                self._queue.put_nowait((pq, msgs))
+
+        for m in msgs:
+            m.reconsume_times += 1
+        asyncio.get_running_loop().call_later(self.local_retry_delay_s, again)
+        log.warning(
+            "send-back of %d messages of %s failed; consuming them again in %.1fs",
+            len(msgs), pq.mq, self.local_retry_delay_s,
+        )

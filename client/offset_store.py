@@ -1,0 +1,181 @@
+"""Consumer offsets: on the brokers (clustering) or in a local file (broadcasting), RocketMQ's OffsetStore.
+
+Both keep offsets in memory (``update``) and write them out with ``persist_all`` (every 5 s and on stop,
+driven by the consumer).
+
+RemoteBrokerOffsetStore target (spec §6.2): the group's master while it is in the route and reachable, else
+another node of the group (the slave, which accepts and persists commits). "Reachable" uses the shared
+HealthTracker, so commits move to the slave as soon as the master fails a call, not after a route refresh.
+
+LocalFileOffsetStore: ``<base_dir>/<group>/offsets.json`` written atomically (common/persist.py), keys
+``topic@brokerName@queueId``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import grpc
+
+from client.errors import BrokerError, BrokerNotFoundError, MQClientError
+from client.message import MessageQueue
+from client.route_cache import MASTER_ID, RouteCache
+from client.rpc import BrokerChannels, transport_error
+from common.persist import read_json, write_json_atomic
+from remoting.codes import ResponseCode
+from remoting.pb import broker_pb2
+
+log = logging.getLogger(__name__)
+
+
+class RemoteBrokerOffsetStore:
+    def __init__(self, group: str, routes: RouteCache, channels: BrokerChannels, *, timeout_s: float = 5.0) -> None:
+        self.group = group
+        self.routes = routes
+        self.channels = channels
+        self.timeout_s = timeout_s
+        self._offsets: dict[MessageQueue, int] = {}
+        self._persisted: dict[MessageQueue, int] = {}
+
+    # memory -----------------------------------------------------------------------------------------------
+    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool = False) -> None:
+        if increase_only and offset <= self._offsets.get(mq, -1):
+            return
+        self._offsets[mq] = offset
+
+    def get(self, mq: MessageQueue) -> int | None:
+        return self._offsets.get(mq)
+
+    def remove(self, mq: MessageQueue) -> None:
+        self._offsets.pop(mq, None)
+        self._persisted.pop(mq, None)
+
+    # brokers ----------------------------------------------------------------------------------------------
+    async def _targets(self, mq: MessageQueue) -> list[str]:
+        """Addresses to try in order: the master when in the route and healthy, then a fallback node."""
+        found = self.routes.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, True)
+        if found is None:
+            await self.routes.refresh(mq.topic)
+            found = self.routes.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, True)
+        out: list[str] = []
+        if found is not None and self.channels.health.healthy(found[0]):
+            out.append(found[0])
+        fallback = self.routes.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, False)
+        if fallback is not None and fallback[0] not in out:
+            out.append(fallback[0])
+        if found is not None and found[0] not in out:
+            out.append(found[0])
+        if not out:
+            raise BrokerNotFoundError(mq.broker_name)
+        return out
+
+    async def commit(self, mq: MessageQueue, offset: int) -> str:
+        """UPDATE_CONSUMER_OFFSET now; returns the address that took it."""
+        request = broker_pb2.UpdateConsumerOffsetRequest(
+            consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, commit_offset=offset
+        )
+        last: MQClientError | None = None
+        for addr in await self._targets(mq):
+            try:
+                ack = await self.channels.get(addr).messaging.UpdateConsumerOffset(request, timeout=self.timeout_s)
+            except grpc.aio.AioRpcError as exc:
+                self.channels.health.mark_failed(addr)
+                last = transport_error(exc, addr, self.timeout_s, f"UpdateConsumerOffset {mq}")
+                continue
+            self.channels.health.mark_ok(addr)
+            if ack.code != ResponseCode.SUCCESS:
+                raise BrokerError(ack.code, ack.remark, addr, request=f"UpdateConsumerOffset {mq}")
+            self._persisted[mq] = offset
+            return addr
+        assert last is not None
+        raise last
+
+    async def read(self, mq: MessageQueue) -> int:
+        """QUERY_CONSUMER_OFFSET: the stored offset, or -1 when the broker has none (QUERY_NOT_FOUND)."""
+        request = broker_pb2.QueryConsumerOffsetRequest(consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id)
+        last: MQClientError | None = None
+        for addr in await self._targets(mq):
+            try:
+                resp = await self.channels.get(addr).messaging.QueryConsumerOffset(request, timeout=self.timeout_s)
+            except grpc.aio.AioRpcError as exc:
+                self.channels.health.mark_failed(addr)
+                last = transport_error(exc, addr, self.timeout_s, f"QueryConsumerOffset {mq}")
+                continue
+            self.channels.health.mark_ok(addr)
+            if resp.code == ResponseCode.QUERY_NOT_FOUND:
+                return -1
+            if resp.code != ResponseCode.SUCCESS:
+                raise BrokerError(resp.code, resp.remark, addr, request=f"QueryConsumerOffset {mq}")
+            return resp.offset
+        assert last is not None
+        raise last
+
+    async def persist(self, mq: MessageQueue) -> None:
+        offset = self._offsets.get(mq)
+        if offset is not None and offset >= 0:
+            await self.commit(mq, offset)
+
+    async def persist_all(self, mqs: list[MessageQueue] | None = None) -> int:
+        """Commit every changed offset (of ``mqs`` if given); failures are logged. Returns the commits made."""
+        todo = [
+            (mq, off)
+            for mq, off in self._offsets.items()
+            if (mqs is None or mq in mqs) and off >= 0 and self._persisted.get(mq) != off
+        ]
+        if not todo:
+            return 0
+        results = await asyncio.gather(*(self.commit(mq, off) for mq, off in todo), return_exceptions=True)
+        done = 0
+        for (mq, off), res in zip(todo, results, strict=True):
+            if isinstance(res, BaseException):
+                log.warning("offset commit %s=%d failed: %s", mq, off, res)
+            else:
+                done += 1
+        return done
+
+
+class LocalFileOffsetStore:
+    """Broadcasting offsets in ``<base_dir>/<group>/offsets.json``."""
+
+    def __init__(self, group: str, base_dir: str | Path) -> None:
+        self.group = group
+        self.path = Path(base_dir) / group / "offsets.json"
+        self._offsets: dict[MessageQueue, int] = {}
+        self._loaded: dict[str, int] | None = None
+
+    @staticmethod
+    def _key(mq: MessageQueue) -> str:
+        return f"{mq.topic}@{mq.broker_name}@{mq.queue_id}"
+
+    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool = False) -> None:
+        if increase_only and offset <= self._offsets.get(mq, -1):
+            return
+        self._offsets[mq] = offset
+
+    def get(self, mq: MessageQueue) -> int | None:
+        return self._offsets.get(mq)
+
+    def remove(self, mq: MessageQueue) -> None:
+        self._offsets.pop(mq, None)
+
+    async def read(self, mq: MessageQueue) -> int:
+        if self._loaded is None:
+            data = await asyncio.to_thread(read_json, self.path, {})
+            self._loaded = {str(k): int(v) for k, v in (data.get("offsetTable", {}) if data else {}).items()}
+        return self._loaded.get(self._key(mq), -1)
+
+    async def commit(self, mq: MessageQueue, offset: int) -> str:
+        self._offsets[mq] = offset
+        await self.persist_all()
+        return str(self.path)
+
+    async def persist_all(self, mqs: list[MessageQueue] | None = None) -> int:
+        if not self._offsets:
+            return 0
+        table = dict(self._loaded or {})
+        table.update({self._key(mq): off for mq, off in self._offsets.items() if off >= 0})
+        self._loaded = table
+        await asyncio.to_thread(write_json_atomic, self.path, {"offsetTable": table})
+        return len(self._offsets)

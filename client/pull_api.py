@@ -1,0 +1,169 @@
+"""One pull, RocketMQ's PullAPIWrapper: choose the node, send PullMessage, decode, remember the read advice.
+
+``pullFromWhichNodeTable`` (spec §5.4): after every pull response, ``table[mq] = suggest_which_broker_id``;
+the next pull of that queue goes to ``find_broker_address_in_subscribe(broker_name, table.get(mq, 0))``.
+When the target is a slave the COMMIT_OFFSET bit is cleared (commit-on-pull is master only, spec §6.3).
+A transport failure marks the address unhealthy; when the group has another healthy node the pull is
+retried there at once (a dead master's consumers move to its slave without waiting for the nameserver).
+
+Records are decoded with the store's codec; with a tag subscription the client re-checks the tag string
+(the broker filters by the tag's hash code only), like RocketMQ's processPullResult.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import grpc
+
+from broker.store.record import iter_records
+from broker.store.types import TagFilter
+from client.errors import BrokerError, BrokerNotFoundError, MQClientError
+from client.message import MessageExt, MessageQueue
+from client.route_cache import RouteCache
+from client.rpc import BrokerChannels, transport_error
+from remoting.codes import ResponseCode
+from remoting.pb import broker_pb2
+
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+
+
+class PullStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+_STATUS_BY_CODE = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+@dataclass(slots=True)
+class PullResult:
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageExt] = field(default_factory=list)
+    suggest_which_broker_id: int = 0
+    broker_addr: str = ""  # the node that served this pull
+    from_slave: bool = False
+
+
+class PullAPI:
+    def __init__(self, group: str, routes: RouteCache, channels: BrokerChannels) -> None:
+        self.group = group
+        self.routes = routes
+        self.channels = channels
+        self.pull_from_which_node: dict[MessageQueue, int] = {}
+        self.pulls = 0  # PullMessage RPCs answered
+        self.pulled = 0  # messages they returned (before the client-side tag check)
+        self._filters: dict[str, TagFilter] = {}
+
+    async def target(self, mq: MessageQueue) -> tuple[str, bool]:
+        """(address, is_slave) the next pull of ``mq`` goes to."""
+        broker_id = self.pull_from_which_node.get(mq, 0)
+        found = self.routes.find_broker_address_in_subscribe(mq.broker_name, broker_id, False)
+        if found is None:
+            await self.routes.refresh(mq.topic)
+            found = self.routes.find_broker_address_in_subscribe(mq.broker_name, broker_id, False)
+            if found is None:
+                raise BrokerNotFoundError(mq.broker_name)
+        return found
+
+    async def pull(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        *,
+        max_nums: int = 32,
+        subscription: str = "*",
+        timeout_s: float = 10.0,
+        suspend_ms: int = 0,
+        commit_offset: int = 0,
+    ) -> PullResult:
+        addr, is_slave = await self.target(mq)
+        try:
+            return await self._pull_once(addr, is_slave, mq, offset, max_nums, subscription, timeout_s, suspend_ms,
+                                         commit_offset)
+        except MQClientError as exc:
+            if not exc.retriable or isinstance(exc, BrokerError):
+                raise
+            # The node failed at transport level (now marked): try a healthy sibling at once, if any.
+            self.routes.refresh_soon(mq.topic)
+            other = self.routes.find_broker_address_in_subscribe(mq.broker_name, self.pull_from_which_node.get(mq, 0))
+            if other is None or other[0] == addr:
+                raise
+            return await self._pull_once(other[0], other[1], mq, offset, max_nums, subscription, timeout_s,
+                                         suspend_ms, commit_offset)
+
+    async def _pull_once(
+        self,
+        addr: str,
+        is_slave: bool,
+        mq: MessageQueue,
+        offset: int,
+        max_nums: int,
+        subscription: str,
+        timeout_s: float,
+        suspend_ms: int,
+        commit_offset: int,
+    ) -> PullResult:
+        sys_flag = FLAG_SUBSCRIPTION
+        if suspend_ms > 0:
+            sys_flag |= FLAG_SUSPEND
+        if commit_offset > 0 and not is_slave:
+            sys_flag |= FLAG_COMMIT_OFFSET
+        request = broker_pb2.PullMessageRequest(
+            consumer_group=self.group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            queue_offset=offset,
+            max_msg_nums=max_nums,
+            sys_flag=sys_flag,
+            commit_offset=commit_offset if sys_flag & FLAG_COMMIT_OFFSET else 0,
+            suspend_timeout_millis=suspend_ms,
+            subscription=subscription or "*",
+        )
+        try:
+            resp = await self.channels.get(addr).messaging.PullMessage(request, timeout=timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            self.channels.health.mark_failed(addr)
+            raise transport_error(exc, addr, timeout_s, f"PullMessage {mq}") from None
+        self.channels.health.mark_ok(addr)
+        self.pulls += 1
+        self.pulled += resp.message_count
+        self.pull_from_which_node[mq] = resp.suggest_which_broker_id
+        status = _STATUS_BY_CODE.get(resp.code)
+        if status is None:
+            raise BrokerError(resp.code, resp.remark, addr, request=f"PullMessage {mq}")
+        messages: list[MessageExt] = []
+        if status is PullStatus.FOUND and resp.records:
+            messages = list(iter_records(resp.records))
+            tag_filter = self._filter(subscription)
+            if not tag_filter.match_all:
+                messages = [m for m in messages if tag_filter.match_tags(m.tags)]
+        return PullResult(
+            status,
+            resp.next_begin_offset,
+            resp.min_offset,
+            resp.max_offset,
+            messages,
+            resp.suggest_which_broker_id,
+            addr,
+            is_slave,
+        )
+
+    def _filter(self, subscription: str) -> TagFilter:
+        f = self._filters.get(subscription)
+        if f is None:
+            f = self._filters[subscription] = TagFilter(subscription)
+        return f

@@ -1,0 +1,467 @@
+"""PushConsumer: pulls the queues it owns with long polling and hands messages to a listener.
+
+Clustering (default): the group's queues are split with ``allocate_averagely`` over the sorted consumer ids
+the brokers report. Brokers cannot push a "membership changed" hint to gRPC clients, so the consumer polls
+GetConsumerIdList every ``membership_poll_interval_s`` (cheap) and rebalances at once on a change, and anyway
+every ``rebalance_interval_s``. A queue given up is stopped, its running consumption allowed to finish (up to
+``drop_wait_s``) and its offset committed before it is forgotten; a queue taken over while other members exist
+starts after ``takeover_delay_s``, so the previous owner has committed first. ``%RETRY%<group>`` is
+subscribed automatically. Broadcasting: every consumer takes every queue; offsets live in a local file.
+
+Per owned queue one pull task long-polls (``suspend_ms`` at the broker, RPC deadline ``pull_timeout_s``) and
+follows the broker's read advice like PullConsumer. ``pull_interval_ms`` (RocketMQ's pullInterval, default 0)
+pauses a queue after a pull that returned less than a full batch: one pull RPC costs about as much broker CPU
+as tens of messages, so a consumer that keeps up can trade that much latency for far fewer pulls. Messages go
+to the ConsumeService (client/consume_service.py: listener workers, send-back of RECONSUME_LATER, local
+retries, backpressure at ``max_inflight_messages``). Offsets advance only past consumed messages (the
+lowest one still in flight) and are committed every ``persist_interval_s``, when a queue is given up, and on
+stop. A pull error retries that queue after ``pull_retry_delay_s``; OFFSET_ILLEGAL continues from the broker's
+next_begin_offset.
+
+Not thread-safe: use from the event loop that started it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Self
+
+from broker.store.types import RETRY_GROUP_TOPIC_PREFIX
+from client.consume_service import ConsumeService, ConsumeStatus, Listener
+from client.errors import BrokerError, ClientStateError, MQClientError
+from client.message import MessageQueue, local_ip
+from client.namesrv import NamesrvClient
+from client.offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
+from client.process_queue import ProcessQueue, allocate_averagely
+from client.pull_api import PullAPI, PullStatus
+from client.route_cache import RouteCache
+from client.rpc import BrokerChannels, send_ack
+from common.service import Service
+from remoting.codes import ResponseCode
+from remoting.pb import broker_pb2
+
+__all__ = ["ConsumeFromWhere", "ConsumeStatus", "MessageModel", "PushConsumer"]
+
+log = logging.getLogger(__name__)
+
+
+class MessageModel(enum.Enum):
+    CLUSTERING = "CLUSTERING"
+    BROADCASTING = "BROADCASTING"
+
+
+class ConsumeFromWhere(enum.Enum):
+    CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+    CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+    CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+
+_INSTANCE = itertools.count()
+MISSING_ROUTE_RETRY_S = 2.0  # how often a subscribed topic without a route (yet) is looked up again
+
+
+class PushConsumer:
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str,
+        *,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp_ms: int = 0,
+        pull_batch_size: int = 32,
+        pull_interval_ms: float = 0.0,
+        consume_batch_max_size: int = 1,
+        consume_concurrency: int = 16,
+        max_inflight_messages: int = 1000,
+        rebalance_interval_s: float = 20.0,
+        membership_poll_interval_s: float = 2.0,
+        heartbeat_interval_s: float = 30.0,
+        persist_interval_s: float = 5.0,
+        pull_retry_delay_s: float = 3.0,
+        local_retry_delay_s: float = 5.0,
+        suspend_ms: int = 15_000,
+        pull_timeout_s: float = 30.0,
+        takeover_delay_s: float = 3.0,
+        drop_wait_s: float = 5.0,
+        max_reconsume_times: int = 0,
+        request_timeout_s: float = 5.0,
+        avoid_failed_broker_s: float = 5.0,
+        poll_name_server_interval_s: float = 30.0,
+        instance_name: str | None = None,
+        offset_store_dir: str | Path | None = None,
+    ) -> None:
+        self.group = group
+        self.message_model = message_model
+        self.consume_from_where = consume_from_where
+        self.consume_timestamp_ms = consume_timestamp_ms
+        self.pull_batch_size = pull_batch_size
+        self.pull_interval_s = max(0.0, pull_interval_ms / 1000.0)
+        self.consume_batch_max_size = max(1, consume_batch_max_size)
+        self.consume_concurrency = max(1, consume_concurrency)
+        self.max_inflight_messages = max(1, max_inflight_messages)
+        self.rebalance_interval_s = rebalance_interval_s
+        self.membership_poll_interval_s = membership_poll_interval_s
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.persist_interval_s = persist_interval_s
+        self.pull_retry_delay_s = pull_retry_delay_s
+        self.local_retry_delay_s = local_retry_delay_s
+        self.suspend_ms = suspend_ms
+        self.pull_timeout_s = max(pull_timeout_s, suspend_ms / 1000.0 + 5.0)
+        self.takeover_delay_s = takeover_delay_s
+        self.drop_wait_s = drop_wait_s
+        self.max_reconsume_times = max_reconsume_times
+        self.request_timeout_s = request_timeout_s
+        instance = instance_name or f"{os.getpid()}#{next(_INSTANCE)}"
+        self.client_id = f"{local_ip()}@{instance}"
+        self.namesrv = NamesrvClient(namesrv_addr, timeout_s=request_timeout_s)
+        self.channels = BrokerChannels(avoid_failed_broker_s)
+        self.routes = RouteCache(self.namesrv, self.channels.health, poll_interval_s=poll_name_server_interval_s)
+        self.pull_api = PullAPI(group, self.routes, self.channels)
+        if message_model is MessageModel.BROADCASTING:
+            base = Path(offset_store_dir) if offset_store_dir else Path.home() / ".pyrmq_offsets" / self.client_id
+            self.offsets: RemoteBrokerOffsetStore | LocalFileOffsetStore = LocalFileOffsetStore(group, base)
+        else:
+            self.offsets = RemoteBrokerOffsetStore(group, self.routes, self.channels, timeout_s=request_timeout_s)
+        self._subscriptions: dict[str, str] = {}
+        self._listener: Listener | None = None
+        self._pqs: dict[MessageQueue, ProcessQueue] = {}
+        self._svc = Service(f"consumer.{group}")
+        self._consume: ConsumeService | None = None
+        self._last_cids: dict[str, list[str]] = {}
+        self._last_full_rebalance = 0.0
+        self._heartbeat_addrs: set[str] = set()
+        self._rebalance_lock = asyncio.Lock()
+        self._pull_tasks: set[asyncio.Task] = set()
+        self._missing_route_tried: dict[str, float] = {}
+        self._state = "created"
+
+    # configuration ----------------------------------------------------------------------------------------
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        self._subscriptions[topic] = expression or "*"
+
+    def register_message_listener(self, listener: Listener) -> None:
+        self._listener = listener
+
+    def owned_queues(self) -> list[MessageQueue]:
+        return sorted(mq for mq, pq in self._pqs.items() if not pq.dropped)
+
+    # lifecycle --------------------------------------------------------------------------------------------
+    async def start(self) -> PushConsumer:
+        if self._state == "started":
+            return self
+        if self._state != "created":
+            raise ClientStateError(f"push consumer {self.group}", self._state)
+        if self._listener is None or not self._subscriptions:
+            raise ClientStateError(f"push consumer {self.group}", "missing a listener or a subscription")
+        if self.message_model is MessageModel.CLUSTERING:
+            self._subscriptions.setdefault(f"{RETRY_GROUP_TOPIC_PREFIX}{self.group}", "*")
+        await self._svc.start()
+        self.routes.start()
+        for topic in self._subscriptions:
+            try:
+                await self.routes.refresh(topic)
+            except MQClientError as exc:
+                if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                    raise
+                log.debug("retry topic %s has no route yet: %s", topic, exc)
+        self._state = "started"
+        await self._heartbeat()
+        self._consume = ConsumeService(
+            self.group,
+            self._listener,
+            self.routes,
+            self.channels,
+            broadcasting=self.message_model is MessageModel.BROADCASTING,
+            concurrency=self.consume_concurrency,
+            batch_max_size=self.consume_batch_max_size,
+            max_inflight=self.max_inflight_messages,
+            max_reconsume_times=self.max_reconsume_times,
+            local_retry_delay_s=self.local_retry_delay_s,
+            request_timeout_s=self.request_timeout_s,
+        )
+        self._consume.start()
+        await self._rebalance()
+        self._svc.spawn("rebalance", self._rebalance_loop())
+        self._svc.run_every("heartbeat", self.heartbeat_interval_s, self._heartbeat)
+        self._svc.run_every("persist", self.persist_interval_s, self._persist_offsets)
+        return self
+
+    async def stop(self) -> None:
+        if self._state != "started":
+            self._state = "stopped"
+            return
+        self._state = "stopping"
+        pqs = list(self._pqs.values())
+        for pq in pqs:
+            pq.dropped = True
+            if pq.task is not None:
+                pq.task.cancel()
+        await self._wait_idle(pqs, self.drop_wait_s)
+        if self._pull_tasks:
+            await asyncio.wait(list(self._pull_tasks), timeout=2.0)
+        if self._consume is not None:
+            await self._consume.stop()
+        await self._persist_offsets()
+        await self._unregister()
+        await self._svc.stop(timeout_s=1.0)
+        self._state = "stopped"
+        await self.routes.stop()
+        await self.channels.close()
+        await self.namesrv.close()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    # heartbeats -------------------------------------------------------------------------------------------
+    def _all_broker_addrs(self) -> set[str]:
+        addrs: set[str] = set()
+        for topic in self._subscriptions:
+            route = self.routes.cached(topic)
+            if route is not None:
+                for ids in route.broker_addrs.values():
+                    addrs.update(ids.values())
+        return addrs
+
+    async def _heartbeat(self) -> None:
+        consumer = broker_pb2.ConsumerData(
+            group_name=self.group,
+            consume_type="CONSUME_PASSIVELY",
+            message_model=self.message_model.value,
+            consume_from_where=self.consume_from_where.value,
+            subscriptions=[broker_pb2.SubscriptionData(topic=t, sub_string=s) for t, s in self._subscriptions.items()],
+        )
+        request = broker_pb2.HeartbeatRequest(client_id=self.client_id, consumers=[consumer])
+        addrs = self._all_broker_addrs()
+        self._heartbeat_addrs = addrs
+        await asyncio.gather(*(self._send_ack(addr, "Heartbeat", request) for addr in addrs))
+
+    async def _unregister(self) -> None:
+        request = broker_pb2.UnregisterClientRequest(client_id=self.client_id, consumer_group=self.group)
+        await asyncio.gather(*(self._send_ack(addr, "UnregisterClient", request) for addr in self._all_broker_addrs()))
+
+    async def _send_ack(self, addr: str, method: str, request) -> bool:
+        return await send_ack(self.channels, addr, method, request, self.request_timeout_s)
+
+    # rebalance --------------------------------------------------------------------------------------------
+    async def _consumer_ids(self, topic: str) -> list[str] | None:
+        route = self.routes.cached(topic)
+        if route is None:
+            return None
+        request = broker_pb2.GetConsumerIdListRequest(consumer_group=self.group)
+        for name in sorted(route.broker_addrs):
+            addr = self.routes.find_any_address(name)
+            if addr is None:
+                continue
+            stub = self.channels.get(addr).messaging
+            try:
+                resp = await self.channels.call(addr, stub.GetConsumerIdList, request, self.request_timeout_s)
+            except MQClientError:
+                continue
+            if resp.code == ResponseCode.SUCCESS:
+                return sorted(resp.consumer_ids)
+        return None
+
+    async def _rebalance_loop(self) -> None:
+        while not await self._svc.sleep(self.membership_poll_interval_s):
+            try:
+                if self._heartbeat_addrs != self._all_broker_addrs():
+                    await self._heartbeat()
+                changed = False
+                if self.message_model is MessageModel.CLUSTERING:
+                    for topic in self._subscriptions:
+                        cids = await self._consumer_ids(topic)
+                        if cids is not None and cids != self._last_cids.get(topic):
+                            changed = True
+                            break
+                due = time.monotonic() - self._last_full_rebalance >= self.rebalance_interval_s
+                if changed or due or self._routes_changed():
+                    await self._rebalance()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("rebalance of %s failed; next try in %.1fs", self.group, self.membership_poll_interval_s)
+
+    def _routes_changed(self) -> bool:
+        """True when an owned queue left its route, or a route still missing (e.g. the retry topic) is due."""
+        now = time.monotonic()
+        for topic in self._subscriptions:
+            route = self.routes.cached(topic)
+            if route is None and now - self._missing_route_tried.get(topic, 0.0) >= MISSING_ROUTE_RETRY_S:
+                self._missing_route_tried[topic] = now
+                return True
+            owned = {mq for mq in self._pqs if mq.topic == topic}
+            if route is not None and not owned.issubset(route.subscribe_queues):
+                return True
+        return False
+
+    async def _rebalance(self) -> None:
+        async with self._rebalance_lock:
+            self._last_full_rebalance = time.monotonic()
+            for topic, expression in list(self._subscriptions.items()):
+                route = self.routes.cached(topic)
+                if route is None:
+                    try:
+                        route = await self.routes.refresh(topic)
+                    except MQClientError:
+                        continue
+                mqs = sorted(route.subscribe_queues)
+                others = False
+                if self.message_model is MessageModel.CLUSTERING:
+                    cids = await self._consumer_ids(topic)
+                    if cids is None:
+                        continue
+                    self._last_cids[topic] = cids
+                    if self.client_id not in cids:
+                        log.info("%s not yet in the consumer list of %s; skipping the rebalance", self.client_id, topic)
+                        continue
+                    mine = allocate_averagely(mqs, cids, self.client_id)
+                    others = len(cids) > 1
+                else:
+                    mine = mqs
+                await self._update_queues(topic, expression, set(mine), others)
+
+    async def _update_queues(self, topic: str, expression: str, mine: set[MessageQueue], others: bool) -> None:
+        if self._state != "started":
+            return  # stop() owns the queues now
+        gone = [pq for mq, pq in self._pqs.items() if mq.topic == topic and (mq not in mine or pq.dropped)]
+        for pq in gone:
+            pq.dropped = True
+            if pq.task is not None:
+                pq.task.cancel()
+        if gone:
+            await self._wait_idle(gone, self.drop_wait_s)
+            for pq in gone:
+                self._pqs.pop(pq.mq, None)
+                off = pq.committable()
+                if off >= 0:
+                    self.offsets.update(pq.mq, off)
+                    try:
+                        await self.offsets.persist_all([pq.mq])
+                    except MQClientError as exc:
+                        log.warning("offset commit for released %s failed: %s", pq.mq, exc)
+                self.offsets.remove(pq.mq)
+            log.info("%s released %s", self.client_id, ", ".join(str(pq.mq) for pq in gone))
+        added = sorted(mq for mq in mine if mq not in self._pqs)
+        for mq in added:
+            pq = self._pqs[mq] = ProcessQueue(mq, expression)
+            delay = self.takeover_delay_s if others else 0.0
+            pq.task = task = asyncio.get_running_loop().create_task(self._pull_loop(pq, delay), name=f"pull.{mq}")
+            self._pull_tasks.add(task)
+            task.add_done_callback(self._pull_task_done)
+        if added:
+            log.info("%s took %s", self.client_id, ", ".join(str(mq) for mq in added))
+
+    def _pull_task_done(self, task: asyncio.Task) -> None:
+        self._pull_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("pull task %s died: %r", task.get_name(), task.exception(), exc_info=task.exception())
+
+    async def _wait_idle(self, pqs: list[ProcessQueue], timeout_s: float) -> None:
+        waits = [pq.idle.wait() for pq in pqs if not pq.idle.is_set()]
+        if waits:
+            try:
+                await asyncio.wait_for(asyncio.gather(*waits), timeout_s)
+            except TimeoutError:
+                log.warning("consumption of released queues still running after %.1fs", timeout_s)
+
+    @property
+    def consumed(self) -> int:
+        """Messages the listener accepted so far."""
+        return self._consume.consumed if self._consume is not None else 0
+
+    # pulling ----------------------------------------------------------------------------------------------
+    async def _start_offset(self, mq: MessageQueue) -> int:
+        stored = await self.offsets.read(mq)
+        if stored >= 0:
+            return stored
+        cfw = self.consume_from_where
+        if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or cfw is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
+            return 0
+        if cfw is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+            resp = await self._queue_rpc(
+                mq, "SearchOffsetByTime",
+                broker_pb2.SearchOffsetByTimeRequest(topic=mq.topic, queue_id=mq.queue_id,
+                                                     timestamp=self.consume_timestamp_ms),
+            )
+            return resp.offset
+        resp = await self._queue_rpc(
+            mq, "GetQueueOffsets", broker_pb2.GetQueueOffsetsRequest(topic=mq.topic, queue_id=mq.queue_id)
+        )
+        return resp.max_offset
+
+    async def _queue_rpc(self, mq: MessageQueue, method: str, request):
+        addr = self.routes.find_any_address(mq.broker_name)
+        if addr is None:
+            raise MQClientError(f"no address for broker group {mq.broker_name}", hint="check the topic route")
+        resp = await self.channels.call(
+            addr, getattr(self.channels.get(addr).messaging, method), request, self.request_timeout_s, method
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(resp.code, resp.remark, addr, request=f"{method} {mq}")
+        return resp
+
+    async def _pull_loop(self, pq: ProcessQueue, start_delay_s: float) -> None:
+        mq = pq.mq
+        if start_delay_s > 0 and await self._svc.sleep(start_delay_s):
+            return
+        while pq.next_offset < 0 and not pq.dropped:
+            try:
+                pq.next_offset = await self._start_offset(mq)
+                self.offsets.update(mq, pq.next_offset)
+            except MQClientError as exc:
+                log.warning("cannot read the start offset of %s: %s", mq, exc)
+                if await self._svc.sleep(self.pull_retry_delay_s):
+                    return
+        clustering = self.message_model is MessageModel.CLUSTERING
+        consume = self._consume
+        assert consume is not None
+        while not pq.dropped:
+            await consume.wait_for_space()
+            commit = pq.committable() if clustering else 0
+            try:
+                result = await self.pull_api.pull(
+                    mq,
+                    pq.next_offset,
+                    max_nums=self.pull_batch_size,
+                    subscription=pq.subscription,
+                    timeout_s=self.pull_timeout_s,
+                    suspend_ms=self.suspend_ms,
+                    commit_offset=max(0, commit),
+                )
+            except MQClientError as exc:
+                log.warning("pull of %s at %d failed: %s", mq, pq.next_offset, exc)
+                if await self._svc.sleep(self.pull_retry_delay_s):
+                    return
+                continue
+            if pq.dropped:
+                return
+            if result.status is PullStatus.FOUND and result.messages:
+                consume.submit(pq, result.messages)
+                if self.pull_interval_s and len(result.messages) < self.pull_batch_size:
+                    await asyncio.sleep(self.pull_interval_s)  # caught up: let the next batch gather
+            elif result.status is PullStatus.OFFSET_ILLEGAL:
+                log.warning("offset %d of %s is illegal; going on at %d", pq.next_offset, mq, result.next_begin_offset)
+                self.offsets.update(mq, result.next_begin_offset)
+            pq.next_offset = result.next_begin_offset
+            if not pq.inflight:
+                self.offsets.update(mq, pq.next_offset)
+
+    # offsets ----------------------------------------------------------------------------------------------
+    async def _persist_offsets(self) -> None:
+        for mq, pq in list(self._pqs.items()):
+            off = pq.committable()
+            if off >= 0:
+                self.offsets.update(mq, off)
+        owned = list(self._pqs)
+        if owned:
+            await self.offsets.persist_all(owned)

@@ -1,0 +1,91 @@
+"""Fixtures: one real nameserver and one real master broker per test module; helpers to run SDK clients."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+
+import pytest
+
+from client import AdminClient, ConsumeStatus, MessageExt
+from tests.support.procs import Broker, Namesrv
+
+# Level 1 = 1 s, level 2 = 2 s; retries (level 3 + reconsumeTimes, capped at the top level) wait 1 s.
+SHORT_DELAY_LEVELS = "1s 2s 1s"
+_names = itertools.count()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{next(_names)}"
+
+
+@pytest.fixture(scope="module")
+def namesrv(tmp_path_factory):
+    ns = Namesrv(tmp_path_factory.mktemp("namesrv")).start()
+    yield ns
+    ns.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory, namesrv):
+    b = Broker(
+        tmp_path_factory.mktemp("broker"),
+        name="broker-a",
+        namesrv_addr=namesrv.addr,
+        messageDelayLevel=SHORT_DELAY_LEVELS,
+        mappedFileSizeCommitLog=64 * 1024 * 1024,
+    ).start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+async def admin(namesrv):
+    a = AdminClient(namesrv.addr)
+    yield a
+    await a.stop()
+
+
+async def create_topic(admin: AdminClient, broker: Broker, topic: str, queues: int = 4) -> None:
+    """Create ``topic`` on the broker and wait until the nameserver routes it."""
+    await admin.update_topic(broker.addr, topic, read_queue_nums=queues, write_queue_nums=queues)
+
+    async def routed() -> bool:
+        try:
+            return len((await admin.topic_route(topic)).publish_queues) == queues
+        except Exception:
+            return False
+
+    await wait_for(routed, 15.0, f"the nameserver to route {topic}")
+
+
+async def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.05):
+    from tests.support.waiting import async_wait_until
+
+    return await async_wait_until(condition, timeout_s, f"waiting for {what}", interval_s)
+
+
+class Recorder:
+    """A listener that records every message body it accepted, with optional failures."""
+
+    def __init__(self, fail_first: int = 0) -> None:
+        self.bodies: list[bytes] = []
+        self.messages: list[MessageExt] = []
+        self.attempts: Counter[bytes] = Counter()
+        self.fail_first = fail_first  # RECONSUME_LATER for the first N deliveries of each message
+        self.event = asyncio.Event()
+
+    async def __call__(self, msgs: list[MessageExt]) -> ConsumeStatus:
+        for m in msgs:
+            self.attempts[m.body] += 1
+            if self.attempts[m.body] <= self.fail_first:
+                return ConsumeStatus.RECONSUME_LATER
+        for m in msgs:
+            self.bodies.append(m.body)
+            self.messages.append(m)
+        self.event.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    def unique_count(self) -> int:
+        return len(set(self.bodies))

@@ -1,0 +1,52 @@
+"""A broker restart keeps committed consumer offsets: a consumer of the same group resumes where it committed."""
+
+from __future__ import annotations
+
+import pytest
+
+from client import ConsumeFromWhere, Message, Producer, PushConsumer, SendStatus
+from tests.integration.client.conftest import Recorder, create_topic, unique, wait_for
+from tests.support.procs import Broker
+
+pytestmark = pytest.mark.integration
+
+
+def make_consumer(namesrv, group: str, topic: str, rec: Recorder) -> PushConsumer:
+    c = PushConsumer(group, namesrv.addr, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                     suspend_ms=1000, persist_interval_s=1.0)
+    c.subscribe(topic)
+    c.register_message_listener(rec)
+    return c
+
+
+async def test_consumer_resumes_from_its_committed_offset_after_a_broker_restart(tmp_path, namesrv, admin):
+    broker = Broker(tmp_path / "b", name="broker-r", namesrv_addr=namesrv.addr).start()
+    try:
+        topic, group = unique("T_restart"), unique("G_restart")
+        await create_topic(admin, broker, topic, queues=2)
+        async with Producer(unique("P"), namesrv.addr, send_timeout_s=5.0) as producer:
+            for i in range(100):
+                await producer.send(Message(topic, f"before-{i}".encode()))
+            first = Recorder()
+            async with make_consumer(namesrv, group, topic, first):
+                await wait_for(lambda: first.unique_count() >= 100, 20, "the first 100 messages")
+            # stop() committed the offsets; the broker persists them on its graceful stop.
+            broker.stop()
+            broker.start()
+
+            async def send_after_restart():
+                try:
+                    return await producer.send(Message(topic, b"after-0"))
+                except Exception:
+                    return None
+
+            result = await wait_for(send_after_restart, 20, "a send to succeed after the restart", interval_s=0.5)
+            assert result.status is SendStatus.SEND_OK
+            for i in range(1, 50):
+                await producer.send(Message(topic, f"after-{i}".encode()))
+        second = Recorder()
+        async with make_consumer(namesrv, group, topic, second):
+            await wait_for(lambda: second.unique_count() >= 50, 30, "the 50 messages sent after the restart")
+        assert sorted(second.bodies) == sorted(f"after-{i}".encode() for i in range(50))
+    finally:
+        broker.stop()
