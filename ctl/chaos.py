@@ -1,0 +1,277 @@
+"""Failure injection on the compose cluster through the Docker SDK (spec/operator-conventions.md §5.1).
+
+Targets are compose services found by label on the project's containers
+(``com.docker.compose.project=<project>``, ``com.docker.compose.service=<service>``). The target grammar:
+``master -b broker-a`` (service ``broker-a``), ``slave -b broker-a`` (service ``broker-a-s``), ``namesrv``, or any
+service name such as ``broker-b-s``. The project is ``--project``, else ``COMPOSE_PROJECT_NAME``, else the
+``name:`` of the repository's docker-compose.yml, else the repository directory's name (compose's own rule).
+
+kill = SIGKILL (a crash); stop = SIGTERM then SIGKILL after 10 s; pause = cgroup freezer (sockets stay open,
+peers see timeouts). ``partition A B`` first tries a symmetric ``ip route add blackhole <peer ip>/32`` inside
+both containers, which cuts A from B only; containers without NET_ADMIN (the compose default) refuse that,
+and then B is disconnected from every network it shares with A, which isolates B from everyone on those
+networks. The disconnections are recorded in a state file so ``heal`` reconnects B with its service alias;
+``heal`` also removes every blackhole route. Each command prints what it did, then clusterList.
+"""
+
+from __future__ import annotations
+
+import json as jsonlib
+import os
+import re
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ctl.options import JsonOpt, NamesrvOpt
+from ctl.output import Output, format_table
+
+app = typer.Typer()
+
+PROJECT_LABEL = "com.docker.compose.project"
+SERVICE_LABEL = "com.docker.compose.service"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+STOP_TIMEOUT_S = 10
+
+TargetArg = Annotated[str, typer.Argument(help="master | slave | namesrv | a compose service name (broker-a-s).")]
+BrokerNameOpt = Annotated[str | None, typer.Option("-b", "--brokerName", help="Broker name, for master/slave.")]
+ProjectOpt = Annotated[
+    str | None,
+    typer.Option("--project", envvar="COMPOSE_PROJECT_NAME", show_envvar=True, help="Compose project name."),
+]
+SettleOpt = Annotated[float, typer.Option("--settle", min=0.0, help="Seconds to wait before showing the cluster.")]
+
+
+def default_project() -> str:
+    compose = REPO_ROOT / "docker-compose.yml"
+    if compose.exists():
+        match = re.search(r"^name:\s*['\"]?([\w.-]+)", compose.read_text(), re.MULTILINE)
+        if match:
+            return match.group(1)
+    return re.sub(r"[^a-z0-9_-]", "", REPO_ROOT.name.lower())
+
+
+def state_file(project: str) -> Path:
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "mqctl" / f"partitions-{project}.json"
+
+
+class Project:
+    """The containers of one compose project, by service."""
+
+    def __init__(self, name: str | None) -> None:
+        import docker
+        from docker.errors import DockerException
+
+        from ctl.errors import DockerUnavailable, NoComposeProject
+
+        self.name = name or default_project()
+        try:
+            self.client = docker.from_env()
+            self.client.ping()
+        except DockerException as exc:
+            raise DockerUnavailable(str(exc).splitlines()[0][:200]) from None
+        containers = self.client.containers.list(all=True, filters={"label": f"{PROJECT_LABEL}={self.name}"})
+        if not containers:
+            running = sorted({c.labels.get(PROJECT_LABEL) for c in self.client.containers.list(all=True)} - {None})
+            raise NoComposeProject(self.name, running)
+        self.services: dict[str, list] = {}
+        for container in containers:
+            self.services.setdefault(container.labels.get(SERVICE_LABEL, container.name), []).append(container)
+
+    def brokers(self) -> list[str]:
+        return sorted(
+            s for s in self.services if f"{s}-s" in self.services or (s.startswith("broker") and not s.endswith("-s"))
+        )
+
+    def service(self, target: str, broker_name: str | None) -> str:
+        from ctl.errors import UnknownName
+
+        if target in ("master", "slave"):
+            if not broker_name:
+                raise typer.BadParameter(f"{target} needs -b <brokerName>, e.g. -b broker-a")
+            if broker_name not in self.brokers():
+                raise UnknownName(
+                    "broker", broker_name, self.brokers(), hint=f"pass -b with a broker of compose project {self.name}"
+                )
+            service = broker_name if target == "master" else f"{broker_name}-s"
+        else:
+            service = target
+        if service not in self.services:
+            raise UnknownName(
+                "service",
+                service,
+                list(self.services),
+                hint=f"pass master/slave -b <broker>, namesrv, or a service of project {self.name}",
+            )
+        return service
+
+    def containers(self, service: str) -> list:
+        return self.services[service]
+
+
+def _show(project: Project, did: list[str], namesrv: str, settle_s: float, json: bool, extra: dict | None = None):
+    from ctl.cluster import CLUSTER_COLUMNS, cluster_rows
+    from ctl.errors import CtlError
+    from ctl.rpc import Cluster
+
+    if settle_s:
+        time.sleep(settle_s)
+    try:
+        with Cluster(namesrv) as cluster:
+            rows = cluster_rows(cluster)
+        state = format_table(CLUSTER_COLUMNS, rows)
+    except CtlError as exc:
+        rows, state = None, [f"cluster state unavailable: {exc}"]
+    data = {"project": project.name, "did": did, "cluster": rows, **(extra or {})}
+    Output(json).show(data, [*did, "", *state])
+
+
+def _lifecycle(action: str):
+    def command(
+        target: TargetArg,
+        broker_name: BrokerNameOpt = None,
+        project: ProjectOpt = None,
+        namesrv: NamesrvOpt = "127.0.0.1:9876",
+        settle_s: SettleOpt = 1.0,
+        json: JsonOpt = False,
+    ):
+        proj = Project(project)
+        service = proj.service(target, broker_name)
+        did = []
+        for container in proj.containers(service):
+            if action == "kill":
+                container.kill()
+            elif action == "stop":
+                container.stop(timeout=STOP_TIMEOUT_S)
+            elif action == "restart":
+                container.restart(timeout=STOP_TIMEOUT_S)
+            else:
+                getattr(container, action)()
+            did.append(f"{action} {service} (container {container.name}) done.")
+        _show(proj, did, namesrv, settle_s, json)
+
+    command.__doc__ = {
+        "kill": "Crash a service: SIGKILL, no flush.",
+        "stop": f"Stop a service: SIGTERM, then SIGKILL after {STOP_TIMEOUT_S} s.",
+        "start": "Start a stopped or killed service.",
+        "restart": "Restart a service (graceful stop, then start).",
+        "pause": "Freeze a service (cgroup freezer): sockets stay open, nothing answers.",
+        "unpause": "Thaw a paused service.",
+    }[action]
+    return command
+
+
+for _action in ("kill", "stop", "start", "restart", "pause", "unpause"):
+    app.command(_action)(_lifecycle(_action))
+
+
+def _ips(container) -> dict[str, str]:
+    container.reload()
+    networks = container.attrs.get("NetworkSettings", {}).get("Networks") or {}
+    return {name: net.get("IPAddress") for name, net in networks.items() if net.get("IPAddress")}
+
+
+def _exec(container, argv: list[str]):
+    """``container.exec_run`` as root; None when the engine refuses (container not running)."""
+    from docker.errors import APIError
+
+    try:
+        return container.exec_run(argv, user="root")
+    except APIError:
+        return None
+
+
+def _blackhole(container, ip: str) -> bool:
+    """Drop traffic to ``ip`` inside ``container``; False without `ip` or without NET_ADMIN."""
+    result = _exec(container, ["ip", "route", "add", "blackhole", f"{ip}/32"])
+    return result is not None and result.exit_code == 0
+
+
+@app.command("partition")
+def partition(
+    service_a: Annotated[str, typer.Argument(help="A compose service, e.g. broker-a.")],
+    service_b: Annotated[str, typer.Argument(help="Another one, e.g. broker-a-s (cut off when routes fail).")],
+    project: ProjectOpt = None,
+    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    settle_s: SettleOpt = 1.0,
+    json: JsonOpt = False,
+):
+    """Cut the network between two services (blackhole routes, else disconnect the second one)."""
+    from ctl.errors import CtlError
+
+    proj = Project(project)
+    a = proj.containers(proj.service(service_a, None))[0]
+    b = proj.containers(proj.service(service_b, None))[0]
+    ips_a, ips_b = _ips(a), _ips(b)
+    shared = sorted(set(ips_a) & set(ips_b))
+    if not shared:
+        raise CtlError(
+            f"{service_a} and {service_b} share no network; they are partitioned already",
+            hint=f"run `mqctl heal --project {proj.name}` to reconnect them",
+        )
+    did = []
+    if all(_blackhole(a, ips_b[n]) for n in shared) and all(_blackhole(b, ips_a[n]) for n in shared):
+        method = "blackhole"
+        did.append(
+            f"partition {service_a} <-> {service_b}: blackhole routes to each other's "
+            f"{', '.join(ips_a[n] + '/' + ips_b[n] for n in shared)} added."
+        )
+    else:
+        _remove_blackholes([a, b])
+        method = "disconnect"
+        path = state_file(proj.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        records = jsonlib.loads(path.read_text()) if path.exists() else []
+        for network_name in shared:
+            proj.client.networks.get(network_name).disconnect(b, force=True)
+            records.append({"container": b.name, "service": service_b, "network": network_name})
+            did.append(
+                f"partition {service_a} <-> {service_b}: {service_b} disconnected from network "
+                f"{network_name} (no NET_ADMIN for routes; it is cut off from every peer there)."
+            )
+        path.write_text(jsonlib.dumps(records))
+    _show(proj, did, namesrv, settle_s, json, {"method": method})
+
+
+def _remove_blackholes(containers) -> list[str]:
+    removed = []
+    for container in containers:
+        result = _exec(container, ["ip", "route", "show", "type", "blackhole"])
+        if result is None or result.exit_code != 0:  # stopped, or no `ip`: none of our routes can be there
+            continue
+        for line in result.output.decode(errors="replace").splitlines():
+            route = line.split()
+            if len(route) >= 2 and route[0] == "blackhole":
+                _exec(container, ["ip", "route", "del", "blackhole", route[1]])
+                removed.append(f"heal: blackhole route to {route[1]} removed in {container.name}.")
+    return removed
+
+
+@app.command("heal")
+def heal(
+    project: ProjectOpt = None,
+    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    settle_s: SettleOpt = 1.0,
+    json: JsonOpt = False,
+):
+    """Undo every partition of the project: remove blackhole routes, reconnect disconnected services."""
+    proj = Project(project)
+    running = [c for cs in proj.services.values() for c in cs if c.status == "running"]
+    did = _remove_blackholes(running)
+    path = state_file(proj.name)
+    records = jsonlib.loads(path.read_text()) if path.exists() else []
+    by_name = {c.name: (service, c) for service, cs in proj.services.items() for c in cs}
+    for record in records:
+        service, container = by_name.get(record["container"], (record["service"], None))
+        if container is None or record["network"] in _ips(container):
+            continue
+        proj.client.networks.get(record["network"]).connect(container, aliases=[service])
+        did.append(f"heal: {service} reconnected to network {record['network']}.")
+    if path.exists():
+        path.unlink()
+    if not did:
+        did.append(f"heal: nothing to undo in project {proj.name}.")
+    _show(proj, did, namesrv, settle_s, json)

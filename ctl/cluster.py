@@ -1,0 +1,110 @@
+"""Topology commands: clusterList and brokerStatus (mqadmin ClusterListSubCommand, BrokerStatusSubCommand)."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+
+from ctl.options import BrokerAddrOpt, ClusterOpt, JsonOpt, NamesrvOpt, one_target
+from ctl.output import Column, Output, format_kv
+
+app = typer.Typer()
+
+CLUSTER_COLUMNS = [
+    Column("Cluster Name", "clusterName"),
+    Column("Broker Name", "brokerName"),
+    Column("BID", "brokerId"),
+    Column("Addr", "addr"),
+    Column("Role", "role"),
+    Column("Version", "version"),
+    Column("InTPS(LOAD)", "inTps"),
+    Column("OutTPS(LOAD)", "outTps"),
+    Column("Hour", "hour"),
+    Column("SPACE", "space"),
+    Column("ACTIVATED", "activated"),
+]
+
+
+def _first_number(text: str | None) -> float | None:
+    """The first of RocketMQ's "10 s 60 s 600 s" figures: "12.5 10.1 9.8" -> 12.5."""
+    if not text:
+        return None
+    try:
+        return float(text.split()[0])
+    except ValueError:
+        return None
+
+
+def _role(cluster, ref, runtime: dict[str, str]) -> str:
+    role = runtime.get("brokerRole")
+    if not role:
+        from client.errors import MQClientError
+
+        try:
+            role = cluster.run(cluster.client.broker_config(ref.addr)).get("brokerRole")
+        except MQClientError:  # the role column is informative; a busy broker must not fail the listing
+            role = None
+    return role or ("MASTER" if ref.is_master else "SLAVE")
+
+
+def cluster_rows(cluster, cluster_name: str | None = None) -> list[dict]:
+    """One row per registered broker address; a broker that does not answer shows as UNREACHABLE."""
+    from client.errors import BrokerUnreachableError, RequestTimeout
+
+    rows = []
+    for ref in cluster.brokers(cluster_name):
+        row: dict = {
+            "clusterName": ref.cluster,
+            "brokerName": ref.broker_name,
+            "brokerId": ref.broker_id,
+            "addr": ref.addr,
+        }
+        try:
+            runtime = cluster.run(cluster.client.broker_runtime_info(ref.addr))
+        except (BrokerUnreachableError, RequestTimeout):
+            row.update(role="UNREACHABLE", version=None, inTps=None, outTps=None, hour=None, space=None, activated=None)
+            rows.append(row)
+            continue
+        earliest = int(runtime.get("earliestMessageTimeStamp") or 0)
+        row.update(
+            role=_role(cluster, ref, runtime),
+            version=runtime.get("brokerVersionDesc"),
+            inTps=_first_number(runtime.get("putTps")),
+            outTps=_first_number(runtime.get("getTransferredTps") or runtime.get("getTransferedTps")),
+            hour=round((time.time() * 1000 - earliest) / 3_600_000, 2) if earliest > 0 else 0.0,
+            space=_first_number(runtime.get("commitLogDiskRatio")),
+            activated=runtime.get("brokerActive", "true").lower() == "true",
+        )
+        rows.append(row)
+    return rows
+
+
+@app.command("clusterList")
+def cluster_list(namesrv: NamesrvOpt = "127.0.0.1:9876", cluster_name: ClusterOpt = None, json: JsonOpt = False):
+    """List cluster infos: one row per broker address, the master as BID 0."""
+    from ctl.rpc import Cluster
+
+    with Cluster(namesrv) as cluster:
+        rows = cluster_rows(cluster, cluster_name)
+    Output(json).table(CLUSTER_COLUMNS, rows)
+
+
+@app.command("brokerStatus")
+def broker_status(
+    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    broker_addr: BrokerAddrOpt = None,
+    cluster_name: ClusterOpt = None,
+    json: JsonOpt = False,
+):
+    """Fetch a broker's runtime status (-b addr), or every broker's of a cluster (-c), as sorted key : value."""
+    one_target(broker_addr, cluster_name)
+    from ctl.rpc import Cluster
+
+    with Cluster(namesrv) as cluster:
+        addrs = [broker_addr] if broker_addr else [r.addr for r in cluster.brokers(cluster_name)]
+        tables = {addr: cluster.run(cluster.client.broker_runtime_info(addr)) for addr in addrs}
+    lines: list[str] = []
+    for addr, table in tables.items():
+        lines += format_kv(table, prefix=f"{addr:<24}" if cluster_name else "")
+    Output(json).show(tables if cluster_name else tables[broker_addr], lines)

@@ -1,0 +1,236 @@
+"""Subscription-group commands: updateSubGroup, deleteSubGroup, consumerProgress (mqadmin consumer/ package).
+
+updateSubGroup keeps mqadmin's CLI defaults, which differ from the server's: consumeFromMinEnable and
+consumeBroadcastEnable are sent false unless given, and the broker replaces the whole config, so an option
+left out reverts to its default (spec/rocketmq-replication.md §8).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ctl.options import BrokerAddrOpt, ClusterOpt, GroupOpt, JsonOpt, NamesrvOpt, one_target, truthy
+from ctl.output import Column, Output, human_time
+from remoting.codes import ResponseCode
+
+app = typer.Typer()
+
+PROGRESS_COLUMNS = [
+    Column("Topic", "topic"),
+    Column("Broker Name", "brokerName"),
+    Column("QID", "queueId"),
+    Column("Broker Offset", "brokerOffset"),
+    Column("Consumer Offset", "consumerOffset"),
+    Column("Diff", "diff"),
+    Column("LastTime", "lastTime"),
+]
+
+
+def _flag(value: str) -> str:
+    return "true" if value else "false"
+
+
+def group_config_json(cfg) -> dict:
+    return {
+        "groupName": cfg.group_name,
+        "consumeEnable": cfg.consume_enable,
+        "consumeFromMinEnable": cfg.consume_from_min_enable,
+        "consumeBroadcastEnable": cfg.consume_broadcast_enable,
+        "retryQueueNums": cfg.retry_queue_nums,
+        "retryMaxTimes": cfg.retry_max_times,
+        "brokerId": cfg.broker_id,
+        "whichBrokerWhenConsumeSlowly": cfg.which_broker_when_consume_slowly,
+        "notifyConsumerIdsChangedEnable": cfg.notify_consumer_ids_changed_enable,
+    }
+
+
+def _fields(cfg) -> dict:
+    """The config as AdminClient.update_subscription_group's keyword arguments."""
+    return {f.name: getattr(cfg, f.name) for f in cfg.DESCRIPTOR.fields if f.name != "group_name"}
+
+
+def group_config_text(cfg) -> str:
+    fields = ", ".join(f"{k}={_flag(v) if isinstance(v, bool) else v}" for k, v in group_config_json(cfg).items())
+    return f"SubscriptionGroupConfig [{fields}]"
+
+
+@app.command("updateSubGroup")
+def update_sub_group(
+    group: GroupOpt,
+    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    broker_addr: BrokerAddrOpt = None,
+    cluster_name: ClusterOpt = None,
+    consume_enable: Annotated[str, typer.Option("-s", "--consumeEnable")] = "true",
+    consume_from_min: Annotated[str, typer.Option("-m", "--consumeFromMinEnable")] = "false",
+    consume_broadcast: Annotated[str, typer.Option("-d", "--consumeBroadcastEnable")] = "false",
+    retry_queue_nums: Annotated[int, typer.Option("-q", "--retryQueueNums", min=0)] = 1,
+    retry_max_times: Annotated[int, typer.Option("-r", "--retryMaxTimes", min=-1)] = 16,
+    broker_id: Annotated[int, typer.Option("-i", "--brokerId", min=0)] = 0,
+    slowly_broker_id: Annotated[int, typer.Option("-w", "--whichBrokerWhenConsumeSlowly", min=0)] = 1,
+    notify_ids_changed: Annotated[str, typer.Option("-a", "--notifyConsumerIdsChanged")] = "true",
+    json: JsonOpt = False,
+):
+    """Update or create a subscription group on one broker (-b) or every master of a cluster (-c)."""
+    one_target(broker_addr, cluster_name)
+    from client.errors import MQClientError
+    from ctl.rpc import Cluster
+    from remoting.pb import admin_pb2
+
+    cfg = admin_pb2.SubscriptionGroupConfig(
+        group_name=group,
+        consume_enable=truthy(consume_enable),
+        consume_from_min_enable=truthy(consume_from_min),
+        consume_broadcast_enable=truthy(consume_broadcast),
+        retry_queue_nums=retry_queue_nums,
+        retry_max_times=retry_max_times,
+        broker_id=broker_id,
+        which_broker_when_consume_slowly=slowly_broker_id,
+        notify_consumer_ids_changed_enable=truthy(notify_ids_changed),
+    )
+    out = Output(json)
+    done, failed = [], []
+    with Cluster(namesrv) as cluster:
+        addrs = [broker_addr] if broker_addr else [r.addr for r in cluster.masters(cluster_name)]
+        for addr in addrs:
+            try:
+                cluster.run(cluster.client.update_subscription_group(addr, group, **_fields(cfg)))
+            except MQClientError as exc:
+                if broker_addr:
+                    raise
+                # mqadmin -c keeps going when one master fails; report it and fail at the end
+                out.warning(str(exc))
+                failed.append(addr)
+                continue
+            done.append(addr)
+            out.progress(f"create subscription group to {addr} success.")
+    out.progress(group_config_text(cfg))
+    out.show({"brokers": done, "failed": failed, "config": group_config_json(cfg)}, [])
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command("deleteSubGroup")
+def delete_sub_group(
+    group: GroupOpt,
+    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    broker_addr: BrokerAddrOpt = None,
+    cluster_name: ClusterOpt = None,
+    remove_offset: Annotated[str, typer.Option("-r", "--removeOffset", help="true: delete its offsets too.")] = "false",
+    json: JsonOpt = False,
+):
+    """Delete a subscription group from one broker (-b) or every master of a cluster (-c)."""
+    one_target(broker_addr, cluster_name)
+    from ctl.rpc import Cluster
+
+    out = Output(json)
+    with Cluster(namesrv) as cluster:
+        addrs = [broker_addr] if broker_addr else [r.addr for r in cluster.masters(cluster_name)]
+        for addr in addrs:
+            cluster.run(cluster.client.delete_subscription_group(addr, group, remove_offset=truthy(remove_offset)))
+            where = f" in cluster [{cluster_name}]" if cluster_name else ""
+            out.progress(f"delete subscription group [{group}] from broker [{addr}]{where} success.")
+    out.show({"group": group, "brokers": addrs, "removeOffset": truthy(remove_offset)}, [])
+
+
+GROUPS_COLUMNS = [
+    Column("Group", "group"),
+    Column("Count", "count"),
+    Column("TPS", "consumeTps"),
+    Column("Diff Total", "diffTotal"),
+]
+# A broker that never saw the group or topic answers one of these: "nothing here", not a failure.
+NOT_FOUND_CODES = (
+    ResponseCode.QUERY_NOT_FOUND,
+    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+    ResponseCode.TOPIC_NOT_EXIST,
+)
+
+
+def progress_rows(cluster, group: str, topic: str | None) -> tuple[list[dict], float]:
+    """Per-queue progress of ``group``, asking each broker group once: its master if listed, else a slave."""
+    from client.errors import BrokerError
+    from ctl.rpc import read_addr
+
+    rows, tps = [], 0.0
+    for name in cluster.broker_names():
+        _, addr = read_addr(cluster.broker_group(name))
+        try:
+            stats = cluster.run(cluster.client.consume_stats(addr, group, topic or ""))
+        except BrokerError as exc:
+            if exc.code in NOT_FOUND_CODES:
+                continue
+            raise
+        tps += stats.consume_tps
+        for q in stats.queues:
+            rows.append(
+                {
+                    "topic": q.topic,
+                    "brokerName": q.broker_name or name,
+                    "queueId": q.queue_id,
+                    "brokerOffset": q.broker_offset,
+                    "consumerOffset": q.consumer_offset,
+                    "diff": q.broker_offset - q.consumer_offset,
+                    "lastTime": human_time(q.last_timestamp),
+                    "readFrom": addr,
+                }
+            )
+    rows.sort(key=lambda r: (r["topic"], r["brokerName"], r["queueId"]))
+    return rows, tps
+
+
+def all_groups_rows(cluster) -> list[dict]:
+    """mqadmin's consumerProgress without -g: one row per subscription group that has committed offsets."""
+    from ctl.rpc import read_addr
+
+    groups: set[str] = set()
+    for name in cluster.broker_names():
+        _, addr = read_addr(cluster.broker_group(name))
+        groups.update(g.group_name for g in cluster.run(cluster.client.all_subscription_groups(addr)).groups)
+    rows = []
+    for group in sorted(groups):
+        queues, tps = progress_rows(cluster, group, None)
+        if not queues:
+            continue
+        consumers: set[str] = set()
+        for name in cluster.broker_names():
+            _, addr = read_addr(cluster.broker_group(name))
+            consumers.update(cluster.run(cluster.client.consumer_ids(addr, group)))
+        rows.append(
+            {"group": group, "count": len(consumers), "consumeTps": tps, "diffTotal": sum(q["diff"] for q in queues)}
+        )
+    return rows
+
+
+@app.command("consumerProgress")
+def consumer_progress(
+    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    group: Annotated[str | None, typer.Option("-g", "--groupName", help="Consumer group (default: all).")] = None,
+    topic: Annotated[str | None, typer.Option("-t", "--topic", help="Only this topic (with -g).")] = None,
+    json: JsonOpt = False,
+):
+    """Query consumer progress: per queue of one group (-g), or one line per group.
+
+    Each broker group is asked once: its master when the nameserver lists one, else a slave.
+    """
+    from ctl.errors import CtlError
+    from ctl.rpc import Cluster
+
+    out = Output(json)
+    with Cluster(namesrv) as cluster:
+        if group is None:
+            out.table(GROUPS_COLUMNS, all_groups_rows(cluster))
+            return
+        rows, tps = progress_rows(cluster, group, topic)
+    if not rows:
+        raise CtlError(
+            f"no consume progress for group {group}" + (f" on topic {topic}" if topic else ""),
+            hint="the group has committed no offset yet; consume first (mqctl consumeMessage -g ...) or check the name",
+        )
+    diff_total = sum(r["diff"] for r in rows)
+    if json:
+        out.show({"group": group, "consumeTps": tps, "diffTotal": diff_total, "queues": rows}, [])
+        return
+    out.table(PROGRESS_COLUMNS, rows, footer=["", f"Consume TPS: {tps:.2f}", f"Diff Total: {diff_total}"])

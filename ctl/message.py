@@ -1,0 +1,232 @@
+"""Smoke-test commands: sendMessage and consumeMessage (mqadmin's message/ package).
+
+sendMessage sends one message to a writable queue of a master, the one given with -b/-i or a random one, and
+shows the SDK's SendResult; it builds the message with the SDK (client.message.Message, so UNIQ_KEY is
+RocketMQ's) and sends it on the AdminClient's broker channel, because the SDK Producer picks queues itself.
+consumeMessage is the SDK PullConsumer: it follows the brokers' read advice (--from-slave starts each queue on
+the slave), starts at the group's committed offset (or the queue's minimum) and commits what it printed, to
+the master while it answers, else to the slave, so consumerProgress shows the group caught up afterwards.
+With -o it reads from that offset and commits nothing.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Annotated
+
+import typer
+
+from ctl.options import JsonOpt, NamesrvOpt, TopicOpt
+from ctl.output import Column, Output, human_time
+
+app = typer.Typer()
+
+TOOLS_PRODUCER_GROUP = "TOOLS_PRODUCER"
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
+PULL_BATCH = 32
+MASTER_ID = 0
+PERM_WRITE = 2
+PERM_READ = 4
+
+SEND_COLUMNS = [
+    Column("Broker Name", "brokerName"),
+    Column("QID", "queueId"),
+    Column("Send Result", "sendResult"),
+    Column("MsgId", "msgId"),
+]
+MESSAGE_COLUMNS = [
+    Column("Broker Name", "brokerName"),
+    Column("QID", "queueId"),
+    Column("Offset", "queueOffset"),
+    Column("MsgId", "msgId"),
+    Column("Tags", "tags"),
+    Column("Keys", "keys"),
+    Column("StoreTime", "storeTime"),
+    Column("Body", "body"),
+]
+
+
+def _queue_data(route, broker_name: str):
+    for q in route.queue_datas:
+        if q.broker_name == broker_name:
+            return q
+    return None
+
+
+def _master_addr(route, broker_name: str) -> str | None:
+    for data in route.broker_datas:
+        if data.broker_name == broker_name:
+            return data.broker_addrs.get(MASTER_ID) or None
+    return None
+
+
+def _pick_broker(cluster, route, broker_name: str | None, perm: int) -> list[str]:
+    """Broker names of the route allowing ``perm``; UnknownName when -b names no broker of the route."""
+    from ctl.errors import CtlError, UnknownName
+
+    names = sorted(q.broker_name for q in route.queue_datas)
+    if broker_name is not None:
+        if broker_name not in names:
+            known = names or cluster.broker_names()
+            raise UnknownName("broker", broker_name, known, hint="pass -b with a broker name of the topic's route")
+        names = [broker_name]
+    usable = [n for n in names if _queue_data(route, n).perm & perm]
+    if not usable:
+        what = "writable" if perm == PERM_WRITE else "readable"
+        raise CtlError(
+            f"no {what} queue in the route of this topic ({', '.join(names)})",
+            hint="check the topic's perm with `mqctl topicRoute -t <topic> -l`",
+        )
+    return usable
+
+
+@app.command("sendMessage")
+def send_message(
+    topic: TopicOpt,
+    body: Annotated[str, typer.Option("-p", "--body", help="Message body (UTF-8).")],
+    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    keys: Annotated[str | None, typer.Option("-k", "--keys", help="Message keys, space separated.")] = None,
+    tags: Annotated[str | None, typer.Option("-c", "--tags", help="Message tag.")] = None,
+    broker_name: Annotated[str | None, typer.Option("-b", "--broker", help="Broker name to send to.")] = None,
+    queue_id: Annotated[int | None, typer.Option("-i", "--qid", min=0, help="Queue id (with -b).")] = None,
+    json: JsonOpt = False,
+):
+    """Send one message to a topic and print where it went."""
+    from client.errors import BrokerError
+    from client.message import SEND_STATUS_BY_CODE, Message, local_ip
+    from ctl.errors import CtlError
+    from ctl.rpc import Cluster
+    from remoting.pb import broker_pb2
+
+    if queue_id is not None and broker_name is None:
+        raise typer.BadParameter("-i needs -b <brokerName>", param_hint="-i")
+    with Cluster(namesrv) as cluster:
+        route = cluster.route(topic)
+        candidates = _pick_broker(cluster, route, broker_name, PERM_WRITE)
+        with_master = [n for n in candidates if _master_addr(route, n)]
+        if not with_master:
+            raise CtlError(
+                f"no master of {', '.join(candidates)} is registered; only a master takes messages",
+                hint="start the master, or send to another broker (-b)",
+            )
+        name = random.choice(with_master)
+        write_queues = _queue_data(route, name).write_queue_nums
+        if queue_id is not None and queue_id >= write_queues:
+            raise typer.BadParameter(
+                f"{name} has {write_queues} write queues for {topic} (0..{write_queues - 1})", param_hint="-i"
+            )
+        qid = queue_id if queue_id is not None else random.randrange(write_queues)
+        addr = _master_addr(route, name)
+        message = Message(topic, body.encode(), tags=tags or "", keys=keys or "")
+        request = broker_pb2.SendMessageRequest(
+            producer_group=TOOLS_PRODUCER_GROUP,
+            topic=topic,
+            queue_id=qid,
+            messages=[message.to_pb(int(time.time() * 1000))],
+            born_host=f"{local_ip()}:0",
+        )
+        channels = cluster.client.channels
+        response = cluster.run(
+            channels.call(addr, channels.get(addr).messaging.SendMessage, request, cluster.timeout_s, "SendMessage")
+        )
+        status = SEND_STATUS_BY_CODE.get(response.code)
+        if status is None:
+            raise BrokerError(response.code, response.remark, addr, request="SendMessage")
+    row = {
+        "brokerName": response.broker_name or name,
+        "queueId": response.queue_id,
+        "sendResult": status.value,
+        "msgId": message.msg_id,
+        "offsetMsgId": response.msg_ids[0] if response.msg_ids else "",
+        "queueOffset": response.queue_offset,
+    }
+    Output(json).table(SEND_COLUMNS, [row])
+
+
+def _message_row(msg) -> dict:
+    props = msg.properties
+    return {
+        "brokerName": "",
+        "queueId": msg.queue_id,
+        "queueOffset": msg.queue_offset,
+        "msgId": props.get("UNIQ_KEY", ""),
+        "tags": props.get("TAGS"),
+        "keys": props.get("KEYS"),
+        "storeTime": human_time(msg.store_timestamp),
+        "body": msg.body.decode("utf-8", "replace"),
+    }
+
+
+@app.command("consumeMessage")
+def consume_message(
+    topic: TopicOpt,
+    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    group: Annotated[str, typer.Option("-g", "--consumerGroup")] = TOOLS_CONSUMER_GROUP,
+    broker_name: Annotated[str | None, typer.Option("-b", "--brokerName")] = None,
+    queue_id: Annotated[int | None, typer.Option("-i", "--queueId", min=0)] = None,
+    offset: Annotated[int | None, typer.Option("-o", "--offset", min=0, help="Start here, commit nothing.")] = None,
+    count: Annotated[int, typer.Option("-c", "--count", min=1, help="Stop after this many messages.")] = 128,
+    from_slave: Annotated[bool, typer.Option("--from-slave", help="Pull from the slave.")] = False,
+    idle_s: Annotated[float, typer.Option("--timeout", min=0.0, help="Stop after this idle time (s).")] = 3.0,
+    json: JsonOpt = False,
+):
+    """Consume messages from a topic, print them, and commit the group's offsets."""
+    from ctl.rpc import Cluster
+
+    if queue_id is not None and broker_name is None:
+        raise typer.BadParameter("-i needs -b <brokerName>", param_hint="-i")
+    if offset is not None and queue_id is None:
+        raise typer.BadParameter("-o needs -b <brokerName> and -i <queueId>", param_hint="-o")
+    with Cluster(namesrv) as cluster:
+        route = cluster.route(topic)
+        names = _pick_broker(cluster, route, broker_name, PERM_READ)
+        rows = cluster.run(_consume(cluster, topic, group, names, queue_id, offset, count, from_slave, idle_s))
+    Output(json).table(MESSAGE_COLUMNS, rows, footer=[f"consumed {len(rows)} message(s) from {topic} as group {group}"])
+
+
+async def _consume(cluster, topic, group, names, queue_id, offset, count, from_slave, idle_s) -> list[dict]:
+    """Round-robin over the chosen queues until ``count`` messages or ``idle_s`` without one."""
+    import asyncio
+
+    from client.pull_api import PullStatus
+    from client.pull_consumer import PullConsumer
+
+    slave_id = 1
+    rows: list[dict] = []
+    async with PullConsumer(group, ";".join(cluster.namesrv_addrs), request_timeout_s=cluster.timeout_s) as consumer:
+        queues = [
+            mq
+            for mq in await consumer.fetch_subscribe_queues(topic)
+            if mq.broker_name in names and (queue_id is None or mq.queue_id == queue_id)
+        ]
+        cursors = {}
+        for mq in queues:
+            if from_slave:
+                consumer.pull_api.pull_from_which_node[mq] = slave_id
+            start = offset if offset is not None else await consumer.query_offset(mq)
+            cursors[mq] = [max(start, 0), max(start, 0)]  # next offset, committed
+        idle_deadline = asyncio.get_running_loop().time() + idle_s
+        while len(rows) < count and cursors and asyncio.get_running_loop().time() < idle_deadline:
+            got_any = False
+            for mq, cursor in cursors.items():
+                want = min(PULL_BATCH, count - len(rows))
+                if want <= 0:
+                    break
+                result = await consumer.pull(mq, cursor[0], want)
+                if result.status is PullStatus.FOUND and result.messages:
+                    for msg in result.messages[:want]:
+                        rows.append({**_message_row(msg), "brokerName": mq.broker_name, "readFrom": result.broker_addr})
+                        cursor[0] = msg.queue_offset + 1
+                    got_any = True
+                elif result.status is PullStatus.OFFSET_ILLEGAL or result.status is PullStatus.NO_MATCHED_MSG:
+                    cursor[0] = result.next_begin_offset
+            if got_any:
+                idle_deadline = asyncio.get_running_loop().time() + idle_s
+            else:
+                await asyncio.sleep(min(0.2, max(0.0, idle_deadline - asyncio.get_running_loop().time())))
+        if offset is None:  # -o reads without moving the group
+            for mq, (next_offset, committed) in cursors.items():
+                if next_offset != committed:
+                    await consumer.commit_offset(mq, next_offset)
+    return rows

@@ -1,0 +1,166 @@
+"""mqctl's view of a running cluster, built on the SDK's AdminClient (client/admin.py).
+
+The SDK is asyncio; a CLI command is one short sequence of calls. So each command opens a ``Cluster``, which
+owns one event loop (``asyncio.Runner``) and one AdminClient, and runs SDK coroutines on it with ``run()``.
+On top of the SDK it adds what only an operator tool needs: the list of registered brokers (masters and
+slaves), ``-c`` resolved to the masters of a cluster, broker names checked against the nameserver with an
+error listing the known ones, and a route look-up whose error says how to create the topic.
+
+Imported only inside command functions: it pulls in grpc and the generated stubs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, Self, TypeVar
+
+from client.admin import AdminClient
+from client.errors import NoNameserverError
+from client.namesrv import NamesrvClient
+from ctl.errors import NamesrvUnreachable, Refused, TopicNotFound, UnknownName
+from remoting.codes import ResponseCode
+from remoting.pb import namesrv_pb2
+
+CALL_TIMEOUT_S = 5.0
+MASTER_ID = 0
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class BrokerRef:
+    cluster: str
+    broker_name: str
+    broker_id: int
+    addr: str
+
+    @property
+    def is_master(self) -> bool:
+        return self.broker_id == MASTER_ID
+
+
+class Cluster:
+    """One command's connections: an AdminClient on a private event loop. Use as a context manager."""
+
+    def __init__(self, namesrv: str, timeout_s: float = CALL_TIMEOUT_S) -> None:
+        self.namesrv_addrs = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
+        if not self.namesrv_addrs:
+            raise NamesrvUnreachable(repr(namesrv), "empty nameserver list")
+        self.timeout_s = timeout_s
+        self._runner = asyncio.Runner()
+        try:
+            self.client = AdminClient(";".join(self.namesrv_addrs), timeout_s=timeout_s)
+        except ValueError as exc:  # an address that is not host:port
+            self._runner.close()
+            raise NamesrvUnreachable(namesrv, str(exc)) from None
+        self._info: namesrv_pb2.GetBrokerClusterInfoResponse | None = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self._runner.run(self.client.stop())
+        finally:
+            self._runner.close()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run one SDK coroutine to completion; a dead nameserver list becomes NamesrvUnreachable."""
+        try:
+            return self._runner.run(coro)
+        except NoNameserverError as exc:
+            raise NamesrvUnreachable(";".join(self.namesrv_addrs), _status_of(exc.last_error)) from None
+
+    # nameserver ---------------------------------------------------------------------------------------------
+    def cluster_info(self) -> namesrv_pb2.GetBrokerClusterInfoResponse:
+        if self._info is None:
+            self._info = self.run(self.client.cluster_info())
+        return self._info
+
+    def brokers(self, cluster: str | None = None) -> list[BrokerRef]:
+        """Every registered broker address (masters and slaves), sorted by cluster, name, id."""
+        info = self.cluster_info()
+        if cluster is not None and cluster not in info.cluster_addr_table:
+            raise UnknownName(
+                "cluster",
+                cluster,
+                list(info.cluster_addr_table),
+                hint="pass -c with one of them (see `mqctl clusterList`)",
+            )
+        refs = []
+        for cluster_name, names in info.cluster_addr_table.items():
+            if cluster is not None and cluster_name != cluster:
+                continue
+            for name in names.broker_names:
+                data = info.broker_addr_table.get(name)
+                for broker_id, addr in data.broker_addrs.items() if data is not None else ():
+                    refs.append(BrokerRef(cluster_name, name, int(broker_id), addr))
+        return sorted(refs, key=lambda r: (r.cluster, r.broker_name, r.broker_id))
+
+    def masters(self, cluster: str) -> list[BrokerRef]:
+        """The masters of ``cluster`` (mqadmin's ``-c`` rule)."""
+        masters = [r for r in self.brokers(cluster) if r.is_master]
+        if not masters:
+            raise UnknownName("cluster", cluster, [], hint="no master of it is registered; check `mqctl clusterList`")
+        return masters
+
+    def broker_names(self) -> list[str]:
+        return sorted(self.cluster_info().broker_addr_table)
+
+    def broker_group(self, broker_name: str) -> namesrv_pb2.BrokerData:
+        """The BrokerData of ``broker_name``; UnknownName listing the known broker names otherwise."""
+        info = self.cluster_info()
+        data = info.broker_addr_table.get(broker_name)
+        if data is None or not data.broker_addrs:
+            raise UnknownName(
+                "broker", broker_name, list(info.broker_addr_table), hint="pass a broker name from `mqctl clusterList`"
+            )
+        return data
+
+    def route(self, topic: str) -> namesrv_pb2.TopicRouteData:
+        response = self.run(self.client.namesrv.route(topic))
+        if response.code == ResponseCode.TOPIC_NOT_EXIST or (response.code == 0 and not response.route.broker_datas):
+            raise TopicNotFound(topic)
+        if response.code != ResponseCode.SUCCESS:
+            raise Refused("nameserver", "GetRouteInfoByTopic", response.code, response.remark)
+        return response.route
+
+    def each_namesrv(self, method: str, request) -> list[tuple[str, Any]]:
+        """Call ``method`` on every nameserver that answers (writes must reach all of them)."""
+
+        async def call_all() -> list[tuple[str, Any]]:
+            answers = []
+            for addr in self.namesrv_addrs:
+                one = NamesrvClient(addr, timeout_s=self.timeout_s)
+                try:
+                    answers.append((addr, await one.call(method, request)))
+                except NoNameserverError:
+                    continue
+                finally:
+                    await one.close()
+            if not answers:
+                raise NoNameserverError(self.namesrv_addrs, "UNAVAILABLE")
+            return answers
+
+        return self.run(call_all())
+
+
+def _status_of(last_error: str) -> str:
+    """The gRPC status in the SDK's last error: "127.0.0.1:9876: UNAVAILABLE failed ..." -> "UNAVAILABLE"."""
+    words = last_error.split()
+    return words[1] if len(words) > 1 else (last_error or "no answer")
+
+
+def read_addr(data: namesrv_pb2.BrokerData, prefer_slave: bool = False) -> tuple[int, str]:
+    """RocketMQ's selectBrokerAddr: the master when listed, else the lowest slave; (id, addr)."""
+    ids = sorted(int(i) for i in data.broker_addrs)
+    if prefer_slave:
+        slaves = [i for i in ids if i != MASTER_ID]
+        if slaves:
+            return slaves[0], data.broker_addrs[slaves[0]]
+    chosen = MASTER_ID if MASTER_ID in ids else ids[0]
+    return chosen, data.broker_addrs[chosen]
