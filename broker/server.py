@@ -16,12 +16,13 @@ each registration round and calls every function in ``registration_listeners``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
 from broker.client_manager import ClientManager
 from broker.config import BrokerSettings
-from broker.dedup import SendDedupWindow
+from broker.dedup import SendDedupWindow, restore_from_records
 from broker.grpc.admin import BrokerAdminServicer
 from broker.grpc.context import BrokerContext
 from broker.grpc.messaging import MessagingServicer
@@ -45,6 +46,7 @@ from remoting.pb import admin_pb2_grpc, broker_pb2_grpc
 log = logging.getLogger(__name__)
 
 GRPC_STOP_GRACE_S = 5.0
+DEDUP_RESTORE_MAX_BYTES = 512 * 1024 * 1024  # a few seconds of scanning at most
 
 
 class BrokerServer(Service):
@@ -143,7 +145,7 @@ class BrokerServer(Service):
             clients=clients,
             hold=hold,
             retry=RetryService(store, topics, groups, len(levels)),
-            dedup=SendDedupWindow(broker.send_dedup_window_seconds) if broker.send_dedup_window_seconds > 0 else None,
+            dedup=await self._restored_dedup_window(store),
             server=self,
             metrics=metrics,
         )
@@ -195,6 +197,32 @@ class BrokerServer(Service):
             settings.role.name,
             self.listen_addr,
         )
+
+    async def _restored_dedup_window(self, store: MessageStore) -> SendDedupWindow | None:
+        """The send dedup window, rebuilt from the commitlog tail before any send is taken.
+
+        The usual reason an idempotent producer (the Spark sink) resends is that the broker went down mid-send,
+        so an empty window after a restart would store those messages twice. Only the last
+        ``DEDUP_RESTORE_MAX_BYTES`` of the log are scanned (starting at a file boundary, where a record begins);
+        records older than the window are skipped by their store time.
+        """
+        broker = self.settings.broker
+        if broker.send_dedup_window_seconds <= 0:
+            return None
+        window = SendDedupWindow(broker.send_dedup_window_seconds)
+        if not self.settings.role.is_master:
+            return window
+        file_size = self.settings.store.mapped_file_size_commit_log
+        low = max(store.min_phy_offset, store.max_phy_offset - DEDUP_RESTORE_MAX_BYTES)
+        begin = max(store.min_phy_offset, low - low % file_size)
+        host = (broker.broker_ip1, broker.listen_port)
+        added = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: restore_from_records(window, store.scan_commitlog(begin), host)
+        )
+        if added:
+            log.info("send dedup window: %d UNIQ_KEYs of the last %d s restored from commitlog offset %d",
+                     added, broker.send_dedup_window_seconds, begin)
+        return window
 
     def _on_master_learned(self, ha_server_addr: str, master_addr: str) -> None:
         self.ha.update_master_address(ha_server_addr)  # ignored when haMasterAddress is configured

@@ -1,0 +1,247 @@
+"""The options of ``format("pyrmq")``, parsed once on the driver into frozen, picklable settings.
+
+Spark hands options over as a case-insensitive ``str -> str`` mapping. Unknown options are errors (a typo such
+as ``startingOffset`` would otherwise silently read from the default position); the message names the closest
+known option.
+
+Reading:
+
+| option | default | meaning |
+| --- | --- | --- |
+| ``namesrv`` | required | nameserver(s), ``host:port`` separated by ``;`` |
+| ``topic`` | required | one topic or several, comma-separated |
+| ``startingOffsets`` | ``latest`` (stream), ``earliest`` (batch) | ``earliest``, ``latest`` or JSON ``{"topic": {"brokerName:queueId": offset}}``; -2 = earliest, -1 = latest; queues missing from the JSON start at earliest |
+| ``endingOffsets`` | ``latest`` | batch only: ``latest`` or JSON (exclusive ends) |
+| ``maxMessagesPerTrigger`` | none | streaming admission control, spread over queues by lag |
+| ``maxMessagesPerPartition`` | 50000 | a queue range longer than this is split into several partitions |
+| ``readFromSlave`` | ``auto`` | ``auto``: follow the broker's suggestWhichBrokerId; ``never``: master only (slave only while the master is down); ``prefer``: a slave when the group has one |
+| ``failOnDataLoss`` | ``true`` | fail when requested offsets were deleted; ``false`` skips ahead and logs |
+| ``consumerGroup`` | ``pyrmq-spark`` | group named in pulls (auto-created by brokers that allow it) |
+| ``commitOffsetsToBroker`` | ``false`` | ``true``: commit each finished micro-batch's end offsets under ``consumerGroup`` (for lag dashboards only; the checkpoint stays the source of truth). Spark hands a batch's end to the source when it plans the next batch, so the group lags by one batch |
+| ``pullBatchSize`` | 1024 | messages asked for per pull (the broker's maxTransferCount* caps may cut it) |
+| ``requestTimeoutSeconds`` | 10 | per RPC |
+| ``readTimeoutSeconds`` | 60 | how long ``read()`` keeps retrying a group whose nodes are down or behind |
+
+Writing: ``namesrv``; ``topic`` (unless the DataFrame has a ``topic`` column); ``sinkId`` (default: the
+streaming query id, or a fresh id per batch write); ``producerGroup`` (``pyrmq-spark-sink``); ``sendBatchSize``
+(256 messages per SendMessage); ``sendTimeoutSeconds`` (60: total time a batch of messages may spend retrying).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from connectors.spark.errors import OptionError
+
+READ_MODES = ("auto", "never", "prefer")
+
+SOURCE_OPTIONS = {
+    "namesrv",
+    "topic",
+    "startingoffsets",
+    "endingoffsets",
+    "maxmessagespertrigger",
+    "maxmessagesperpartition",
+    "readfromslave",
+    "failondataloss",
+    "consumergroup",
+    "commitoffsetstobroker",
+    "pullbatchsize",
+    "requesttimeoutseconds",
+    "readtimeoutseconds",
+}
+SINK_OPTIONS = {
+    "namesrv",
+    "topic",
+    "sinkid",
+    "producergroup",
+    "sendbatchsize",
+    "sendtimeoutseconds",
+    "requesttimeoutseconds",
+}
+# Spark itself passes these through the same mapping.
+_SPARK_OWNED = {"path", "checkpointlocation", "queryname"}
+CAMEL = {
+    name.lower(): name
+    for name in (
+        "namesrv",
+        "topic",
+        "startingOffsets",
+        "endingOffsets",
+        "maxMessagesPerTrigger",
+        "maxMessagesPerPartition",
+        "readFromSlave",
+        "failOnDataLoss",
+        "consumerGroup",
+        "commitOffsetsToBroker",
+        "pullBatchSize",
+        "requestTimeoutSeconds",
+        "readTimeoutSeconds",
+        "sinkId",
+        "producerGroup",
+        "sendBatchSize",
+        "sendTimeoutSeconds",
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSettings:
+    """What every read() needs; travels inside each partition."""
+
+    namesrv: str
+    consumer_group: str
+    read_from_slave: str
+    fail_on_data_loss: bool
+    pull_batch_size: int
+    request_timeout_s: float
+    read_timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    read: ReadSettings
+    topics: tuple[str, ...]
+    starting_offsets: str | None  # None: the mode's default
+    ending_offsets: str
+    max_messages_per_trigger: int | None
+    max_messages_per_partition: int
+    commit_offsets_to_broker: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    namesrv: str
+    topic: str | None
+    sink_id: str | None
+    producer_group: str
+    send_batch_size: int
+    send_timeout_s: float
+    request_timeout_s: float
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def _check_known(opts: dict[str, str], known: set[str], what: str) -> None:
+    for key in opts:
+        if key in known or key in _SPARK_OWNED:
+            continue
+        close = difflib.get_close_matches(key, sorted(known), n=1)
+        hint = f"did you mean {CAMEL.get(close[0], close[0])!r}?" if close else f"known options: {_names(known)}"
+        raise OptionError(key, f"is not an option of the pyrmq {what}", hint)
+
+
+def _names(keys: set[str]) -> str:
+    return ", ".join(sorted(CAMEL.get(k, k) for k in keys))
+
+
+def _required(opts: dict[str, str], key: str, example: str) -> str:
+    value = opts.get(key, "").strip()
+    if not value:
+        raise OptionError(CAMEL[key], "is required", f'add .option("{CAMEL[key]}", "{example}")')
+    return value
+
+
+def _int(opts: dict[str, str], key: str, default: int | None, *, minimum: int = 1) -> int | None:
+    raw = opts.get(key)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise OptionError(CAMEL[key], f"{raw!r} is not a whole number", f"give an integer >= {minimum}") from None
+    if value < minimum:
+        raise OptionError(CAMEL[key], f"{value} is below {minimum}", f"give an integer >= {minimum}")
+    return value
+
+
+def _float(opts: dict[str, str], key: str, default: float) -> float:
+    raw = opts.get(key)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise OptionError(CAMEL[key], f"{raw!r} is not a number", "give seconds, e.g. 30") from None
+    if value <= 0:
+        raise OptionError(CAMEL[key], f"{value} is not positive", "give seconds, e.g. 30")
+    return value
+
+
+def _bool(opts: dict[str, str], key: str, default: bool) -> bool:
+    raw = opts.get(key)
+    if raw is None or raw.strip() == "":
+        return default
+    text = raw.strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise OptionError(CAMEL[key], f"{raw!r} is not true or false", "use true or false")
+
+
+def _namesrv(opts: dict[str, str]) -> str:
+    value = _required(opts, "namesrv", "127.0.0.1:9876")
+    for part in filter(None, (p.strip() for p in value.replace(",", ";").split(";"))):
+        host, _, port = part.rpartition(":")
+        if not host or not port.isdigit():
+            raise OptionError("namesrv", f"{part!r} is not host:port", "separate several nameservers with ';'")
+    return value
+
+
+def parse_topics(value: str) -> tuple[str, ...]:
+    topics = tuple(dict.fromkeys(t.strip() for t in value.split(",") if t.strip()))
+    if not topics:
+        raise OptionError("topic", f"{value!r} names no topic", "give one topic or several separated by commas")
+    return topics
+
+
+def source_options(options: Mapping[str, str]) -> SourceOptions:
+    opts = _lower(options)
+    _check_known(opts, SOURCE_OPTIONS, "source")
+    mode = opts.get("readfromslave", "auto").strip().lower()
+    if mode not in READ_MODES:
+        raise OptionError(
+            "readFromSlave",
+            f"{mode!r} is not one of {', '.join(READ_MODES)}",
+            "auto follows the broker's advice; never reads the master; prefer reads a slave",
+        )
+    read = ReadSettings(
+        namesrv=_namesrv(opts),
+        consumer_group=opts.get("consumergroup", "").strip() or "pyrmq-spark",
+        read_from_slave=mode,
+        fail_on_data_loss=_bool(opts, "failondataloss", True),
+        pull_batch_size=min(_int(opts, "pullbatchsize", 1024) or 1024, 1024),
+        request_timeout_s=_float(opts, "requesttimeoutseconds", 10.0),
+        read_timeout_s=_float(opts, "readtimeoutseconds", 60.0),
+    )
+    return SourceOptions(
+        read=read,
+        topics=parse_topics(_required(opts, "topic", "TopicA,TopicB")),
+        starting_offsets=opts.get("startingoffsets", "").strip() or None,
+        ending_offsets=opts.get("endingoffsets", "").strip() or "latest",
+        max_messages_per_trigger=_int(opts, "maxmessagespertrigger", None),
+        max_messages_per_partition=_int(opts, "maxmessagesperpartition", 50_000) or 50_000,
+        commit_offsets_to_broker=_bool(opts, "commitoffsetstobroker", False),
+    )
+
+
+def sink_options(options: Mapping[str, str]) -> SinkOptions:
+    opts = _lower(options)
+    _check_known(opts, SINK_OPTIONS, "sink")
+    topic = opts.get("topic", "").strip() or None
+    if topic is not None and "," in topic:
+        raise OptionError(
+            "topic", f"{topic!r} names several topics", "a sink writes to one topic, or use a topic column"
+        )
+    return SinkOptions(
+        namesrv=_namesrv(opts),
+        topic=topic,
+        sink_id=opts.get("sinkid", "").strip() or None,
+        producer_group=opts.get("producergroup", "").strip() or "pyrmq-spark-sink",
+        send_batch_size=_int(opts, "sendbatchsize", 256) or 256,
+        send_timeout_s=_float(opts, "sendtimeoutseconds", 60.0),
+        request_timeout_s=_float(opts, "requesttimeoutseconds", 10.0),
+    )

@@ -1,0 +1,93 @@
+"""Reads from the slave: on the broker's advice for a backlog, and while the master is down."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+
+import grpc
+import pytest
+
+from remoting.channel import CHANNEL_OPTIONS
+from remoting.pb import admin_pb2, admin_pb2_grpc
+from tests.spark.cluster import create_topic, queue_max, send
+from tests.support.procs import Broker
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TOPIC = "SparkReplica"
+QUEUES = 2
+PER_QUEUE = 1500
+# accessMessageInMemoryMaxRatio=0 makes every pull "lagging", so the broker advises the slave (id 1).
+GROUP_CONF = {
+    "slaveReadEnable": True,
+    "accessMessageInMemoryMaxRatio": 0,
+    "maxTransferCountOnMessageInDisk": 1024,
+    "maxTransferBytesOnMessageInDisk": 4 * 1024 * 1024,
+    "maxTransferCountOnMessageInMemory": 1024,
+    "maxTransferBytesOnMessageInMemory": 4 * 1024 * 1024,
+}
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory, namesrv):
+    root = tmp_path_factory.mktemp("spark-replica")
+    master = Broker(root / "m", name="broker-r", namesrv_addr=namesrv.addr, **GROUP_CONF).start()
+    slave = Broker(
+        root / "s",
+        name="broker-r",
+        namesrv_addr=namesrv.addr,
+        role="SLAVE",
+        broker_id=1,
+        haMasterAddress=master.ha_addr,
+        **GROUP_CONF,
+    ).start()
+    create_topic(master.addr, namesrv.addr, TOPIC, queues=QUEUES)
+    send(master.addr, TOPIC, {q: [f"r{q}-{i}".encode() for i in range(PER_QUEUE)] for q in range(QUEUES)})
+    wait_until(
+        lambda: all(queue_max(slave.addr, TOPIC, q) == PER_QUEUE for q in range(QUEUES)),
+        60,
+        "the slave did not replicate the topic",
+    )
+    wait_until(lambda: slave_knows_topic(slave.addr), 60, "the slave's metadata sync did not bring the topic")
+    yield master, slave
+    slave.stop()
+    master.stop()
+
+
+def slave_knows_topic(addr: str) -> bool:
+    with grpc.insecure_channel(addr, options=CHANNEL_OPTIONS) as ch:
+        configs = admin_pb2_grpc.BrokerAdminStub(ch).GetAllTopicConfig(admin_pb2.Empty(), timeout=5)
+    return any(c.topic_name == TOPIC for c in configs.topic_configs)
+
+
+def messages_out(broker: Broker) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=5).read().decode()
+    return sum(float(v) for v in re.findall(r"^rocketmq_messages_out_total\{[^}]*\} (\S+)$", text, re.MULTILINE))
+
+
+def read_all(spark, namesrv, **options):
+    reader = spark.read.format("pyrmq").option("namesrv", namesrv.addr).option("topic", TOPIC)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return sorted((r.queueId, r.queueOffset) for r in reader.load().select("queueId", "queueOffset").collect())
+
+
+EXPECTED = [(q, o) for q in range(QUEUES) for o in range(PER_QUEUE)]
+
+
+def test_a_backlog_read_follows_the_brokers_advice_to_the_slave(spark, namesrv, group):
+    _, slave = group
+    before = messages_out(slave)
+    assert read_all(spark, namesrv, readFromSlave="auto") == EXPECTED
+    assert messages_out(slave) - before > 0, "the slave served nothing"
+
+
+def test_the_slave_serves_reads_while_the_master_is_down(spark, namesrv, group):
+    master, slave = group
+    master.kill()
+    before = messages_out(slave)
+    got = read_all(spark, namesrv, readFromSlave="never", requestTimeoutSeconds=3, readTimeoutSeconds=30)
+    assert got == EXPECTED
+    assert messages_out(slave) - before >= len(EXPECTED)
