@@ -1,0 +1,130 @@
+"""Metadata sync between real processes (DESIGN §4, spec §4 and §6.4, reliability.md O1-O2).
+
+slaveSynchronizeInterval=1000 (first round after 3 s). The in-process versions: tests/unit/ha/test_slave_sync.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from client import AdminClient
+from tests.integration.broker.rpc import BrokerClient
+from tests.integration.replication.helpers import master, slave, wait_sync_rounds
+from tests.support.waiting import async_wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
+
+
+async def _topic(admin: AdminClient, addr: str, name: str):
+    return next((t for t in (await admin.all_topic_configs(addr)).topic_configs if t.topic_name == name), None)
+
+
+async def _group(admin: AdminClient, addr: str, name: str):
+    return next((g for g in (await admin.all_subscription_groups(addr)).groups if g.group_name == name), None)
+
+
+async def test_topics_and_groups_created_changed_and_deleted_on_the_master_follow_on_the_slave(tmp_path, namesrv):
+    m = master(tmp_path, namesrv, "broker-md", "ASYNC_MASTER")
+    s = slave(tmp_path, namesrv, "broker-md", haMasterAddress=m.ha_addr)
+    admin = AdminClient(namesrv.addr)
+    try:
+        await admin.update_topic(m.addr, "TMeta", read_queue_nums=3, write_queue_nums=3)
+        await admin.update_subscription_group(m.addr, "GMeta", broker_id=1, retry_max_times=5)
+
+        async def slave_has_both() -> bool:
+            t, g = await _topic(admin, s.addr, "TMeta"), await _group(admin, s.addr, "GMeta")
+            return t is not None and t.read_queue_nums == 3 and g is not None and g.broker_id == 1 \
+                and g.retry_max_times == 5
+
+        await async_wait_until(slave_has_both, 20, "topic TMeta and group GMeta on the slave", 0.2)
+
+        await admin.update_topic(m.addr, "TMeta", read_queue_nums=5, write_queue_nums=5)
+        await admin.update_subscription_group(m.addr, "GMeta", broker_id=0, retry_max_times=7)
+
+        async def slave_has_changes() -> bool:
+            t, g = await _topic(admin, s.addr, "TMeta"), await _group(admin, s.addr, "GMeta")
+            return t is not None and t.read_queue_nums == 5 and g is not None and g.retry_max_times == 7 \
+                and g.broker_id == 0
+
+        await async_wait_until(slave_has_changes, 20, "the changed TMeta and GMeta on the slave", 0.2)
+
+        await admin.delete_topic(m.addr, "TMeta")
+        await admin.delete_subscription_group(m.addr, "GMeta")
+
+        async def slave_dropped_both() -> bool:
+            return await _topic(admin, s.addr, "TMeta") is None and await _group(admin, s.addr, "GMeta") is None
+
+        await async_wait_until(slave_dropped_both, 20, "TMeta and GMeta gone from the slave", 0.2)
+    finally:
+        await admin.stop()
+        s.stop()
+        m.stop()
+
+
+async def test_consumer_offsets_reach_the_slave_and_never_move_back_there(tmp_path, namesrv):
+    m = master(tmp_path, namesrv, "broker-mo", "ASYNC_MASTER")
+    s = slave(tmp_path, namesrv, "broker-mo", haMasterAddress=m.ha_addr)
+    mc, sc = BrokerClient(m.addr), BrokerClient(s.addr)
+    try:
+        assert (await mc.create_topic("TOff", 2)).code == 0
+        assert (await mc.commit_offset("GOff", "TOff", 0, 5)).code == 0
+        assert (await mc.commit_offset("GOff", "TOff", 1, 3)).code == 0
+
+        async def slave_offset(q: int, want: int) -> bool:
+            return (await sc.query_offset("GOff", "TOff", q)).offset == want
+
+        await async_wait_until(lambda: slave_offset(0, 5), 20, "offset 5 of queue 0 on the slave", 0.2)
+        await async_wait_until(lambda: slave_offset(1, 3), 20, "offset 3 of queue 1 on the slave", 0.2)
+
+        # a consumer committed further on the slave (master unreachable for it): later rounds do not roll it back
+        assert (await sc.commit_offset("GOff", "TOff", 0, 9)).code == 0
+        await wait_sync_rounds(s, 2)  # two whole rounds with the master still at 5
+        assert (await sc.query_offset("GOff", "TOff", 0)).offset == 9
+        assert (await mc.query_offset("GOff", "TOff", 0)).offset == 5  # the slave never writes to a running master
+
+        # the master moves past the slave: the larger value wins again
+        assert (await mc.commit_offset("GOff", "TOff", 0, 12)).code == 0
+        await async_wait_until(lambda: slave_offset(0, 12), 20, "offset 12 of queue 0 on the slave", 0.2)
+        assert (await sc.query_offset("GOff", "TOff", 1)).offset == 3
+    finally:
+        await mc.close()
+        await sc.close()
+        s.stop()
+        m.stop()
+
+
+async def test_a_master_that_restarts_takes_the_offsets_its_slave_accepted_while_it_was_down(tmp_path, namesrv):
+    m = master(tmp_path, namesrv, "broker-mr", "ASYNC_MASTER")
+    s = slave(tmp_path, namesrv, "broker-mr", haMasterAddress=m.ha_addr)
+    mc, sc = BrokerClient(m.addr), BrokerClient(s.addr)
+    try:
+        assert (await mc.create_topic("TRe", 2)).code == 0
+        assert (await mc.commit_offset("GRe", "TRe", 0, 4)).code == 0
+        await async_wait_until(lambda: _offset(sc, "GRe", "TRe", 0, 4), 20, "offset 4 on the slave", 0.2)
+        await asyncio.sleep(6)  # flushConsumerOffsetInterval (5 s): the master's file holds 4 before the crash
+
+        m.kill()
+        await mc.close()
+        # while the master is down, consumers commit to the slave
+        assert (await sc.commit_offset("GRe", "TRe", 0, 20)).code == 0
+        assert (await sc.commit_offset("GRe", "TRe", 1, 7)).code == 0
+
+        m.start(30)
+        mc = BrokerClient(m.addr)
+        # from its first answer on, the master has the slave's offsets (pulled before it registered)
+        assert (await mc.query_offset("GRe", "TRe", 0)).offset == 20
+        assert (await mc.query_offset("GRe", "TRe", 1)).offset == 7
+        await wait_sync_rounds(s, 2, 40)  # rounds from the returned master do not roll the slave back
+        assert (await sc.query_offset("GRe", "TRe", 0)).offset == 20
+        assert (await sc.query_offset("GRe", "TRe", 1)).offset == 7
+    finally:
+        await mc.close()
+        await sc.close()
+        s.stop()
+        m.stop()
+
+
+async def _offset(client: BrokerClient, group: str, topic: str, q: int, want: int) -> bool:
+    return (await client.query_offset(group, topic, q)).offset == want
