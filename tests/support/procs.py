@@ -30,6 +30,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class PortConflict(RuntimeError):
+    """The server could not bind a port the harness picked (another process took it meanwhile)."""
+
+
 def write_conf(path: Path, values: dict[str, object]) -> Path:
     lines = []
     for key, value in values.items():
@@ -50,8 +54,29 @@ class ServerProcess:
         self.ready = ready
         self.proc: subprocess.Popen | None = None
         self._log_offset = 0
+        self.booted_once = False
 
     def start(self, timeout_s: float = 20.0) -> ServerProcess:
+        """Start and wait for the boot line.
+
+        ``free_port`` releases a port before the server binds it, so on a busy machine another process can take
+        it first. Only on the very first start (a restart must come back at the same address) a port conflict
+        is retried with fresh ports.
+        """
+        for attempt in range(4):
+            try:
+                return self._start_once(timeout_s)
+            except PortConflict:
+                if self.booted_once or attempt == 3:
+                    raise
+                self.reassign_ports()
+        raise AssertionError("unreachable")
+
+    def reassign_ports(self) -> None:
+        """Pick fresh ports and rewrite the conf file (subclasses know their port keys)."""
+        raise PortConflict(f"{self.module}: no way to pick other ports")
+
+    def _start_once(self, timeout_s: float) -> ServerProcess:
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError(f"{self.module} is already running")
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -71,10 +96,19 @@ class ServerProcess:
 
         def booted() -> bool:
             if self.proc.poll() is not None:
+                output = self.new_output()
+                if "in use" in output or "already in use" in output:
+                    raise PortConflict(output[-2000:])
                 raise RuntimeError(f"{self.module} exited with {self.proc.returncode}:\n{self.log_tail()}")
             return bool(self.ready.search(self.new_output()))
 
-        wait_until(booted, timeout_s, lambda: f"{self.module} did not boot:\n{self.log_tail()}")
+        try:
+            wait_until(booted, timeout_s, lambda: f"{self.module} did not boot:\n{self.log_tail()}")
+        except AssertionError as exc:
+            if isinstance(exc.__cause__, PortConflict):
+                raise exc.__cause__ from None
+            raise
+        self.booted_once = True
         return self
 
     @property
@@ -133,7 +167,13 @@ class Namesrv(ServerProcess):
         self.port = int(conf.pop("listenPort", 0) or free_port())
         values = {"listenPort": self.port, "metricsPromExporterPort": free_port(), **conf}
         self.metrics_port = int(values["metricsPromExporterPort"])
+        self._values = values
         super().__init__("namesrv", write_conf(workdir / "namesrv.conf", values), workdir / "namesrv.log", NAMESRV_READY)
+
+    def reassign_ports(self) -> None:
+        self.port, self.metrics_port = free_port(), free_port()
+        self._values.update(listenPort=self.port, metricsPromExporterPort=self.metrics_port)
+        write_conf(self.conf_path, self._values)
 
     @property
     def addr(self) -> str:
@@ -172,6 +212,7 @@ class Broker(ServerProcess):
         }
         values.update(conf)
         self.metrics_port = int(values["metricsPromExporterPort"])
+        self._values = values
         self.name = name
         self.broker_id = broker_id
         super().__init__("broker", write_conf(workdir / f"{name}-{broker_id}.conf", values),
@@ -184,6 +225,11 @@ class Broker(ServerProcess):
     @property
     def ha_addr(self) -> str:
         return f"127.0.0.1:{self.ha_port}"
+
+    def reassign_ports(self) -> None:
+        self.port, self.ha_port, self.metrics_port = free_port(), free_port(), free_port()
+        self._values.update(listenPort=self.port, haListenPort=self.ha_port, metricsPromExporterPort=self.metrics_port)
+        write_conf(self.conf_path, self._values)
 
 
 def wait_port_closed(port: int, timeout_s: float = 10.0) -> None:
