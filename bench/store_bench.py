@@ -6,7 +6,12 @@ seconds (or until ``--max-mib`` were written), then the store is stopped and del
 median of ``--runs`` samples of msg/s, MiB/s and CPU microseconds per message (process time of all threads,
 ``resource.getrusage``), plus the fdatasync count for SYNC_FLUSH.
 
-Usage: ``python -m bench.store_bench [--duration 2] [--runs 3] [--file-mib 256]``. Writes
+A second table measures the SLAVE's dispatch (consume queues built from replicated bytes, the slave's main
+CPU cost under replication): CPU microseconds per record of the tail dispatcher over ``--dispatch-mib`` of
+replicated records, and, over the same bytes in the same run, the parse alone with the full validator
+(``check_record`` + ``property_value``, the dispatcher's former path) against the lean ``dispatch_scan``.
+
+Usage: ``python -m bench.store_bench [--duration 2] [--runs 3] [--file-mib 256] [--dispatch-mib 64]``. Writes
 ``bench/results/store_bench.json``. Never passes or fails.
 """
 
@@ -21,8 +26,10 @@ import time
 from pathlib import Path
 
 from bench.report import median_of, print_table, write_json
-from broker.config import FlushDiskType, MessageStoreConfig
+from broker.config import BrokerRole, FlushDiskType, MessageStoreConfig
+from broker.store.dispatch_scan import scan
 from broker.store.message_store import MessageStore
+from broker.store.record import RecordStatus, check_record, property_value
 from broker.store.types import MessageDraft, PutStatus
 
 MiB = 1024 * 1024
@@ -88,6 +95,60 @@ async def one_sample(
     }
 
 
+async def dispatch_sample(root: Path, mib: int) -> dict:
+    """Fill a master, copy its commitlog into a SLAVE store in 32 KiB frames (as HA does), time the dispatch."""
+    file_size = 64 * MiB
+    master = MessageStore(MessageStoreConfig(store_path_root_dir=str(root / "m"), mapped_file_size_commit_log=file_size))
+    await master.start()
+    body = b"b" * BODY
+    drafts = [MessageDraft(body=body, properties={"TAGS": f"tag{i % 4}", "UNIQ_KEY": f"{i:032X}"}) for i in range(100)]
+    q = 0
+    while master.max_phy_offset < mib * MiB:
+        await master.put_messages("BenchTopic", q % 8, drafts)
+        q += 1
+    records = q * len(drafts)
+    frames = []  # 32 KiB frames as HA sends them, copied out so the master can stop first (its threads idle)
+    pos, end = master.min_phy_offset, master.max_phy_offset
+    while pos < end:
+        sl = master.commitlog_slice(pos, 32 * 1024)
+        frames.append((pos, bytes(sl.view[: sl.length])))
+        pos += sl.length
+    await master.stop()
+    slave = MessageStore(MessageStoreConfig(store_path_root_dir=str(root / "s"), mapped_file_size_commit_log=file_size,
+                                            broker_role=BrokerRole.SLAVE))
+    await slave.start()
+    # CPU of the event-loop thread only: flush threads' fdatasync/writeback would otherwise be counted
+    c0 = time.thread_time()
+    for pos, data in frames:  # no await: the tail dispatcher only starts once everything is appended
+        slave.append_replicated(pos, data)
+    append_cpu = time.thread_time() - c0
+    frames.clear()
+    c0, t0 = time.thread_time(), time.perf_counter()
+    while slave.dispatched_phy_offset < end:
+        await asyncio.sleep(0)
+    dispatch_cpu, dispatch_s = time.thread_time() - c0, time.perf_counter() - t0
+    mf = slave._commitlog.files.files[0]
+    mm, limit = mf.mapping, min(mf.wrote_position, end)
+    view = memoryview(mm)[:limit]
+    n, p, c0 = 0, 0, time.process_time()
+    while p < limit:  # the former per-record path
+        res = check_record(view, p)
+        if res.status is not RecordStatus.VALID:
+            break
+        property_value(res.info.properties, "TAGS")
+        p += res.size
+        n += 1
+    full_us = (time.process_time() - c0) / max(n, 1) * 1e6
+    c0 = time.process_time()
+    lean = scan(mm, 0, limit, max_size=8 * MiB, delay_ms=[1000])
+    lean_us = (time.process_time() - c0) / max(lean.records, 1) * 1e6
+    del view
+    await slave.stop()
+    return {"records": records, "append_cpu_us_per_record": append_cpu / records * 1e6,
+            "dispatch_cpu_us_per_record": dispatch_cpu / records * 1e6, "dispatch_seconds": dispatch_s,
+            "parse_full_us_per_record": full_us, "parse_lean_us_per_record": lean_us}
+
+
 VARIANTS = [
     ("ASYNC_FLUSH", FlushDiskType.ASYNC_FLUSH, 1, 1),
     ("ASYNC_FLUSH", FlushDiskType.ASYNC_FLUSH, 16, 1),
@@ -104,13 +165,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3, help="samples per variant (median reported)")
     ap.add_argument("--max-mib", type=int, default=1536, help="stop a sample after this many MiB")
     ap.add_argument("--file-mib", type=int, default=256, help="mappedFileSizeCommitLog in MiB")
+    ap.add_argument("--dispatch-mib", type=int, default=64, help="replicated MiB for the dispatch table (0: skip)")
     ap.add_argument("--dir", default=None, help="where the stores go (default: a temp dir)")
     args = ap.parse_args(argv)
 
     base = Path(args.dir or tempfile.mkdtemp(prefix="store-bench-"))
     samples: dict[int, list[dict]] = {i: [] for i in range(len(VARIANTS))}
+    dispatch: list[dict] = []
     try:
         for run in range(args.runs):  # interleave variants so drift hits all of them alike
+            if args.dispatch_mib > 0:
+                dispatch.append(asyncio.run(dispatch_sample(base / f"r{run}d", args.dispatch_mib)))
+                shutil.rmtree(base / f"r{run}d", ignore_errors=True)
             for i, (_, flush, batch, writers) in enumerate(VARIANTS):
                 root = base / f"r{run}v{i}"
                 samples[i].append(
@@ -155,7 +221,18 @@ def main(argv: list[str] | None = None) -> int:
         ["flush", "batch", "writers", "msg/s", "min", "max", "MiB/s", "CPU us/msg", "fdatasync/s"],
         rows,
     )
-    write_json("store_bench", {"params": vars(args), "body_bytes": BODY, "results": results})
+    disp = {}
+    if dispatch:
+        keys = [k for k in dispatch[0] if k != "records"]
+        disp = {k: median_of([d[k] for d in dispatch]) for k in keys} | {"records": dispatch[0]["records"]}
+        print_table(
+            f"SLAVE dispatch of {args.dispatch_mib} MiB replicated ({disp['records']:,} records), median of {args.runs}",
+            ["append us/rec", "dispatch CPU us/rec", "dispatch s", "parse: full us/rec", "parse: lean us/rec"],
+            [[disp["append_cpu_us_per_record"], disp["dispatch_cpu_us_per_record"], disp["dispatch_seconds"],
+              disp["parse_full_us_per_record"], disp["parse_lean_us_per_record"]]],
+        )
+    write_json("store_bench", {"params": vars(args), "body_bytes": BODY, "results": results,
+                               "slave_dispatch": disp | {"samples": dispatch}})
     return 0
 
 

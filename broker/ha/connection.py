@@ -7,7 +7,7 @@ sent -> close, RocketMQ #3015; decreasing -> close). Accepted acks go to ``HAMas
 Writer: picks the start (``state.choose_start``; an out-of-range slave gets an error frame, a clear log line and
 the close), then streams frames of at most ``haTransferBatchSize`` body bytes, each from ONE commitlog file
 (``store.commitlog_slice`` never crosses a file end). Two paths:
-- hot path (lag < ``sendfile_min_lag``, 16 MiB by default): up to ``COALESCE_BYTES`` of pending frames joined
+- hot path (lag < ``sendfile_min_lag``, 16 MiB by default): everything pending, up to ``COALESCE_BYTES``, joined
   into one ``transport.write`` (one copy, no thread hop; a SYNC_MASTER's in-flight batches stay on this path);
 - catch-up (lag >= ``sendfile_min_lag``): up to SENDFILE_BATCH_BYTES of frames per hop to a worker thread that
   writes each 12-byte header and ``os.sendfile``s the body from the segment fd at its file position (no Python
@@ -44,7 +44,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-COALESCE_BYTES = 256 * 1024  # hot path: frames joined per transport.write
+# Hot path: frames joined per transport.write. It must exceed what the producers append between two turns of the
+# writer task: with 256 KiB, 8 busy ASYNC writers appended ~800 KiB per loop turn, the writer fell behind until the
+# lag reached the sendfile threshold (ASYNC lag p50 ~0.6 s in bench.replication_bench). 4 MiB sends everything
+# pending in one write (one syscall, one wakeup of the slave) in practice.
+COALESCE_BYTES = 4 * 1024 * 1024
 SENDFILE_BATCH_BYTES = 2 * 1024 * 1024  # catch-up: frames streamed per worker-thread hop
 READ_CHUNK = 64 * 1024
 STALL_WAIT_S = 0.05

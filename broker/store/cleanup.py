@@ -160,7 +160,7 @@ class CleanupService(Service):
             log.info("cleanup: deleting commitlog file %s (%s)", mf.path.name, "disk pressure" if force else "expired")
             files.delete_first()
             deleted += 1
-            if force and store.disk.used_ratio() <= FORCE_CLEAN_RATIO:
+            if force and store.disk.used_ratio() <= store.config.disk_space_clean_forcibly_ratio / 100:
                 break
         self.deleted_files += deleted
         return deleted

@@ -9,9 +9,10 @@ Used in two places:
 
 A master writes its units on the put path and never needs the tailing service.
 
-Units are grouped per queue and written once per queue per round; ``ConsumeQueue.write`` skips units it
-already has, so re-dispatch is idempotent. After each round the dispatch listeners get
-``(topic, queue_id, max queue offset)``.
+Parsing is ``dispatch_scan.scan`` (structural checks only, no body CRC: recovery checks CRCs, and replicated
+bytes were validated by the master). Units are grouped per queue and written once per queue per round;
+``ConsumeQueue.write`` skips units it already has, so re-dispatch is idempotent. After each round the dispatch
+listeners get ``(topic, queue_id, max queue offset)``.
 
 Task-safety: event loop only. One dispatch runs at a time (an asyncio.Lock guards recovery vs. the tail task).
 """
@@ -22,10 +23,10 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from broker.store.consume_queue import UNIT
-from broker.store.put import TX_MASK, TX_NOT_DISPATCHED, tags_hash, write_units
-from broker.store.record import BLANK_SIZE, RecordStatus, check_record, property_value
-from broker.store.types import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TAGS, SCHEDULE_TOPIC
+from broker.store.consume_queue import UNIT, UNIT_SIZE
+from broker.store.dispatch_scan import ScanResult, scan
+from broker.store.put import write_units
+from broker.store.record import BLANK_SIZE, RecordStatus
 from common.service import Service
 
 if TYPE_CHECKING:
@@ -33,7 +34,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_MAX_ROUND_BYTES = 8 << 20  # bound one round so the loop stays responsive while catching up
+# One tail round parses about this many bytes (~250 records of 1 KiB, ~0.3 ms) and then yields to the loop, so
+# the HA reader's appends and acks never queue behind a long dispatch (8 MiB rounds blocked the slave's loop
+# for tens of ms and delayed SYNC_MASTER acks by as much).
+ROUND_BYTES = 256 << 10
+RECOVERY_CHUNK_BYTES = 64 << 20
 
 
 class Dispatcher(Service):
@@ -68,6 +73,9 @@ class Dispatcher(Service):
                     await self.sleep(1.0)
                     continue
             if progressed and store.dispatched_phy_offset < store.max_phy_offset:
+                # Yield between rounds: the HA reader shares this loop, and its next append + ack must not
+                # wait for a whole catch-up backlog to be dispatched (SYNC_MASTER puts wait on that ack).
+                await asyncio.sleep(0)
                 continue
             try:
                 await asyncio.wait_for(self._wakeup.wait(), 1.0)
@@ -75,92 +83,86 @@ class Dispatcher(Service):
                 pass
 
     async def dispatch_available(self) -> bool:
-        """One bounded round from the dispatched offset; True if it moved."""
+        """One bounded round (about ROUND_BYTES) from the dispatched offset; True if it moved."""
         store = self._store
         begin = store.dispatched_phy_offset
-        end = min(store.max_phy_offset, max(begin, store.min_phy_offset) + _MAX_ROUND_BYTES)
-        new = await self.dispatch(begin, end)
+        new = await self.dispatch(begin, store.max_phy_offset, budget=ROUND_BYTES)
         store._set_dispatched(new)
         return new > begin
 
-    async def dispatch(self, begin: int, end: int) -> int:
-        """Dispatch records in [begin, end); returns the offset dispatching stopped at."""
-        async with self._lock:
-            return await self._dispatch(begin, end)
+    async def dispatch(self, begin: int, end: int, *, budget: int | None = None) -> int:
+        """Dispatch records in [begin, end), stopping at the first record boundary past ``begin + budget``
+        bytes (never inside a record); returns the offset dispatching stopped at.
 
-    async def _dispatch(self, begin: int, end: int) -> int:
+        Without a budget (recovery) the whole range goes in RECOVERY_CHUNK_BYTES steps, so the units held in
+        memory stay bounded however large the range is."""
+        async with self._lock:
+            if budget is not None:
+                return await self._dispatch(begin, end, budget)
+            offset = begin
+            while True:
+                new = await self._dispatch(offset, end, RECOVERY_CHUNK_BYTES)
+                if new <= offset or new >= end:
+                    return new
+                offset = new
+
+    async def _dispatch(self, begin: int, end: int, budget: int) -> int:
         store = self._store
         commitlog = store._commitlog
         files = commitlog.files
-        delay_ms = store._delay_levels_ms
-        max_level = len(delay_ms)
         offset = max(begin, commitlog.min_offset)
         if offset > begin > 0:
             log.info("dispatch jumps from %d to the commitlog min offset %d", begin, offset)
-        pending: dict = {}
-        last_ts = 0
-        while offset < end:
+        res = ScanResult()
+        left = budget
+        while offset < end and left > 0:
             mf = files.find(offset)
             if mf is None:
                 break
-            limit = min(mf.wrote_position, end - mf.start_offset)
-            buf = mf.buffer[:limit]
-            pos = offset - mf.start_offset
             base = mf.start_offset
-            stop = False
-            while pos < limit:
-                res = check_record(buf, pos, max_size=commitlog.max_record_size)
-                status = res.status
-                if status is RecordStatus.VALID:
-                    info = res.info
-                    if (info.sys_flag & TX_MASK) not in TX_NOT_DISPATCHED:
-                        if info.topic == SCHEDULE_TOPIC:
-                            level = int(property_value(info.properties, PROPERTY_DELAY_TIME_LEVEL) or 0)
-                            level = min(max(level, 1), max_level)
-                            code = info.store_timestamp + delay_ms[level - 1]
-                        else:
-                            tags = property_value(info.properties, PROPERTY_TAGS)
-                            code = tags_hash(tags) if tags else 0
-                        key = (info.topic, info.queue_id)
-                        item = pending.get(key)
-                        if item is not None and item[0] + len(item[1]) // 20 != info.queue_offset:
-                            await self._write(key, item)
-                            item = None
-                        if item is None:
-                            item = pending[key] = [info.queue_offset, bytearray(), 0]
-                        item[1] += UNIT.pack(info.physical_offset, info.size, code)
-                        item[2] = info.physical_offset + info.size
-                    last_ts = info.store_timestamp
-                    pos += res.size
-                    self._corrupt_at = -1
-                elif status is RecordStatus.BLANK:
-                    if base + pos + res.size != mf.end_offset:
-                        self._report_corrupt(base + pos, "blank record does not reach the file end")
-                        stop = True
-                        break
-                    pos = mf.file_size
-                    break
-                elif status is RecordStatus.INCOMPLETE and (limit < mf.file_size or pos + BLANK_SIZE > limit):
-                    stop = True  # a record split across appends: wait for the rest
-                    break
-                else:
-                    self._report_corrupt(base + pos, res.reason or status.value)
-                    stop = True
-                    break
+            limit = min(mf.wrote_position, end - base)
+            pos = offset - base
+            scan(
+                mf.mapping,
+                pos,
+                limit,
+                max_size=commitlog.max_record_size,
+                delay_ms=store._delay_levels_ms,
+                budget=left,
+                result=res,
+            )
+            left -= res.pos - pos
+            if res.pos > pos:
+                self._corrupt_at = -1
+            pos = res.pos
+            status = res.status
             offset = base + pos
-            if stop or pos < mf.file_size:
-                break
-        for key, item in pending.items():
-            await self._write(key, item)
-        if last_ts:
-            store._on_dispatched(last_ts)
-        for key in pending:
-            store._notify_dispatch(key[0], key[1])
+            if status is None:
+                if pos < mf.file_size:
+                    break  # the end, the budget, or the file's written part: the next round goes on
+                continue
+            if status is RecordStatus.BLANK:
+                if offset + res.size != mf.end_offset:
+                    self._report_corrupt(offset, "blank record does not reach the file end")
+                    break
+                offset = mf.end_offset
+                continue
+            if status is RecordStatus.INCOMPLETE and (limit < mf.file_size or pos + BLANK_SIZE > limit):
+                break  # a record split across appends: wait for the rest
+            self._report_corrupt(offset, res.reason or status.value)
+            break
+        keys: dict = {}
+        for topic, qid, first, units, _next in res.units:
+            phy, size, _ = UNIT.unpack_from(units, len(units) - UNIT_SIZE)
+            end_phy = phy + size
+            cq = store._cq(topic, qid, create=True)
+            await write_units(cq, first, units, end_phy, store._create_cq_file)
+            keys[(topic, qid)] = None
+        if res.last_ts:
+            store._on_dispatched(res.last_ts)
+        for topic, qid in keys:
+            store._notify_dispatch(topic, qid)
         return offset
-
-    async def _write(self, key, item) -> None:
-        cq = self._store._cq(key[0], key[1], create=True)
-        await write_units(cq, item[0], item[1], item[2], self._store._create_cq_file)
 
     def _report_corrupt(self, offset: int, reason: str) -> None:
         if self._corrupt_at != offset:

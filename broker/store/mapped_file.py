@@ -145,6 +145,12 @@ class MappedFile:
         return self._mm[pos : pos + size]
 
     @property
+    def mapping(self) -> mmap.mmap:
+        """The read-only mmap itself: unlike a memoryview it has ``find`` and slices to hashable ``bytes``
+        (the dispatcher's scanner searches properties in place)."""
+        return self._mm
+
+    @property
     def buffer(self) -> memoryview:
         """The whole mapping (read-only)."""
         return self._view

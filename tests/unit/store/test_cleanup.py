@@ -30,6 +30,7 @@ async def test_expired_commitlog_files_are_deleted_and_queue_min_offsets_follow(
         for mf in files[:2]:
             os.utime(mf.path, (old, old))
         cleanup = s._cleanup
+        s.disk.used_ratio = lambda: 0.10  # the host disk's real usage must not decide this test (75% deletes)
         assert cleanup.run_once() == 0  # expired, but not the hour in deleteWhen and the disk is not full
         cleanup.manual_delete = True
         assert cleanup.run_once() == 2
@@ -57,6 +58,22 @@ async def test_the_file_being_written_is_never_deleted(tmp_path):
         s._cleanup.manual_delete = True
         assert s._cleanup.run_once() == 0
         assert s.max_offset_in_queue("T", 0) == 1
+    finally:
+        await s.stop()
+
+
+async def test_disk_pressure_deletes_unexpired_files_until_under_the_forcible_ratio(tmp_path):
+    s = MessageStore(small_config(tmp_path / "s", file_reserved_time=72, delete_when="99"))
+    await s.start()
+    try:
+        for i in range(200):  # ~3.3 files of 64 KiB, none expired
+            await s.put_messages("T", i % 2, [draft(b"x" * 1000)])
+        assert len(s._commitlog.files.files) >= 4
+        forcibly = s.config.disk_space_clean_forcibly_ratio / 100
+        ratios = iter([forcibly + 0.02, forcibly - 0.01])  # read after each deleted file
+        s.disk.used_ratio = lambda: next(ratios, forcibly - 0.01)
+        assert s._cleanup.delete_commitlog_files(force=True) == 2  # stops once back under the ratio
+        assert s.min_phy_offset == 2 * SMALL_FILE
     finally:
         await s.stop()
 

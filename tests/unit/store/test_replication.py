@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 
@@ -137,6 +138,38 @@ async def test_replicated_bytes_at_the_wrong_offset_are_refused(tmp_path):
         assert err.value.expected == len(data) and err.value.got == 0
         with pytest.raises(RuntimeError, match="SLAVE"):
             master.append_replicated(master.max_phy_offset, data)
+    finally:
+        await master.stop()
+        await slave.stop()
+
+
+async def test_slave_dispatch_yields_between_bounded_rounds(tmp_path, monkeypatch):
+    """A backlog is dispatched in ROUND_BYTES rounds with the loop free in between, so an HA reader sharing the
+    loop appends and acks while the dispatcher catches up (long rounds delayed SYNC_MASTER acks by tens of ms)."""
+    from broker.store import dispatcher
+
+    monkeypatch.setattr(dispatcher, "ROUND_BYTES", 16 * 1024)
+    cfg = {"mapped_file_size_commit_log": 1024 * 1024, "mapped_file_size_consume_queue": 20 * 4096}
+    master = MessageStore(small_config(tmp_path / "m", **cfg))
+    slave = MessageStore(small_config(tmp_path / "s", broker_role=BrokerRole.SLAVE, **cfg))
+    await master.start()
+    await slave.start()
+    try:
+        for i in range(40):
+            await master.put_messages("T", i % 2, [draft(b"x" * 1000, TAGS="a") for _ in range(20)])
+        offset = 0
+        while offset < master.max_phy_offset:  # all appended before the dispatcher gets the loop
+            sl = master.commitlog_slice(offset, 32768)
+            offset = slave.append_replicated(offset, bytes(sl.view))
+        ticks, seen_at = 0, []
+        while slave.dispatched_phy_offset < slave.max_phy_offset:
+            await asyncio.sleep(0)
+            ticks += 1
+            seen_at.append(slave.dispatched_phy_offset)
+        rounds = len(set(seen_at))
+        assert rounds >= 800 * 1000 // (16 * 1024 + 1100) - 2, rounds  # the loop ran between every round
+        assert actual_queues(slave) == actual_queues(master)
+        assert_queues_match_commitlog(slave)
     finally:
         await master.stop()
         await slave.stop()
