@@ -247,6 +247,7 @@ def restore_from_records(
     Returns the number of entries added.
     """
     before = len(window)
+    id_prefix = offset_msg_id(store_host, 0)[:16]  # store IPv4 + port: the same for every record
     for phy_offset, result in records:
         if result.status is not RecordStatus.VALID:  # type: ignore[attr-defined]
             break
@@ -262,7 +263,7 @@ def restore_from_records(
                 info.queue_id,
                 info.queue_offset,
                 phy_offset,
-                offset_msg_id(store_host, phy_offset),
+                f"{id_prefix}{phy_offset:016X}",
                 info.store_timestamp,
             ),
         )

@@ -9,6 +9,7 @@ collected half-way and can be awaited at stop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
@@ -23,6 +24,7 @@ from broker.metadata.consumer_offsets import ConsumerOffsetManager
 from broker.metadata.delay_offsets import DelayOffsetManager
 from broker.metadata.subscription_groups import SubscriptionGroupManager
 from broker.metadata.topics import TopicConfigManager
+from broker.store.types import offset_msg_id
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,26 @@ class BrokerContext:
     @property
     def store_host(self) -> tuple[str, int]:
         return self.settings.broker.broker_ip1, self.settings.broker.listen_port
+
+    # per-request constants, computed once (settings never change under a running context) --------------------
+    @functools.cached_property
+    def max_delay_level(self) -> int:
+        """Number of delay levels; ``settings.store.delay_levels_ms`` parses messageDelayLevel on every read."""
+        return len(self.settings.store.delay_levels_ms)
+
+    @functools.cached_property
+    def max_message_size(self) -> int:
+        return self.settings.store.max_message_size
+
+    @functools.cached_property
+    def offset_msg_id_prefix(self) -> str:
+        """The first 16 hex characters of every offsetMsgId of this broker (store IPv4 + port): per message only
+        the 16-character physical offset is formatted (``offset_msg_id`` splits the IP each call)."""
+        return offset_msg_id(self.store_host, 0)[:16]
+
+    def offset_msg_ids(self, physical_offsets: list[int]) -> list[str]:
+        prefix = self.offset_msg_id_prefix
+        return [f"{prefix}{p:016X}" for p in physical_offsets]
 
     def slave_refusal(self, what: str) -> str:
         return f"broker {self.broker_name} id {self.broker_id} is a slave; {what}"

@@ -3,7 +3,9 @@
 Order of checks (RocketMQ AbstractSendMessageProcessor.msgCheck, plus the B-MSG cases of reliability.md §7):
 role (a slave never takes writes), broker permission, topic name and forbidden topics, topic existence (auto-create
 when allowed), topic permission, queue id, then bodies and properties. The store re-checks sizes and applies the
-DELAY rewrite; its status is mapped in ``status_map``. Per-message work is one draft and, on success, one id.
+DELAY rewrite; its status is mapped in ``status_map``. Per-message work is one draft and, on success, one id
+(``convert.checked_drafts`` screens the batch in the same pass; the exact ``validate.messages`` runs only on a
+batch the screen flags). Constants (delay levels, the offsetMsgId host prefix) come precomputed from the context.
 
 With ``dedup`` set, messages whose UNIQ_KEY this broker stored for the topic within ``sendDedupWindowSeconds``
 are not stored again; the response repeats their first result (``broker.dedup``). A key that another request
@@ -17,7 +19,7 @@ from broker.grpc import convert, validate
 from broker.grpc.context import BrokerContext
 from broker.grpc.status_map import put_code
 from broker.metadata.topics import TopicConfig, perm_text, perm_writeable
-from broker.store.types import PROPERTY_UNIQ_KEY, PutStatus, offset_msg_id
+from broker.store.types import PROPERTY_UNIQ_KEY, MessageDraft, PutStatus
 from remoting.codes import ResponseCode
 from remoting.pb import broker_pb2
 
@@ -33,16 +35,28 @@ async def handle(ctx: BrokerContext, req: broker_pb2.SendMessageRequest) -> Resp
     if isinstance(admitted, Response):
         _count(ctx, req, ResponseCode(admitted.code).name)
         return admitted
+    checked = convert.checked_drafts(
+        req.messages, req.born_host, req.reconsume_times, ctx.max_message_size, ctx.max_delay_level
+    )
+    if checked is None:  # the screen flagged something: the exact check says what, or lets it through
+        bad = validate.messages(req.messages, ctx.max_message_size, ctx.max_delay_level)
+        if bad:
+            resp = _reply(bad.code, bad.remark)
+            _count(ctx, req, ResponseCode(resp.code).name)
+            return resp
+        checked = convert.Checked(
+            convert.drafts(req.messages, req.born_host, req.reconsume_times), [len(m.body) for m in req.messages]
+        )
     if req.dedup and ctx.dedup is not None:
-        resp, status = await _store_dedup(ctx, req, ctx.dedup)
+        resp, status = await _store_dedup(ctx, req, ctx.dedup, checked.drafts)
     else:
-        resp, status = await _store(ctx, req)
-    _count(ctx, req, status)
+        resp, status = await _store(ctx, req, checked.drafts)
+    _count(ctx, req, status, checked.sizes)
     return resp
 
 
 def _admit(ctx: BrokerContext, req: broker_pb2.SendMessageRequest) -> TopicConfig | Response:
-    """The topic config to write to, or the refusal."""
+    """The topic config to write to, or the refusal (the messages themselves are checked by the caller)."""
     broker = ctx.settings.broker
     if ctx.is_slave:
         return _reply(ResponseCode.SERVICE_NOT_AVAILABLE, ctx.slave_refusal("send to the master"))
@@ -74,37 +88,35 @@ def _admit(ctx: BrokerContext, req: broker_pb2.SendMessageRequest) -> TopicConfi
         return _reply(
             ResponseCode.NO_PERMISSION, f"topic {req.topic} is not writable (perm {perm_text(cfg.perm)}); ask an admin"
         )
-    bad = validate.queue_id(req.queue_id, cfg.write_queue_nums, req.topic, "write") or validate.messages(
-        req.messages, ctx.settings.store.max_message_size, len(ctx.settings.store.delay_levels_ms)
-    )
+    bad = validate.queue_id(req.queue_id, cfg.write_queue_nums, req.topic, "write")
     if bad:
         return _reply(bad.code, bad.remark)
     return cfg
 
 
-async def _store(ctx: BrokerContext, req: broker_pb2.SendMessageRequest) -> tuple[Response, PutStatus]:
-    drafts = convert.drafts(req.messages, req.born_host, req.reconsume_times)
+async def _store(
+    ctx: BrokerContext, req: broker_pb2.SendMessageRequest, drafts: list[MessageDraft]
+) -> tuple[Response, PutStatus]:
     result = await ctx.store.put_messages(req.topic, req.queue_id, drafts)
     code, remark = put_code(result.status, result.remark)
     if not result.status.stored:
         return _reply(code, remark, queue_id=req.queue_id, broker_name=ctx.broker_name), result.status
     ctx.stats.put.add(len(drafts))
-    host = ctx.store_host
     return _reply(
         code,
         remark,
         queue_id=req.queue_id,
         queue_offset=result.queue_offset,
-        msg_ids=[offset_msg_id(host, p) for p in result.physical_offsets],
+        msg_ids=ctx.offset_msg_ids(result.physical_offsets),
         physical_offset=result.wrote_offset,
         broker_name=ctx.broker_name,
     ), result.status
 
 
 async def _store_dedup(
-    ctx: BrokerContext, req: broker_pb2.SendMessageRequest, window: SendDedupWindow
+    ctx: BrokerContext, req: broker_pb2.SendMessageRequest, window: SendDedupWindow, drafts: list[MessageDraft]
 ) -> tuple[Response, PutStatus | str]:
-    plan = window.plan(req.topic, [m.properties.get(PROPERTY_UNIQ_KEY, "") for m in req.messages])
+    plan = window.plan(req.topic, [d.properties.get(PROPERTY_UNIQ_KEY, "") for d in drafts])
     if plan.in_flight:
         return _reply(
             ResponseCode.SYSTEM_BUSY,
@@ -116,11 +128,9 @@ async def _store_dedup(
     stored: list[FirstSend] = []
     code, remark, status = ResponseCode.SUCCESS, "", "DEDUP_DUPLICATE"
     if plan.new_indices:
-        new_messages = [req.messages[i] for i in plan.new_indices]
+        new_drafts = [drafts[i] for i in plan.new_indices]
         try:
-            result = await ctx.store.put_messages(
-                req.topic, req.queue_id, convert.drafts(new_messages, req.born_host, req.reconsume_times)
-            )
+            result = await ctx.store.put_messages(req.topic, req.queue_id, new_drafts)
         except BaseException:
             window.release(plan)
             raise
@@ -129,10 +139,11 @@ async def _store_dedup(
         if not result.status.stored:
             window.release(plan)
             return _reply(code, remark, queue_id=req.queue_id, broker_name=ctx.broker_name), status
-        ctx.stats.put.add(len(new_messages))
-        host, stored_at = ctx.store_host, result.store_timestamp
+        ctx.stats.put.add(len(new_drafts))
+        stored_at = result.store_timestamp
+        ids = ctx.offset_msg_ids(result.physical_offsets)
         stored = [
-            FirstSend(int(code), req.queue_id, result.queue_offset + i, phy, offset_msg_id(host, phy), stored_at)
+            FirstSend(int(code), req.queue_id, result.queue_offset + i, phy, ids[i], stored_at)
             for i, phy in enumerate(result.physical_offsets)
         ]
         window.complete(plan, stored)
@@ -155,9 +166,12 @@ async def _store_dedup(
     ), status
 
 
-def _count(ctx: BrokerContext, req: broker_pb2.SendMessageRequest, status: PutStatus | str) -> None:
-    """One metrics call per request (not per message)."""
+def _count(
+    ctx: BrokerContext, req: broker_pb2.SendMessageRequest, status: PutStatus | str, sizes: list[int] | None = None
+) -> None:
+    """One metrics call per request (not per message); ``sizes`` from the conversion pass when there was one."""
     if ctx.metrics is None:
         return
-    sizes = [len(m.body) for m in req.messages]
+    if sizes is None:
+        sizes = [len(m.body) for m in req.messages]
     ctx.metrics.on_send(req.topic, len(sizes), sum(sizes), status, sizes=sizes)

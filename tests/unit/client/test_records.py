@@ -1,0 +1,134 @@
+"""client.records.decode_records must agree with the store's codec (broker.store.record) on every input:
+the same messages for valid concatenated records, and a RecordError wherever iter_records raises one."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker.store.record import RecordError, encode_record, host_bytes, iter_records
+from broker.store.types import StoredMessage
+from client.records import decode_records
+
+_topic = st.text(alphabet="abcXYZ019_-%|", min_size=1, max_size=40)
+_prop_text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=12)
+_props = st.dictionaries(_prop_text.filter(bool), _prop_text, max_size=4)
+_i32 = st.integers(-(2**31), 2**31 - 1)
+_i64 = st.integers(-(2**63), 2**63 - 1)
+_ip = st.tuples(*[st.integers(0, 255)] * 4).map(lambda t: ".".join(map(str, t)))
+
+
+@st.composite
+def records(draw) -> bytes:
+    """1-5 records as the store writes them (properties in RocketMQ's k\\x01v\\x02 text)."""
+    out = []
+    for _ in range(draw(st.integers(1, 5))):
+        props = draw(_props)
+        out.append(
+            encode_record(
+                topic_bytes=draw(_topic).encode(),
+                queue_id=draw(_i32),
+                flag=draw(_i32),
+                queue_offset=draw(_i64),
+                physical_offset=draw(_i64),
+                sys_flag=draw(_i32),
+                born_timestamp=draw(_i64),
+                born_host=host_bytes(draw(_ip), draw(st.integers(0, 65535))),
+                store_timestamp=draw(_i64),
+                store_host=host_bytes(draw(_ip), draw(st.integers(0, 65535))),
+                reconsume_times=draw(_i32),
+                body=draw(st.binary(max_size=300)),
+                properties="".join(f"{k}\x01{v}\x02" for k, v in props.items()).encode(),
+                prepared_transaction_offset=draw(_i64),
+            )
+        )
+    return b"".join(out)
+
+
+def _store_codec(buf, check_crc: bool = False):
+    try:
+        return list(iter_records(buf, check_crc=check_crc))
+    except RecordError as exc:
+        return ("RecordError", exc.offset, exc.reason)
+
+
+def _client_codec(buf, check_crc: bool = False):
+    try:
+        return decode_records(buf, check_crc=check_crc)
+    except RecordError as exc:
+        return ("RecordError", exc.offset, exc.reason)
+
+
+@given(records(), st.booleans())
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+def test_valid_records_decode_to_the_same_messages(buf, check_crc):
+    expected = list(iter_records(buf, check_crc=check_crc))
+    assert decode_records(buf, check_crc=check_crc) == expected
+    assert decode_records(memoryview(buf)) == expected  # any buffer type, like the store codec
+
+
+@given(records(), st.data(), st.booleans())
+@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+def test_mutated_or_torn_bytes_give_the_same_answer_or_the_same_error(buf, data, check_crc):
+    raw = bytearray(buf)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(raw) - 1))
+        raw[at] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(1, len(raw)))
+    for candidate in (bytes(raw), bytes(raw[:cut])):
+        assert _client_codec(candidate, check_crc) == _store_codec(candidate, check_crc)
+
+
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_give_the_same_answer_or_the_same_error(raw):
+    assert _client_codec(raw) == _store_codec(raw)
+
+
+def test_empty_response_has_no_message():
+    assert decode_records(b"") == []
+
+
+def test_a_torn_tail_is_an_error_not_a_short_list():
+    buf = encode_record(
+        topic_bytes=b"T",
+        queue_id=0,
+        flag=0,
+        queue_offset=0,
+        physical_offset=0,
+        sys_flag=0,
+        born_timestamp=1,
+        born_host=host_bytes("1.2.3.4", 5),
+        store_timestamp=2,
+        store_host=host_bytes("127.0.0.1", 10911),
+        reconsume_times=0,
+        body=b"hello",
+        properties=b"UNIQ_KEY\x01abc\x02",
+    )
+    assert decode_records(buf)[0].properties == {"UNIQ_KEY": "abc"}
+    with pytest.raises(RecordError):
+        decode_records(buf + buf[:50])
+
+
+def test_stored_message_field_order_is_what_the_positional_constructor_assumes():
+    # decode_records builds StoredMessage positionally for speed; a reordered dataclass must fail here.
+    assert [f.name for f in dataclasses.fields(StoredMessage)] == [
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "physical_offset",
+        "store_size",
+        "body",
+        "properties",
+        "flag",
+        "sys_flag",
+        "born_timestamp",
+        "born_host",
+        "store_timestamp",
+        "store_host",
+        "reconsume_times",
+        "body_crc",
+        "prepared_transaction_offset",
+    ]
