@@ -9,11 +9,22 @@ so operators find familiar names. The config answer lists every effective key of
 from __future__ import annotations
 
 import time
+from functools import cache
+from importlib import metadata
 
 from broker.grpc.context import BrokerContext
 from common import conf
 from remoting.codes import ResponseCode
 from remoting.pb import admin_pb2
+
+
+@cache
+def version_desc() -> str:
+    """``brokerVersionDesc`` (mqadmin clusterList's #Version column)."""
+    try:
+        return f"pyrmq {metadata.version('pyrmq')}"
+    except metadata.PackageNotFoundError:  # running from a source tree that was never installed
+        return "pyrmq (source)"
 
 
 async def runtime_info(ctx: BrokerContext, req: admin_pb2.Empty) -> admin_pb2.KeyValueTable:
@@ -22,6 +33,7 @@ async def runtime_info(ctx: BrokerContext, req: admin_pb2.Empty) -> admin_pb2.Ke
     server = ctx.server
     table.update(
         {
+            "brokerVersionDesc": version_desc(),
             "brokerRole": ctx.settings.role.name,
             "brokerId": str(ctx.broker_id),
             "brokerName": ctx.broker_name,

@@ -64,6 +64,7 @@ async def test_runtime_info_config_and_ha_status_describe_the_broker(client, mas
     assert int(info["msgPutTotal"]) == before + 2
     assert info["brokerRole"] == "ASYNC_MASTER" and info["brokerAddr"] == master.addr
     assert info["haServerAddr"] == master.ha_addr and int(info["bootTimestamp"]) > 0
+    assert info["brokerVersionDesc"].startswith("pyrmq ")
     config = await client.admin.GetBrokerConfig(admin_pb2.Empty())
     assert config.table["brokerName"] == "broker-a" and config.table["messageDelayLevel"] == "1s 1s 2s"
     assert config.table["listenPort"] == str(master.port)
