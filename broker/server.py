@@ -36,7 +36,12 @@ from broker.metadata.topics import TopicConfigManager
 from broker.registration import RegistrationService
 from broker.retry import RetryService
 from broker.schedule import ScheduleService
-from broker.slave_sync import SlaveSynchronize, fetch_slave_addrs, pull_offsets_from_slaves
+from broker.slave_sync import (
+    SlaveSynchronize,
+    fetch_slave_addrs,
+    group_internal_addr,
+    pull_offsets_from_slaves,
+)
 from broker.store.message_store import MessageStore
 from common.metrics import MetricsServer, new_registry
 from common.service import Service
@@ -229,19 +234,10 @@ class BrokerServer(Service):
         self.slave_sync.update_master_addr(self._group_internal_addr(master_addr))
 
     def _group_internal_addr(self, master_addr: str) -> str:
-        """The master's admin address as seen from inside the broker group.
-
-        Traffic between the brokers of a group goes over ``brokerIP2`` (the HA address), not ``brokerIP1``:
-        brokerIP1 is what clients outside the network are told (RocketMQ issue #4140 shows a slave syncing
-        metadata through a public or host-only brokerIP1). So the sync target is the HA host with the master's
-        listen port; outside containers brokerIP2 defaults to brokerIP1 and nothing changes.
-        """
+        """The master's admin address as seen from inside the broker group (see ``group_internal_addr``)."""
         if not master_addr:
             return ""
-        ha_addr = self.settings.store.ha_master_address or self.master_ha_addr
-        ha_host = ha_addr.rpartition(":")[0]
-        port = master_addr.rpartition(":")[2]
-        return f"{ha_host}:{port}" if ha_host and port else master_addr
+        return group_internal_addr(master_addr, self.settings.store.ha_master_address or self.master_ha_addr)
 
     async def _persist_tables(self) -> None:
         assert self.ctx is not None

@@ -162,12 +162,32 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or repr(exc)
 
 
+def group_internal_addr(broker_addr: str, ha_server_addr: str) -> str:
+    """How one broker of a group reaches another's admin service: the HA host (brokerIP2), the listen port.
+
+    ``brokerIP1`` is what clients outside the network are told (in the compose cluster 127.0.0.1, which inside
+    a container is the container itself; RocketMQ issue #4140 is the same trap with a public address). Traffic
+    inside a broker group therefore uses the host of the HA address, which is brokerIP2 and defaults to
+    brokerIP1 outside containers, so nothing changes there.
+    """
+    ha_host = ha_server_addr.rpartition(":")[0]
+    port = broker_addr.rpartition(":")[2]
+    if not broker_addr or not ha_host or not port:
+        return broker_addr
+    return f"{ha_host}:{port}"
+
+
 def slave_addrs_from_cluster_info(resp, broker_name: str) -> list[str]:
-    """Slave broker addresses of ``broker_name`` from a namesrv GetBrokerClusterInfoResponse (ids >= 1)."""
+    """Group-internal admin addresses of ``broker_name``'s slaves (ids >= 1) from GetBrokerClusterInfo."""
     data = resp.broker_addr_table.get(broker_name)
     if data is None:
         return []
-    return [addr for bid, addr in sorted(data.broker_addrs.items()) if bid > 0 and addr]
+    ha_by_addr = {live.broker_addr: live.ha_server_addr for live in resp.live_brokers}
+    return [
+        group_internal_addr(addr, ha_by_addr.get(addr, ""))
+        for bid, addr in sorted(data.broker_addrs.items())
+        if bid > 0 and addr
+    ]
 
 
 async def pull_offsets_from_slaves(offsets, slave_addrs: Iterable[str], *, timeout_s: float = RPC_TIMEOUT_S,

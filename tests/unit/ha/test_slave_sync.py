@@ -122,3 +122,28 @@ async def test_a_restarting_master_takes_the_offsets_its_slave_accepted_while_it
         assert stale.offsets.queues_of("G2", "Other") == {3: 7}
     finally:
         await server.stop(0)
+
+
+def test_slaves_are_reached_over_the_group_internal_address_not_the_client_address():
+    from broker.slave_sync import group_internal_addr, slave_addrs_from_cluster_info
+    from remoting.pb import namesrv_pb2
+
+    # The compose cluster: brokerIP1=127.0.0.1 (for clients on the host), brokerIP2=<service name> (for the group).
+    resp = namesrv_pb2.GetBrokerClusterInfoResponse(
+        broker_addr_table={
+            "broker-a": namesrv_pb2.BrokerData(
+                cluster="DefaultCluster",
+                broker_name="broker-a",
+                broker_addrs={0: "127.0.0.1:10911", 1: "127.0.0.1:10921", 2: "10.0.0.9:10951"},
+            )
+        },
+        live_brokers=[
+            namesrv_pb2.LiveBroker(broker_addr="127.0.0.1:10921", ha_server_addr="broker-a-s:10922"),
+            namesrv_pb2.LiveBroker(broker_addr="127.0.0.1:10911", ha_server_addr="broker-a:10912"),
+        ],
+    )
+    # A slave without live info keeps its registered address; a master is never listed.
+    assert slave_addrs_from_cluster_info(resp, "broker-a") == ["broker-a-s:10921", "10.0.0.9:10951"]
+    assert slave_addrs_from_cluster_info(resp, "broker-b") == []
+    assert group_internal_addr("127.0.0.1:10911", "broker-a:10912") == "broker-a:10911"
+    assert group_internal_addr("10.0.0.1:10911", "") == "10.0.0.1:10911"
