@@ -1,7 +1,8 @@
 """Broker -> nameserver registration (RocketMQ BrokerController.registerBrokerAll + BrokerOuterAPI, spec §2.3).
 
 - One registration at start, then every ``registerNameServerPeriod`` clamped to [10 s, 60 s] (RocketMQ's bounds;
-  no test knob), and at once when a topic is created or changed (``register_now``).
+  no test knob), and at once when a topic is created or changed (``register_now``). While a round fails, or a
+  slave's reply names no master yet, the next round comes sooner (1 s, doubling up to the period).
 - Each round goes to every nameserver in parallel and waits at most ``registerBrokerTimeoutMills``. The first
   successful reply gives the master's HA address and broker address (for a slave); they are passed to
   ``on_result(ha_server_addr, master_addr)`` after the round.
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 PERIOD_MIN_MS = 10_000
 PERIOD_MAX_MS = 60_000
 KEEPALIVE_PING_S = 5.0
+UNSETTLED_RETRY_S = 1.0  # first early re-registration while a slave has no master (doubles up to the period)
 KEEPALIVE_BACKOFF_MAX_S = 10.0
 UNREGISTER_TIMEOUT_S = 3.0
 
@@ -58,6 +60,7 @@ class RegistrationService(Service):
         self._keepalive_calls: dict[str, grpc.aio.StreamStreamCall] = {}
         self.rounds = 0
         self.last_success_ms = 0
+        self.settled = False  # the last round succeeded and, on a slave, named a master
 
     # lifecycle ----------------------------------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -134,16 +137,24 @@ class RegistrationService(Service):
                 first = reply
         self.rounds += 1
         if first is None:
+            self.settled = False
             return False
         self.last_success_ms = int(asyncio.get_running_loop().time() * 1000)
+        # A slave that has no master yet keeps asking sooner than the period (see _periodic).
+        self.settled = self.settings.role.is_master or bool(first.master_addr)
         self.on_result(first.ha_server_addr, first.master_addr)
         return True
 
     async def _periodic(self) -> None:
+        """Register every period; sooner (1 s, doubling up to the period) while a round failed or a slave has no
+        master in the reply. RocketMQ waits the full 30 s, so a slave started before its master leaves a
+        SYNC_MASTER answering SLAVE_NOT_AVAILABLE for up to half a minute after both are up."""
         period_s = register_period_ms(self.settings.broker.register_name_server_period) / 1000
+        retry_s = UNSETTLED_RETRY_S
         while not self.stopping:
+            wait_s = period_s if self.settled else min(retry_s, period_s)
             try:
-                await asyncio.wait_for(self._kick.wait(), timeout=period_s)
+                await asyncio.wait_for(self._kick.wait(), timeout=wait_s)
             except TimeoutError:
                 pass
             if self.stopping:
@@ -152,7 +163,9 @@ class RegistrationService(Service):
             try:
                 await self.register_all()
             except Exception:
-                log.exception("registration round failed; next round in %.0fs", period_s)
+                self.settled = False
+                log.exception("registration round failed; next round in %.0fs", min(retry_s, period_s))
+            retry_s = UNSETTLED_RETRY_S if self.settled else min(retry_s * 2, period_s)
 
     async def unregister_all(self) -> None:
         broker = self.settings.broker

@@ -121,3 +121,23 @@ async def test_a_learning_slave_follows_a_master_that_moved_its_ha_port_and_a_co
         for b in (configured, learning, m2, m):
             if b is not None:
                 b.stop()
+
+
+async def test_a_slave_started_before_its_master_starts_replicating_well_before_the_registration_period(
+    tmp_path, namesrv
+):
+    """RocketMQ's slave waits a whole registration period (>= 10 s, 30 s by default) to learn a master that
+    started after it; here it asks again after 1 s, 2 s, 4 s... while the reply names no master."""
+    s = slave(tmp_path, namesrv, "broker-late", 1, sub="late-s")
+    m = master(tmp_path, namesrv, "broker-late", "SYNC_MASTER", sub="late-m")
+    mc, sc = BrokerClient(m.addr), BrokerClient(s.addr)
+    try:
+        await wait_slaves_ok(mc, timeout_s=8)  # well under the 10 s minimum period
+        result = await mc.send("LateTopic", 0, [message(b"first")])
+        assert result.code == SEND_OK, result.remark
+        assert (await ha(sc)).connected
+    finally:
+        await mc.close()
+        await sc.close()
+        for b in (s, m):
+            b.stop()
