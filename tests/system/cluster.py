@@ -64,9 +64,12 @@ def compose_command() -> list[str] | None:
 
 
 def busy_host_ports(ports=HOST_PORTS) -> list[int]:
+    """Ports something listens on. SO_REUSEADDR, as docker-proxy binds: connections of an earlier run that
+    linger in TIME_WAIT on a published port (the proxy closes first) do not keep the next cluster from starting."""
     busy = []
     for port in ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:

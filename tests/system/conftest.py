@@ -7,6 +7,8 @@ Environment:
 - ``PYRMQ_BASE_IMAGE``: base image for the build (default: what deploy/images/base/build-base.sh picks or builds)
 - ``PYRMQ_SKIP_IMAGE_BUILD=1``: use the pyrmq-namesrv/pyrmq-broker images as they are (``make images`` built them)
 - ``PYRMQ_KEEP_CLUSTER=1``: leave the cluster running after the session (``docker compose -p <project> down -v``)
+- ``PYRMQ_SYSTEM_PROJECT=<name>``: use that running compose project of this file instead of building and starting
+  one (no build, no ``up``, no ``down``): for iterating on a test
 """
 
 from __future__ import annotations
@@ -49,6 +51,14 @@ def cluster(request):
     compose = compose_command()
     if compose is None:
         pytest.fail("a Docker engine is reachable but neither `docker compose` nor `docker-compose` is installed")
+    if os.environ.get("PYRMQ_SYSTEM_PROJECT"):
+        c = ComposeCluster(compose=compose, project=os.environ["PYRMQ_SYSTEM_PROJECT"])
+        try:
+            c.wait_healthy(30)
+        except ClusterError as exc:
+            pytest.fail(f"PYRMQ_SYSTEM_PROJECT={c.project}: {exc}")
+        yield c
+        return
     busy = busy_host_ports()
     if busy:
         pytest.fail(f"host ports {busy} are in use (another pyrmq cluster running?); the compose file publishes them")
@@ -78,3 +88,41 @@ def cluster(request):
         _report(request.config, f"\nleft {c.project} running: {' '.join(compose)} -p {c.project} down -v")
     else:
         c.down()
+
+
+@pytest.fixture(scope="session")
+def topics(cluster) -> dict[str, str]:
+    """The tests' topics, created once through mqctl right after the cluster came up, so the slaves' metadata
+    sync (every 10 s) runs while the first tests wait for replication instead of in every test.
+
+    Every topic has 4 queues on broker-a and 4 on broker-b, except ``only_a``: 4 on broker-a alone, so every
+    send to it goes to the SYNC_MASTER.
+    """
+    from tests.system.harness import MASTERS, await_slaves_know, ok, run_async, unique
+
+    names = {
+        "basic": unique("sys_basic"),
+        "sdk": unique("sys_sdk"),
+        "slave_read": unique("sys_slave_read"),
+        "master_kill": unique("sys_master_kill"),
+        "only_a": unique("sys_only_a"),
+    }
+    for key, topic in names.items():
+        where = ["-b", MASTERS["broker-a"]] if key == "only_a" else ["-c", "DefaultCluster"]
+        ok("updateTopic", *where, "-t", topic, "-r", "4", "-w", "4")
+    run_async(await_slaves_know, [t for k, t in names.items() if k != "only_a"], (), 40)
+    run_async(await_slaves_know, [names["only_a"]], (), 40, ("broker-a",))
+    return names
+
+
+@pytest.fixture
+def whole(cluster, topics):
+    """Each test starts on a whole cluster: every broker registered, both slaves replicating (bounded wait).
+
+    Compose starts the slaves with their masters, and a slave learns its master's HA address from its next
+    registration (every 30 s), so right after ``up`` this can take up to ~30 s.
+    """
+    from tests.system.harness import await_whole, run_async
+
+    run_async(await_whole, 60)
+    return cluster
