@@ -6,12 +6,18 @@ seconds (or until ``--max-mib`` were written), then the store is stopped and del
 median of ``--runs`` samples of msg/s, MiB/s and CPU microseconds per message (process time of all threads,
 ``resource.getrusage``), plus the fdatasync count for SYNC_FLUSH.
 
-A second table measures the SLAVE's dispatch (consume queues built from replicated bytes, the slave's main
+A get table measures ``get_message`` (the pull path's store read, 32 messages a call, no tag filter and a
+"tagA" filter) in CPU microseconds per returned message, over two layouts of ``--get-mib``: 32-message batches (a
+queue's records contiguous) and single messages round-robin over 8 queues (interleaved), against the former
+per-record ``commitlog.read`` loop (the reference of tests/unit/store/test_get_equivalence.py) in the same run.
+
+A further table measures the SLAVE's dispatch (consume queues built from replicated bytes, the slave's main
 CPU cost under replication): CPU microseconds per record of the tail dispatcher over ``--dispatch-mib`` of
 replicated records, and, over the same bytes in the same run, the parse alone with the full validator
 (``check_record`` + ``property_value``, the dispatcher's former path) against the lean ``dispatch_scan``.
 
-Usage: ``python -m bench.store_bench [--duration 2] [--runs 3] [--file-mib 256] [--dispatch-mib 64]``. Writes
+Usage: ``python -m bench.store_bench [--duration 2] [--runs 3] [--file-mib 256] [--dispatch-mib 64]
+[--get-mib 16]``. Writes
 ``bench/results/store_bench.json``. Never passes or fails.
 """
 
@@ -27,10 +33,11 @@ from pathlib import Path
 
 from bench.report import median_of, print_table, write_json
 from broker.config import BrokerRole, FlushDiskType, MessageStoreConfig
+from broker.store import get as get_path
 from broker.store.dispatch_scan import scan
 from broker.store.message_store import MessageStore
 from broker.store.record import RecordStatus, check_record, property_value
-from broker.store.types import MessageDraft, PutStatus
+from broker.store.types import MessageDraft, PutStatus, TagFilter
 
 MiB = 1024 * 1024
 BODY = 1024
@@ -149,6 +156,47 @@ async def dispatch_sample(root: Path, mib: int) -> dict:
             "parse_full_us_per_record": full_us, "parse_lean_us_per_record": lean_us}
 
 
+def _naive_get():
+    try:  # the former per-record loop, kept as the equivalence test's reference
+        from tests.unit.store.test_get_equivalence import naive_get
+    except ImportError:
+        return None
+    return naive_get
+
+
+async def get_sample(root: Path, mib: int, repeats: int = 5) -> dict:
+    """CPU us per returned message of get_message (and of the former loop) over both layouts."""
+    out = {}
+    naive = _naive_get()
+    for layout, batch in (("batch32", 32), ("single", 1)):
+        store = MessageStore(MessageStoreConfig(store_path_root_dir=str(root / layout),
+                                                mapped_file_size_commit_log=64 * MiB))
+        await store.start()
+        drafts = [MessageDraft(body=b"b" * BODY, properties={"TAGS": f"tag{i % 2}", "UNIQ_KEY": f"{i:032X}"})
+                  for i in range(batch)]
+        q = 0
+        while store.max_phy_offset < mib * MiB:
+            await store.put_messages("BenchTopic", q % 8, drafts)
+            q += 1
+        for filt_name, filt in (("all", None), ("tag0", TagFilter("tag0"))):
+            for name, fn in (("new", get_path.get_message), ("old", naive)):
+                if fn is None:
+                    continue
+                runs = []
+                for _ in range(repeats):
+                    n, c0 = 0, time.process_time()
+                    for qid in range(8):
+                        off, end = 0, store.max_offset_in_queue("BenchTopic", qid)
+                        while off < end:
+                            res = fn(store, "BenchTopic", qid, off, 32, 0, filt)
+                            n += len(res.records)
+                            off = res.next_begin_offset
+                    runs.append((time.process_time() - c0) / max(n, 1) * 1e6)
+                out[f"{layout}_{filt_name}_{name}_us_per_msg"] = median_of(runs)
+        await store.stop()
+    return out
+
+
 VARIANTS = [
     ("ASYNC_FLUSH", FlushDiskType.ASYNC_FLUSH, 1, 1),
     ("ASYNC_FLUSH", FlushDiskType.ASYNC_FLUSH, 16, 1),
@@ -166,14 +214,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-mib", type=int, default=1536, help="stop a sample after this many MiB")
     ap.add_argument("--file-mib", type=int, default=256, help="mappedFileSizeCommitLog in MiB")
     ap.add_argument("--dispatch-mib", type=int, default=64, help="replicated MiB for the dispatch table (0: skip)")
+    ap.add_argument("--get-mib", type=int, default=16, help="MiB per layout for the get table (0: skip)")
     ap.add_argument("--dir", default=None, help="where the stores go (default: a temp dir)")
     args = ap.parse_args(argv)
 
     base = Path(args.dir or tempfile.mkdtemp(prefix="store-bench-"))
     samples: dict[int, list[dict]] = {i: [] for i in range(len(VARIANTS))}
     dispatch: list[dict] = []
+    gets: list[dict] = []
     try:
         for run in range(args.runs):  # interleave variants so drift hits all of them alike
+            if args.get_mib > 0:
+                gets.append(asyncio.run(get_sample(base / f"r{run}g", args.get_mib)))
+                shutil.rmtree(base / f"r{run}g", ignore_errors=True)
             if args.dispatch_mib > 0:
                 dispatch.append(asyncio.run(dispatch_sample(base / f"r{run}d", args.dispatch_mib)))
                 shutil.rmtree(base / f"r{run}d", ignore_errors=True)
@@ -231,8 +284,23 @@ def main(argv: list[str] | None = None) -> int:
             [[disp["append_cpu_us_per_record"], disp["dispatch_cpu_us_per_record"], disp["dispatch_seconds"],
               disp["parse_full_us_per_record"], disp["parse_lean_us_per_record"]]],
         )
+    get_rows = {}
+    if gets:
+        get_rows = {k: median_of([g[k] for g in gets]) for k in gets[0]}
+        rows = []
+        for layout in ("batch32", "single"):
+            for filt in ("all", "tag0"):
+                new = get_rows[f"{layout}_{filt}_new_us_per_msg"]
+                old = get_rows.get(f"{layout}_{filt}_old_us_per_msg", float("nan"))
+                rows.append([layout, filt, f"{new:.2f}", f"{old:.2f}", f"{old / new:.2f}x"])
+        print_table(
+            f"store get_message, {BODY} B messages, 32 a call, CPU us per returned message, median of {args.runs}",
+            ["layout", "filter", "get us/msg", "former loop us/msg", "speed-up"],
+            rows,
+        )
     write_json("store_bench", {"params": vars(args), "body_bytes": BODY, "results": results,
-                               "slave_dispatch": disp | {"samples": dispatch}})
+                               "slave_dispatch": disp | {"samples": dispatch},
+                               "get": get_rows | {"samples": gets}})
     return 0
 
 

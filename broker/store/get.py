@@ -19,6 +19,7 @@ Pure reads of memory-mapped files: no awaits, safe on the event loop.
 from __future__ import annotations
 
 import os
+import struct
 from typing import TYPE_CHECKING
 
 from broker.config import BrokerRole
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
     from broker.store.message_store import MessageStore
 
 _STORE_TS_AT = 56  # STORETIMESTAMP offset in a record
+_I32 = struct.Struct(">i").unpack_from
+_I16 = struct.Struct(">h").unpack_from
+_TAGS_NEEDLE = PROPERTY_TAGS.encode() + b"\x01"
+_TAGS_SEP_NEEDLE = b"\x02" + _TAGS_NEEDLE
 _FALLBACK_MEMORY = 24 * 1024**3
 
 
@@ -84,40 +89,65 @@ def get_message(
     memory = TOTAL_PHYSICAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
     commitlog = store._commitlog
     file_size = commitlog.file_size
+    find_file = commitlog.files.find
     filt = tag_filter if tag_filter is not None and not tag_filter.match_all else None
+    codes = filt.codes if filt is not None else None
     status = GetStatus.NO_MATCHED_MESSAGE
     records: list[bytes] = []
+    append = records.append
+    count = 0
     total = 0
     next_phy_file_start = -1
     max_phy_pulling = 0
+    # the batch caps of _batch_full, hoisted: a unit is "in disk" when its offset is below disk_below
+    disk_below = max_offset_py - memory
+    cap = max_total_bytes if max_total_bytes > 0 else -1
+    disk_bytes, disk_count = cfg.max_transfer_bytes_on_message_in_disk, cfg.max_transfer_count_on_message_in_disk
+    mem_bytes, mem_count = cfg.max_transfer_bytes_on_message_in_memory, cfg.max_transfer_count_on_message_in_memory
+    # the commitlog file of the last record read: [lo, hi) is its readable range, mm its mapping. Records of a
+    # queue written together are contiguous in one file, so most units skip the file lookup and the read call
+    lo = hi = 0
+    mm = None
     n_units = len(units) // UNIT_SIZE
     i = 0
-    for i in range(n_units):
-        offset_py, size_py, tags_code = UNIT.unpack_from(units, i * UNIT_SIZE)
+    for i, (offset_py, size_py, tags_code) in enumerate(UNIT.iter_unpack(units[: n_units * UNIT_SIZE])):
         max_phy_pulling = offset_py
         if next_phy_file_start >= 0 and offset_py < next_phy_file_start:
             continue
-        in_disk = (max_offset_py - offset_py) > memory
-        if records and _batch_full(cfg, size_py, max_msg_nums, total, len(records), in_disk, max_total_bytes):
-            break
-        if filt is not None and not filt.match_code(tags_code):
+        if count:
+            t = total + size_py
+            if count >= max_msg_nums or (cap >= 0 and t > cap):
+                break
+            if offset_py < disk_below:
+                if t > disk_bytes or count >= disk_count:
+                    break
+            elif t > mem_bytes or count >= mem_count:
+                break
+        if codes is not None and tags_code not in codes:
             continue
-        raw = commitlog.read(offset_py, size_py)
-        if raw is None:
-            if not records:
-                status = GetStatus.MESSAGE_WAS_REMOVING
-            next_phy_file_start = offset_py + file_size - offset_py % file_size
-            continue
-        if filt is not None:
-            tags = _record_tags(raw)
-            if not filt.match_tags(tags or ""):
+        end_py = offset_py + size_py
+        if not (lo <= offset_py < hi and end_py <= hi):
+            mf = find_file(offset_py)
+            if mf is not None:
+                lo = mf.start_offset
+                hi = lo + mf.wrote_position
+                mm = mf.mapping
+            if mf is None or end_py > hi:
+                if not count:
+                    status = GetStatus.MESSAGE_WAS_REMOVING
+                next_phy_file_start = offset_py + file_size - offset_py % file_size
                 continue
-        records.append(raw)
+        raw = mm[offset_py - lo : end_py - lo]
+        if filt is not None and not filt.match_tags(_record_tags(raw) or ""):
+            continue
+        append(raw)
+        count += 1
         total += size_py
-        status = GetStatus.FOUND
         next_phy_file_start = -1
     else:
         i = n_units
+    if count:
+        status = GetStatus.FOUND
     suggest = (max_offset_py - max_phy_pulling) > memory
     return GetResult(
         status,
@@ -155,23 +185,35 @@ def store_time_of(commitlog: CommitLog, phy_offset: int) -> int:
     return int.from_bytes(mf.buffer[pos + _STORE_TS_AT : pos + _STORE_TS_AT + 8], "big", signed=True)
 
 
-def _batch_full(cfg, size_py: int, max_msg_nums: int, total: int, count: int, in_disk: bool, cap: int) -> bool:
-    if max_msg_nums <= count:
-        return True
-    if cap > 0 and total + size_py > cap:
-        return True
-    if in_disk:
-        return (
-            total + size_py > cfg.max_transfer_bytes_on_message_in_disk
-            or count > cfg.max_transfer_count_on_message_in_disk - 1
-        )
-    return (
-        total + size_py > cfg.max_transfer_bytes_on_message_in_memory
-        or count > cfg.max_transfer_count_on_message_in_memory - 1
-    )
-
-
 def _record_tags(raw: bytes) -> str | None:
+    """``property_value(<the record's properties>, "TAGS")``, found in place (no copy of the properties)."""
+    n = len(raw)
+    if n < 88:
+        return _record_tags_sliced(raw)
+    p = 88 + _I32(raw, 84)[0]
+    if p < 0 or p >= n:
+        return _record_tags_sliced(raw)
+    props_at = p + 1 + raw[p]
+    ps = props_at + 2
+    if ps > n:
+        return _record_tags_sliced(raw)
+    pe = ps + _I16(raw, props_at)[0]
+    if pe <= ps:  # property_value of an empty slice
+        return None
+    pe = min(pe, n)
+    if raw.startswith(_TAGS_NEEDLE, ps, pe):
+        start = ps + len(_TAGS_NEEDLE)
+    else:
+        idx = raw.find(_TAGS_SEP_NEEDLE, ps, pe)
+        if idx < 0:
+            return None
+        start = idx + len(_TAGS_SEP_NEEDLE)
+    end = raw.find(b"\x02", start, pe)
+    return raw[start : end if end >= 0 else pe].decode("utf-8", "replace")
+
+
+def _record_tags_sliced(raw: bytes) -> str | None:
+    """The slicing version, for records too short or too corrupt for the in-place search."""
     body_len = int.from_bytes(raw[84:88], "big", signed=True)
     p = 88 + body_len
     topic_len = raw[p]
