@@ -14,6 +14,7 @@ import traceback
 MODULES = [
     "bench.store_bench",
     "bench.replication_bench",
+    "bench.failover_bench",
     "bench.e2e_bench",
     "bench.spark_bench",
 ]
