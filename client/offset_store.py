@@ -30,16 +30,12 @@ from remoting.pb import broker_pb2
 log = logging.getLogger(__name__)
 
 
-class RemoteBrokerOffsetStore:
-    def __init__(self, group: str, routes: RouteCache, channels: BrokerChannels, *, timeout_s: float = 5.0) -> None:
-        self.group = group
-        self.routes = routes
-        self.channels = channels
-        self.timeout_s = timeout_s
-        self._offsets: dict[MessageQueue, int] = {}
-        self._persisted: dict[MessageQueue, int] = {}
+class _InMemoryOffsets:
+    """The in-memory table both stores keep between persists (the consumer updates it as it consumes)."""
 
-    # memory -----------------------------------------------------------------------------------------------
+    def __init__(self) -> None:
+        self._offsets: dict[MessageQueue, int] = {}
+
     def update(self, mq: MessageQueue, offset: int, *, increase_only: bool = False) -> None:
         if increase_only and offset <= self._offsets.get(mq, -1):
             return
@@ -50,6 +46,19 @@ class RemoteBrokerOffsetStore:
 
     def remove(self, mq: MessageQueue) -> None:
         self._offsets.pop(mq, None)
+
+
+class RemoteBrokerOffsetStore(_InMemoryOffsets):
+    def __init__(self, group: str, routes: RouteCache, channels: BrokerChannels, *, timeout_s: float = 5.0) -> None:
+        super().__init__()
+        self.group = group
+        self.routes = routes
+        self.channels = channels
+        self.timeout_s = timeout_s
+        self._persisted: dict[MessageQueue, int] = {}
+
+    def remove(self, mq: MessageQueue) -> None:
+        super().remove(mq)
         self._persisted.pop(mq, None)
 
     # brokers ----------------------------------------------------------------------------------------------
@@ -136,29 +145,18 @@ class RemoteBrokerOffsetStore:
         return done
 
 
-class LocalFileOffsetStore:
+class LocalFileOffsetStore(_InMemoryOffsets):
     """Broadcasting offsets in ``<base_dir>/<group>/offsets.json``."""
 
     def __init__(self, group: str, base_dir: str | Path) -> None:
+        super().__init__()
         self.group = group
         self.path = Path(base_dir) / group / "offsets.json"
-        self._offsets: dict[MessageQueue, int] = {}
         self._loaded: dict[str, int] | None = None
 
     @staticmethod
     def _key(mq: MessageQueue) -> str:
         return f"{mq.topic}@{mq.broker_name}@{mq.queue_id}"
-
-    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool = False) -> None:
-        if increase_only and offset <= self._offsets.get(mq, -1):
-            return
-        self._offsets[mq] = offset
-
-    def get(self, mq: MessageQueue) -> int | None:
-        return self._offsets.get(mq)
-
-    def remove(self, mq: MessageQueue) -> None:
-        self._offsets.pop(mq, None)
 
     async def read(self, mq: MessageQueue) -> int:
         if self._loaded is None:

@@ -1,13 +1,14 @@
 """Commitlog and consume-queue flushing: ASYNC_FLUSH periodic, SYNC_FLUSH group commit.
 
-- ``CommitLogFlushService`` (ASYNC_FLUSH, RocketMQ FlushRealTimeService): every ``flushIntervalCommitLog`` ms
-  it fdatasyncs the commitlog when at least ``flushCommitLogLeastPages`` 4 KiB pages are dirty, or when
+- ``PeriodicFlushService`` for the commitlog (ASYNC_FLUSH, RocketMQ FlushRealTimeService): every
+  ``flushIntervalCommitLog`` ms it fdatasyncs the commitlog when at least ``flushCommitLogLeastPages`` 4 KiB
+  pages are dirty, or when
   ``flushCommitLogThoroughInterval`` ms passed since the last thorough flush (then any dirty byte counts).
 - ``GroupCommitService`` (SYNC_FLUSH): a put registers ``(next_offset, future)`` and waits. The service
   snapshots the write offset, runs ONE fdatasync in the executor, then completes every waiter whose
   next_offset is covered. Puts arriving during an fdatasync form the next group, so concurrent writers
   share syncs. A waiter not served within ``syncFlushTimeout`` gets FLUSH_DISK_TIMEOUT (the data stays).
-- ``ConsumeQueueFlushService``: every ``flushIntervalConsumeQueue`` ms flushes dirty consume queues with
+- ``PeriodicFlushService`` for the consume queues: every ``flushIntervalConsumeQueue`` ms flushes dirty ones with
   the least-pages rule; on a thorough flush it also writes the checkpoint.
 
 The flushed offset only moves after fdatasync returned, so a status of PUT_OK under SYNC_FLUSH means the
@@ -36,17 +37,22 @@ log = logging.getLogger(__name__)
 PAGE_SIZE = 4096
 
 
-class CommitLogFlushService(Service):
-    """Periodic flush (ASYNC_FLUSH). ``flush_fn(least_bytes)`` flushes when that many bytes are dirty."""
+class PeriodicFlushService(Service):
+    """RocketMQ's periodic flush rule, shared by the commitlog (ASYNC_FLUSH) and the consume queues.
+
+    Every ``interval_ms`` it calls ``flush_fn(least_bytes, thorough)``: ``least_bytes`` is the least-pages rule
+    (flush only when that many bytes are dirty) and is 0 on a thorough run, which comes once
+    ``thorough_interval_ms`` passed since the last one. A failing run is logged and retried next interval.
+    """
 
     def __init__(
         self,
-        flush_fn: Callable[[int], Awaitable[bool]],
+        name: str,
+        flush_fn: Callable[[int, bool], Awaitable[object]],
         *,
         interval_ms: int,
         least_pages: int,
         thorough_interval_ms: int,
-        name: str = "commitlog-flush",
     ) -> None:
         super().__init__(name)
         self._flush_fn = flush_fn
@@ -65,7 +71,7 @@ class CommitLogFlushService(Service):
             if thorough:
                 self._last_thorough = now
             try:
-                await self._flush_fn(0 if thorough else self._least_bytes)
+                await self._flush_fn(0 if thorough else self._least_bytes, thorough)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -163,39 +169,6 @@ def _expire(fut: asyncio.Future) -> None:
         fut.set_result(False)  # timed out; the waiter entry is dropped when the flush passes it
 
 
-class ConsumeQueueFlushService(Service):
-    def __init__(
-        self,
-        flush_fn: Callable[[int, bool], Awaitable[None]],
-        *,
-        interval_ms: int,
-        least_pages: int,
-        thorough_interval_ms: int,
-    ) -> None:
-        super().__init__("consumequeue-flush")
-        self._flush_fn = flush_fn
-        self._interval_s = max(interval_ms, 1) / 1000
-        self._least_bytes = max(least_pages, 0) * PAGE_SIZE
-        self._thorough_s = thorough_interval_ms / 1000
-        self._last_thorough = time.monotonic()
-
-    async def on_start(self) -> None:
-        self.spawn("loop", self._loop())
-
-    async def _loop(self) -> None:
-        while not await self.sleep(self._interval_s):
-            now = time.monotonic()
-            thorough = now - self._last_thorough >= self._thorough_s
-            if thorough:
-                self._last_thorough = now
-            try:
-                await self._flush_fn(0 if thorough else self._least_bytes, thorough)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("consume-queue flush failed; retrying in %.3fs", self._interval_s)
-
-
 def build_flush_services(store: MessageStore) -> list[Service]:
     """The flush services for ``store``'s flushDiskType, wired to its commitlog, queues and checkpoint."""
     cfg = store.config
@@ -210,7 +183,7 @@ def build_flush_services(store: MessageStore) -> list[Service]:
             store._checkpoint.physic_msg_timestamp = ts  # a slave records what it dispatched instead
         return flushed
 
-    async def flush_commitlog_least(least_bytes: int) -> bool:
+    async def flush_commitlog_least(least_bytes: int, thorough: bool) -> bool:
         target = commitlog.max_offset
         dirty = target - commitlog.flushed_offset
         if dirty <= 0 or (least_bytes and dirty < least_bytes):
@@ -245,7 +218,8 @@ def build_flush_services(store: MessageStore) -> list[Service]:
         )
     else:
         services.append(
-            CommitLogFlushService(
+            PeriodicFlushService(
+                "commitlog-flush",
                 flush_commitlog_least,
                 interval_ms=cfg.flush_interval_commit_log,
                 least_pages=cfg.flush_commit_log_least_pages,
@@ -253,7 +227,8 @@ def build_flush_services(store: MessageStore) -> list[Service]:
             )
         )
     services.append(
-        ConsumeQueueFlushService(
+        PeriodicFlushService(
+            "consumequeue-flush",
             flush_consume_queues,
             interval_ms=cfg.flush_interval_consume_queue,
             least_pages=cfg.flush_consume_queue_least_pages,
