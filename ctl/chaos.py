@@ -4,7 +4,9 @@ Targets are compose services found by label on the project's containers
 (``com.docker.compose.project=<project>``, ``com.docker.compose.service=<service>``). The target grammar:
 ``master -b broker-a`` (service ``broker-a``), ``slave -b broker-a`` (service ``broker-a-s``), ``namesrv``, or any
 service name such as ``broker-b-s``. The project is ``--project``, else ``COMPOSE_PROJECT_NAME``, else the
-``name:`` of the repository's docker-compose.yml, else the repository directory's name (compose's own rule).
+``name:`` of the repository's docker-compose.yml, else the repository directory's name (compose's own rule);
+when that project has no containers but exactly one compose project runs pyrmq images, that one (a clone under
+another directory name, or an mqctl installed outside the checkout).
 
 kill = SIGKILL (a crash); stop = SIGTERM then SIGKILL after 10 s; pause = cgroup freezer (sockets stay open,
 peers see timeouts). ``partition A B`` first tries a symmetric ``ip route add blackhole <peer ip>/32`` inside
@@ -74,12 +76,26 @@ class Project:
         except DockerException as exc:
             raise DockerUnavailable(str(exc).splitlines()[0][:200]) from None
         containers = self.client.containers.list(all=True, filters={"label": f"{PROJECT_LABEL}={self.name}"})
+        if not containers and name is None:
+            guessed = self._only_pyrmq_project()
+            if guessed:
+                self.name = guessed
+                containers = self.client.containers.list(all=True, filters={"label": f"{PROJECT_LABEL}={guessed}"})
         if not containers:
             running = sorted({c.labels.get(PROJECT_LABEL) for c in self.client.containers.list(all=True)} - {None})
             raise NoComposeProject(self.name, running)
         self.services: dict[str, list] = {}
         for container in containers:
             self.services.setdefault(container.labels.get(SERVICE_LABEL, container.name), []).append(container)
+
+    def _only_pyrmq_project(self) -> str | None:
+        """The one compose project whose containers run pyrmq images, if there is exactly one."""
+        projects = set()
+        for container in self.client.containers.list(all=True, filters={"label": PROJECT_LABEL}):
+            image = container.attrs.get("Config", {}).get("Image", "")
+            if image.startswith("pyrmq-"):
+                projects.add(container.labels[PROJECT_LABEL])
+        return projects.pop() if len(projects) == 1 else None
 
     def brokers(self) -> list[str]:
         return sorted(

@@ -51,3 +51,12 @@ def test_server_is_pid_1_as_rocketmq(cluster, service):
     assert f"python\x00-m\x00{module}\x00" in done.stdout, done.stdout
     uid_line = next(line for line in done.stdout.splitlines() if line.startswith("Uid:"))
     assert uid_line.split()[1:] == ["3000"] * 4
+
+
+def test_mqctl_finds_the_only_pyrmq_compose_project_without_being_told(cluster):
+    """A clone under another directory name (or an mqctl installed elsewhere) still finds the running cluster."""
+    from tests.system.harness import mqctl
+
+    result = mqctl("heal", "--settle", "0", env={"COMPOSE_PROJECT_NAME": None})
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert f"project {cluster.project}" in result.stdout
