@@ -23,7 +23,7 @@ IN_FLIGHT and is told to retry, instead of storing the message twice. ``complete
 stored results; ``release()`` drops them when the append failed, so a retry may store the messages.
 
 Restart: the window lives in memory. After a restart it is rebuilt from the commitlog tail with
-``restore_from_records`` (every record of the last window with a UNIQ_KEY; the record does not say whether its
+``restore_from_store`` (every record of the last window with a UNIQ_KEY; the record does not say whether its
 send asked for dedup, so all are indexed, newest ``max_entries`` kept). That matters: the commonest reason for
 an idempotent producer to resend is that the broker went down mid-send, which is exactly when an in-memory-only
 window would be empty and let the resent messages in twice.
@@ -273,26 +273,27 @@ def restore_from_records(
 DEFAULT_MAX_SCAN_BYTES = 512 * 1024 * 1024
 
 
-def restore_from_commitlog(
+def restore_from_store(
     window: SendDedupWindow,
-    commitlog,
+    store,
     store_host: tuple[str, int],
     *,
     max_scan_bytes: int = DEFAULT_MAX_SCAN_BYTES,
 ) -> tuple[int, int]:
-    """Rebuild ``window`` from the tail of a recovered ``CommitLog`` at broker start, before sends are taken.
+    """Rebuild ``window`` from the tail of a recovered ``MessageStore`` at broker start, before sends are taken.
 
     Scans from the newest commitlog file whose first record is older than the window (RocketMQ's
-    ``isMappedFileMatchedRecover`` choice, ``CommitLog.abnormal_start_index``), but never more than
-    ``max_scan_bytes`` back from the end (whole files are skipped to stay within it; ~1 M records of 1 KiB per
-    512 MiB, a few seconds). Returns (entries added, physical offset the scan started at).
+    ``isMappedFileMatchedRecover`` choice), but never more than ``max_scan_bytes`` back from the end (whole
+    files are skipped to stay within it, so the scan starts where a record starts; ~1 M records of 1 KiB per
+    512 MiB, a few seconds). Blocking: run it in an executor. Returns (entries added, offset the scan began at).
     """
-    files = commitlog.files.files
-    if not files:
-        return 0, 0
-    end = commitlog.max_offset
-    index = commitlog.abnormal_start_index(window.clock_ms() - window.window_ms)
-    while index + 1 < len(files) and files[index].start_offset < end - max_scan_bytes:
-        index += 1
-    begin = max(files[index].start_offset, commitlog.min_offset)
-    return restore_from_records(window, commitlog.iter_records(begin, end), store_host), begin
+    end = store.max_phy_offset
+    if end <= store.min_phy_offset:
+        return 0, store.min_phy_offset
+    file_size = store.config.mapped_file_size_commit_log
+    begin = store.commitlog_start_at_time(window.clock_ms() - window.window_ms)
+    floor = end - max_scan_bytes
+    if begin < floor:
+        last_file = (end - 1) - (end - 1) % file_size
+        begin = min(-(-floor // file_size) * file_size, last_file)  # the first whole file within the budget
+    return restore_from_records(window, store.scan_commitlog(begin, end), store_host), begin

@@ -22,17 +22,17 @@ from collections.abc import Callable
 
 from broker.client_manager import ClientManager
 from broker.config import BrokerSettings
-from broker.dedup import SendDedupWindow, restore_from_records
+from broker.dedup import SendDedupWindow, restore_from_store
 from broker.grpc.admin import BrokerAdminServicer
 from broker.grpc.context import BrokerContext
 from broker.grpc.messaging import MessagingServicer
 from broker.ha.service import HAService
 from broker.long_polling import PullRequestHoldService
 from broker.metadata.consumer_offsets import ConsumerOffsetManager
-from broker.metrics import BrokerMetrics
 from broker.metadata.delay_offsets import DelayOffsetManager
 from broker.metadata.subscription_groups import SubscriptionGroupManager
 from broker.metadata.topics import TopicConfigManager
+from broker.metrics import BrokerMetrics
 from broker.registration import RegistrationService
 from broker.retry import RetryService
 from broker.schedule import ScheduleService
@@ -51,7 +51,6 @@ from remoting.pb import admin_pb2_grpc, broker_pb2_grpc
 log = logging.getLogger(__name__)
 
 GRPC_STOP_GRACE_S = 5.0
-DEDUP_RESTORE_MAX_BYTES = 512 * 1024 * 1024  # a few seconds of scanning at most
 
 
 class BrokerServer(Service):
@@ -207,9 +206,7 @@ class BrokerServer(Service):
         """The send dedup window, rebuilt from the commitlog tail before any send is taken.
 
         The usual reason an idempotent producer (the Spark sink) resends is that the broker went down mid-send,
-        so an empty window after a restart would store those messages twice. Only the last
-        ``DEDUP_RESTORE_MAX_BYTES`` of the log are scanned (starting at a file boundary, where a record begins);
-        records older than the window are skipped by their store time.
+        so an empty window after a restart would store those messages twice (``dedup.restore_from_store``).
         """
         broker = self.settings.broker
         if broker.send_dedup_window_seconds <= 0:
@@ -217,12 +214,9 @@ class BrokerServer(Service):
         window = SendDedupWindow(broker.send_dedup_window_seconds)
         if not self.settings.role.is_master:
             return window
-        file_size = self.settings.store.mapped_file_size_commit_log
-        low = max(store.min_phy_offset, store.max_phy_offset - DEDUP_RESTORE_MAX_BYTES)
-        begin = max(store.min_phy_offset, low - low % file_size)
         host = (broker.broker_ip1, broker.listen_port)
-        added = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: restore_from_records(window, store.scan_commitlog(begin), host)
+        added, begin = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: restore_from_store(window, store, host)
         )
         if added:
             log.info("send dedup window: %d UNIQ_KEYs of the last %d s restored from commitlog offset %d",

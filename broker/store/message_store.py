@@ -405,6 +405,14 @@ class MessageStore:
             max(begin, self.min_phy_offset), self.max_phy_offset if end is None else end
         )
 
+    def commitlog_start_at_time(self, timestamp_ms: int) -> int:
+        """Start of the newest commitlog file whose first record is stored at or before ``timestamp_ms`` (the min
+        offset when none is): a scan from there sees every record newer than that time."""
+        files = self._commitlog.files.files
+        if not files:
+            return self.min_phy_offset
+        return max(files[self._commitlog.abnormal_start_index(timestamp_ms)].start_offset, self.min_phy_offset)
+
     def _store_time_of(self, phy_offset: int, size: int = 0) -> int:
         return get_path.store_time_of(self._commitlog, phy_offset)
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.config import MessageStoreConfig
-from broker.dedup import FirstSend, SendDedupWindow, Verdict, restore_from_commitlog, restore_from_records
+from broker.dedup import FirstSend, SendDedupWindow, Verdict, restore_from_records, restore_from_store
 from broker.store.message_store import MessageStore
 from broker.store.record import check_record, encode_properties, encode_record, host_bytes
 from broker.store.types import MessageDraft, offset_msg_id
@@ -198,12 +198,12 @@ async def test_a_restarted_store_rebuilds_the_window_from_its_commitlog_tail(tmp
     await store.start()
     try:
         window = SendDedupWindow(600)
-        added, begin = restore_from_commitlog(window, store._commitlog, ("127.0.0.1", 10911))
+        added, begin = restore_from_store(window, store, ("127.0.0.1", 10911))
         assert added == 150 and begin == 0
         hit = window.lookup("T", "K149")
         assert hit is not None and (hit.queue_id, hit.queue_offset) == (1, 74)
         budgeted = SendDedupWindow(600)
-        added, begin = restore_from_commitlog(budgeted, store._commitlog, ("127.0.0.1", 10911), max_scan_bytes=1)
+        added, begin = restore_from_store(budgeted, store, ("127.0.0.1", 10911), max_scan_bytes=1)
         assert begin == store._commitlog.files.files[-1].start_offset and 0 < added < 150
     finally:
         await store.stop()
