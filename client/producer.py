@@ -8,7 +8,7 @@ while one more 1 KiB message in a call costs a few µs (spec/performance.md Part
   (0: at the end of the current event-loop iteration, so every send made in one iteration shares an RPC).
 - The next open batch takes the next publish queue (round-robin over the queues of healthy masters), so load
   spreads over queues batch by batch.
-- A sealed batch is one SendMessage RPC. At most ``max_inflight_per_queue`` RPCs run per queue; sealed
+- A sealed batch is one send request on the broker's Exchange stream (``client.exchange``). At most ``max_inflight_per_queue`` RPCs run per queue; sealed
   batches beyond that wait in order and go out as earlier RPCs of that queue finish.
 
 Per message the hot path is: one future, one wire message filled in place in the batch's request, two list
@@ -67,20 +67,24 @@ class ProducerStats:
 
 
 class _Batch:
-    __slots__ = ("add", "deadline", "futures", "ids", "mq", "nbytes", "request", "sealed")
+    __slots__ = ("add", "deadline", "envelope", "futures", "ids", "mq", "nbytes", "request", "sealed")
 
     def __init__(
         self, mq: MessageQueue, group: str, born_host: str, deadline: float, default_nums: int, dedup: bool
     ) -> None:
         self.mq = mq
-        self.request = broker_pb2.SendMessageRequest(
-            producer_group=group,
-            topic=mq.topic,
-            queue_id=mq.queue_id,
-            born_host=born_host,
-            default_topic_queue_nums=default_nums,
-            dedup=dedup,
+        # Built inside the Exchange envelope, so the wire messages are filled in place and never copied.
+        self.envelope = broker_pb2.ExchangeRequest(
+            send=broker_pb2.SendMessageRequest(
+                producer_group=group,
+                topic=mq.topic,
+                queue_id=mq.queue_id,
+                born_host=born_host,
+                default_topic_queue_nums=default_nums,
+                dedup=dedup,
+            )
         )
+        self.request = self.envelope.send
         self.add = self.request.messages.add
         self.ids: list[str] = []
         self.futures: list[asyncio.Future] = []
@@ -348,7 +352,7 @@ class Producer:
                 self.stats.retries += 1
             self.stats.rpcs += 1
             try:
-                resp = await self.channels.get(addr).messaging.SendMessage(request, timeout=remaining)
+                resp = await self.channels.get(addr).exchange.call(batch.envelope, remaining)
             except grpc.aio.AioRpcError as exc:
                 self.channels.health.mark_failed(addr)
                 last_error = transport_error(exc, addr, remaining, "SendMessage")

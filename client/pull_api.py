@@ -1,4 +1,5 @@
-"""One pull, RocketMQ's PullAPIWrapper: choose the node, send PullMessage, decode, remember the read advice.
+"""One pull, RocketMQ's PullAPIWrapper: choose the node, send the pull (on the broker's Exchange stream, see
+``client.exchange``), decode, remember the read advice.
 
 ``pullFromWhichNodeTable`` (spec §5.4): after every pull response, ``table[mq] = suggest_which_broker_id``;
 the next pull of that queue goes to ``find_broker_address_in_subscribe(broker_name, table.get(mq, 0))``.
@@ -65,7 +66,7 @@ class PullAPI:
         self.routes = routes
         self.channels = channels
         self.pull_from_which_node: dict[MessageQueue, int] = {}
-        self.pulls = 0  # PullMessage RPCs answered
+        self.pulls = 0  # pulls answered
         self.pulled = 0  # messages they returned (before the client-side tag check)
         self._filters: dict[str, TagFilter] = {}
 
@@ -123,19 +124,21 @@ class PullAPI:
             sys_flag |= FLAG_SUSPEND
         if commit_offset > 0 and not is_slave:
             sys_flag |= FLAG_COMMIT_OFFSET
-        request = broker_pb2.PullMessageRequest(
-            consumer_group=self.group,
-            topic=mq.topic,
-            queue_id=mq.queue_id,
-            queue_offset=offset,
-            max_msg_nums=max_nums,
-            sys_flag=sys_flag,
-            commit_offset=commit_offset if sys_flag & FLAG_COMMIT_OFFSET else 0,
-            suspend_timeout_millis=suspend_ms,
-            subscription=subscription or "*",
+        envelope = broker_pb2.ExchangeRequest(
+            pull=broker_pb2.PullMessageRequest(
+                consumer_group=self.group,
+                topic=mq.topic,
+                queue_id=mq.queue_id,
+                queue_offset=offset,
+                max_msg_nums=max_nums,
+                sys_flag=sys_flag,
+                commit_offset=commit_offset if sys_flag & FLAG_COMMIT_OFFSET else 0,
+                suspend_timeout_millis=suspend_ms,
+                subscription=subscription or "*",
+            )
         )
         try:
-            resp = await self.channels.get(addr).messaging.PullMessage(request, timeout=timeout_s)
+            resp = await self.channels.get(addr).exchange.call(envelope, timeout_s)
         except grpc.aio.AioRpcError as exc:
             self.channels.health.mark_failed(addr)
             raise transport_error(exc, addr, timeout_s, f"PullMessage {mq}") from None

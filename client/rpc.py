@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 
 from client.errors import BrokerError, BrokerUnreachableError, MQClientError, RequestTimeout
+from client.exchange import ExchangeClient
 from remoting.channel import aio_channel
 from remoting.codes import ResponseCode
 from remoting.pb import admin_pb2_grpc, broker_pb2_grpc, namesrv_pb2_grpc
@@ -61,13 +62,27 @@ class HealthTracker:
 
 
 class Stubs:
-    __slots__ = ("admin", "channel", "messaging", "namesrv")
+    __slots__ = ("_exchange", "addr", "admin", "channel", "messaging", "namesrv")
 
     def __init__(self, addr: str) -> None:
+        self.addr = addr
         self.channel = aio_channel(addr)
         self.messaging = broker_pb2_grpc.MessagingStub(self.channel)
         self.admin = admin_pb2_grpc.BrokerAdminStub(self.channel)
         self.namesrv = namesrv_pb2_grpc.NameServerStub(self.channel)
+        self._exchange: ExchangeClient | None = None
+
+    @property
+    def exchange(self) -> ExchangeClient:
+        """The multiplexed send/pull stream to this broker (opened on first use)."""
+        if self._exchange is None:
+            self._exchange = ExchangeClient(self.messaging, self.addr)
+        return self._exchange
+
+    async def close(self) -> None:
+        if self._exchange is not None:
+            await self._exchange.close()
+        await self.channel.close(grace=None)
 
 
 class BrokerChannels:
@@ -96,7 +111,7 @@ class BrokerChannels:
     async def close(self) -> None:
         stubs, self._stubs = list(self._stubs.values()), {}
         for s in stubs:
-            await s.channel.close(grace=None)
+            await s.close()
 
 
 async def send_ack(channels: BrokerChannels, addr: str, method: str, request: Any, timeout_s: float) -> bool:

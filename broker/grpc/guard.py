@@ -15,21 +15,33 @@ from remoting.codes import ResponseCode
 
 log = logging.getLogger("broker.grpc")
 
+Handler = Callable[[Any, Any], Awaitable[Any]]
 
-def guarded(response_type: type, handler: Callable[[Any, Any], Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    name = f"{handler.__module__.rsplit('.', 1)[-1]}.{handler.__name__}"
+
+def handler_name(handler: Handler) -> str:
+    return f"{handler.__module__.rsplit('.', 1)[-1]}.{handler.__name__}"
+
+
+async def run_guarded(name: str, response_type: type, handler: Handler, ctx: Any, request: Any) -> Any:
+    """``await handler(ctx, request)``, or a SYSTEM_ERROR ``response_type`` when it raises."""
+    try:
+        return await handler(ctx, request)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.exception("%s failed", name)
+        return response_type(
+            code=int(ResponseCode.SYSTEM_ERROR),
+            remark=f"{name} failed on the broker: {type(exc).__name__}: {exc}; retry, and report it if it repeats",
+        )
+
+
+def guarded(response_type: type, handler: Handler) -> Callable[..., Awaitable[Any]]:
+    """A unary servicer method (``self, request, context``) around ``handler(ctx, request)``."""
+    name = handler_name(handler)
 
     @functools.wraps(handler)
     async def method(self, request, context):  # grpc servicer signature
-        try:
-            return await handler(self.ctx, request)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("%s failed", name)
-            return response_type(
-                code=int(ResponseCode.SYSTEM_ERROR),
-                remark=f"{name} failed on the broker: {type(exc).__name__}: {exc}; retry, and report it if it repeats",
-            )
+        return await run_guarded(name, response_type, handler, self.ctx, request)
 
     return method

@@ -3,6 +3,7 @@ GrpcMessagingApplication -> activities)."""
 
 from __future__ import annotations
 
+from broker.grpc import exchange
 from broker.grpc.context import BrokerContext
 from broker.grpc.guard import guarded
 from broker.grpc.handlers import heartbeat, offsets, pull, send, send_back
@@ -24,3 +25,6 @@ class MessagingServicer(broker_pb2_grpc.MessagingServicer):
     GetConsumerIdList = guarded(broker_pb2.GetConsumerIdListResponse, heartbeat.consumer_ids)
     ConsumerSendMsgBack = guarded(common_pb2.Ack, send_back.handle)
     ViewMessage = guarded(broker_pb2.ViewMessageResponse, offsets.view)
+
+    async def Exchange(self, request_iterator, context):
+        await exchange.serve(self.ctx, request_iterator, context.write)
