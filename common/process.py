@@ -14,6 +14,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from common import event_loop
 from common.errors import ConfigError, PyrmqError
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ async def serve(make: Callable[[], Awaitable[Runnable]], *, on_ready: Callable[[
 def run(make: Callable[[], Awaitable[Runnable]], *, on_ready: Callable[[Runnable], None]) -> int:
     """Blocking entry point for ``__main__`` modules; returns the process exit code."""
     try:
-        return asyncio.run(serve(make, on_ready=on_ready))
+        return event_loop.run(serve(make, on_ready=on_ready))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
