@@ -2,16 +2,20 @@
 
 Starts a nameserver and one broker (ASYNC_MASTER, ASYNC_FLUSH, 1 GiB commitlog files) as real processes, then
 ``--senders`` concurrent coroutines each send one message at a time (``await producer.send``) for
-``--duration`` seconds while a PushConsumer in the same process receives them. Reports:
+``--duration`` seconds while a PushConsumer receives them (``--consumer``: ``inproc``, the default, shares the
+producer's event loop; ``process`` runs it as an application of its own, as RocketMQ's producer and consumer
+benchmark tools do, which on 2 cores makes three busy processes; ``none`` measures the produce path alone).
+Reports:
 
 - produce msg/s and MiB/s, send latency p50/p99/p999 (call to SendResult),
-- SendMessage RPCs made and messages per RPC (the producer's coalescing),
+- send requests made and messages per request (the producer's coalescing),
 - end-to-end latency p50/p99 (born timestamp, set by the producer, to the listener; ms clock),
-- CPU µs per message of the broker and of the client process (from /proc).
+- CPU µs per message of the broker and of the client processes (producer plus consumer; from /proc).
 
-The consumer pulls up to ``--pull-batch`` (128) messages per RPC, the broker's in-memory pull caps are raised to
-match (RocketMQ's 32 messages / 256 KiB would make pulls cost more broker CPU than sends), and it pauses
-``--pull-interval-ms`` (2) after a partial pull. ``--no-consumer`` measures the produce path alone.
+The consumer pulls up to ``--pull-batch`` (128) messages per request, the broker's in-memory pull caps are raised
+to match (RocketMQ's 32 messages / 256 KiB would make pulls cost more broker CPU than sends), and it pauses
+``--pull-interval-ms`` (2) after a partial pull. Every process runs on ``common.event_loop`` (uvloop when
+installed; ``PYRMQ_EVENT_LOOP=asyncio`` for the standard loop).
 
 Variants (``--variants``) are producer settings compared in one run, interleaved over ``--runs``; medians are
 printed. Runs start once the fresh broker's boot-time work (commitlog pre-touch) is over and after ``--warmup``
@@ -37,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.report import print_table, write_json
+from common import event_loop
 from client import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
 from tests.support.procs import Broker, Namesrv
 
@@ -91,32 +96,8 @@ async def run_once(
                 pass
             await asyncio.sleep(0.1)
 
-    e2e_ms: list[int] = []
-    received = 0
-
-    def listener(msgs):
-        nonlocal received
-        now = int(time.time() * 1000)
-        for m in msgs:
-            e2e_ms.append(now - m.born_timestamp)
-        received += len(msgs)
-        return ConsumeStatus.CONSUME_SUCCESS
-
-    consumer = PushConsumer(
-        f"BenchGroup_{name}",
-        ns_addr,
-        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-        consume_batch_max_size=32,
-        consume_concurrency=2,
-        pull_batch_size=args.pull_batch,
-        max_inflight_messages=4096,
-        suspend_ms=2000,
-        pull_interval_ms=args.pull_interval_ms,
-    )
-    consumer.subscribe(topic)
-    consumer.register_message_listener(listener)
-    if not args.no_consumer:
-        await consumer.start()
+    consumer = ConsumerSide(args, ns_addr, topic, f"BenchGroup_{name}")
+    await consumer.start()
 
     body = os.urandom(args.body // 2).hex().encode()[: args.body]
     latencies: list[float] = []
@@ -136,19 +117,16 @@ async def run_once(
                 lat(perf() - t0)
                 sent += 1
 
-        cpu_b0, cpu_c0 = cpu_s(broker.pid), cpu_s()
+        cpu_b0, cpu_p0, cpu_k0 = cpu_s(broker.pid), cpu_s(), consumer.cpu_s()
         t0 = time.perf_counter()
         stop_at = t0 + (args.duration if duration_s is None else duration_s)
         await asyncio.gather(*(sender() for _ in range(args.senders)))
         elapsed = time.perf_counter() - t0
-        cpu_b1, cpu_c1 = cpu_s(broker.pid), cpu_s()
+        cpu_b1, cpu_p1, cpu_k1 = cpu_s(broker.pid), cpu_s(), consumer.cpu_s()
         rpcs = producer.stats.rpcs - base_rpcs
 
-    if not args.no_consumer:
-        deadline = time.monotonic() + 30
-        while received < sent + 1 and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        await consumer.stop()
+    got = await consumer.finish(sent + 1)
+    client_cpu = cpu_p1 - cpu_p0 + (cpu_k1 - cpu_k0 if args.consumer == "process" else 0.0)
     return {
         "variant": name,
         "sent": sent,
@@ -160,13 +138,117 @@ async def run_once(
         "send_p999_ms": round(pct(latencies, 0.999) * 1000, 2),
         "rpcs": rpcs,
         "msgs_per_rpc": round(sent / max(1, rpcs), 1),
-        "received": received,
-        "msgs_per_pull": round(consumer.pull_api.pulled / max(1, consumer.pull_api.pulls), 1),
-        "e2e_p50_ms": pct(e2e_ms, 0.50),
-        "e2e_p99_ms": pct(e2e_ms, 0.99),
+        "received": got["received"],
+        "msgs_per_pull": got["msgs_per_pull"],
+        "e2e_p50_ms": got["e2e_p50_ms"],
+        "e2e_p99_ms": got["e2e_p99_ms"],
         "broker_cpu_us_per_msg": round((cpu_b1 - cpu_b0) / max(1, sent) * 1e6, 1),
-        "client_cpu_us_per_msg": round((cpu_c1 - cpu_c0) / max(1, sent) * 1e6, 1),
+        "client_cpu_us_per_msg": round(client_cpu / max(1, sent) * 1e6, 1),
+        "consumer_cpu_us_per_msg": round((cpu_k1 - cpu_k0) / max(1, sent) * 1e6, 1),
     }
+
+
+def make_consumer(args, ns_addr: str, topic: str, group: str, on_messages) -> PushConsumer:
+    consumer = PushConsumer(
+        group,
+        ns_addr,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        consume_batch_max_size=32,
+        consume_concurrency=2,
+        pull_batch_size=args.pull_batch,
+        max_inflight_messages=4096,
+        suspend_ms=2000,
+        pull_interval_ms=args.pull_interval_ms,
+    )
+    consumer.subscribe(topic)
+
+    def listener(msgs):
+        on_messages(int(time.time() * 1000), msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer.register_message_listener(listener)
+    return consumer
+
+
+class Tally:
+    """What the consumer saw: a count and each message's born-to-listener latency (producer clock, same host)."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.e2e_ms: list[int] = []
+
+    def __call__(self, now_ms: int, msgs) -> None:
+        self.e2e_ms.extend(now_ms - m.born_timestamp for m in msgs)
+        self.received += len(msgs)
+
+    def summary(self, consumer: PushConsumer | None) -> dict:
+        pulls = consumer.pull_api.pulls if consumer else 0
+        return {
+            "received": self.received,
+            "msgs_per_pull": round(consumer.pull_api.pulled / max(1, pulls), 1) if consumer else 0.0,
+            "e2e_p50_ms": pct(self.e2e_ms, 0.50),
+            "e2e_p99_ms": pct(self.e2e_ms, 0.99),
+        }
+
+
+async def wait_received(tally: Tally, expect: int, limit_s: float = 30.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while tally.received < expect and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+
+class ConsumerSide:
+    """The push consumer of one run: in this process (``--consumer inproc``), in a child process of its own
+    (``process``), or absent (``none``). The child is this module with ``--serve-consumer``; it prints ``ready``
+    once started, reads the expected count on stdin, and prints its summary as JSON."""
+
+    def __init__(self, args, ns_addr: str, topic: str, group: str) -> None:
+        self.args, self.ns_addr, self.topic, self.group = args, ns_addr, topic, group
+        self.tally = Tally()
+        self.consumer: PushConsumer | None = None
+        self.child: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        mode = self.args.consumer
+        if mode == "inproc":
+            self.consumer = make_consumer(self.args, self.ns_addr, self.topic, self.group, self.tally)
+            await self.consumer.start()
+        elif mode == "process":
+            self.child = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bench.e2e_bench", "--serve-consumer", self.ns_addr, self.topic, self.group,
+                "--pull-batch", str(self.args.pull_batch), "--pull-interval-ms", str(self.args.pull_interval_ms),
+                cwd=str(REPO), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            )
+            line = await asyncio.wait_for(self.child.stdout.readline(), 30)
+            if line.strip() != b"ready":
+                raise RuntimeError(f"the consumer process did not start: {line!r}")
+
+    def cpu_s(self) -> float:
+        return cpu_s(self.child.pid) if self.child is not None else 0.0
+
+    async def finish(self, expect: int) -> dict:
+        if self.child is not None:
+            self.child.stdin.write(f"{expect}\n".encode())
+            await self.child.stdin.drain()
+            out = await asyncio.wait_for(self.child.stdout.readline(), 60)
+            await self.child.wait()
+            return json.loads(out)
+        if self.consumer is not None:
+            await wait_received(self.tally, expect)
+            await self.consumer.stop()
+        return self.tally.summary(self.consumer)
+
+
+async def serve_consumer(args) -> None:
+    ns_addr, topic, group = args.serve_consumer
+    tally = Tally()
+    consumer = make_consumer(args, ns_addr, topic, group, tally)
+    await consumer.start()
+    print("ready", flush=True)
+    line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    await wait_received(tally, int(line))
+    await consumer.stop()
+    print(json.dumps(tally.summary(consumer)), flush=True)
 
 
 def median_rows(results: list[dict]) -> list[dict]:
@@ -229,10 +311,17 @@ def main() -> None:
     ap.add_argument("--pull-interval-ms", type=float, default=2.0, help="consumer pause after a partial pull")
     ap.add_argument("--linger-ms", type=float, default=0.0)
     ap.add_argument("--variants", default="batch512,batch32", help=f"comma-separated, of {sorted(VARIANTS)}")
-    ap.add_argument("--no-consumer", action="store_true", help="produce only")
+    ap.add_argument(
+        "--consumer", choices=("inproc", "process", "none"), default="inproc",
+        help="where the push consumer runs: this process (default), its own process, or nowhere (produce only)",
+    )
+    ap.add_argument("--serve-consumer", nargs=3, metavar=("NAMESRV", "TOPIC", "GROUP"), help=argparse.SUPPRESS)
     ap.add_argument("--out", default="", help="JSON path (default bench/results/e2e_bench.json)")
     args = ap.parse_args()
-    results = asyncio.run(main_async(args))
+    if args.serve_consumer:
+        event_loop.run(serve_consumer(args))
+        return
+    results = event_loop.run(main_async(args))
     rows = median_rows(results)
     columns = [c for c in rows[0] if c != "run"]
     print()
