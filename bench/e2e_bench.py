@@ -126,7 +126,7 @@ async def run_once(
         rpcs = producer.stats.rpcs - base_rpcs
 
     got = await consumer.finish(sent + 1)
-    client_cpu = cpu_p1 - cpu_p0 + (cpu_k1 - cpu_k0 if args.consumer == "process" else 0.0)
+    client_cpu = (cpu_p1 - cpu_p0) + (cpu_k1 - cpu_k0)  # the consumer process's share is 0 unless it has one
     return {
         "variant": name,
         "sent": sent,

@@ -4,11 +4,11 @@ Why: a unary grpcio call costs about twice the CPU of one message on an open str
 consumers make one call per batch (see ``broker.grpc.exchange``).
 
 ``call(envelope, timeout_s)`` stamps a fresh ``opaque`` on an ``ExchangeRequest``, queues it for the stream, and
-returns the response inside the matching ``ExchangeResponse``. Failures look exactly like a failed unary call, so callers keep one
-error path: a ``grpc.aio.AioRpcError`` with DEADLINE_EXCEEDED when no answer came within ``timeout_s``, or with
-the stream's own status when it broke (every request still waiting then fails with it, whether or not the broker
-had acted on it, as with a unary call cut off mid-way). The next ``call`` opens a new stream; grpc's channel
-reconnects underneath.
+returns the response inside the matching ``ExchangeResponse``. Failures look exactly like a failed unary call, so
+callers keep one error path: a ``grpc.aio.AioRpcError`` with DEADLINE_EXCEEDED when no answer came within
+``timeout_s``, or with the stream's own status when it broke (every request still waiting then fails with it,
+whether or not the broker had acted on it, as with a unary call cut off mid-way). The next ``call`` opens a new
+stream; grpc's channel reconnects underneath.
 
 Not thread-safe: use from the event loop of the channel.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,8 +25,6 @@ import grpc
 from client.errors import BrokerError
 from remoting.codes import ResponseCode
 from remoting.pb import broker_pb2, broker_pb2_grpc
-
-log = logging.getLogger(__name__)
 
 _CLOSE = None  # queued to end the request stream
 

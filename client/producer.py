@@ -8,8 +8,9 @@ while one more 1 KiB message in a call costs a few µs (spec/performance.md Part
   (0: at the end of the current event-loop iteration, so every send made in one iteration shares an RPC).
 - The next open batch takes the next publish queue (round-robin over the queues of healthy masters), so load
   spreads over queues batch by batch.
-- A sealed batch is one send request on the broker's Exchange stream (``client.exchange``). At most ``max_inflight_per_queue`` RPCs run per queue; sealed
-  batches beyond that wait in order and go out as earlier RPCs of that queue finish.
+- A sealed batch is one send request on the broker's Exchange stream (``client.exchange``). At most
+  ``max_inflight_per_queue`` requests run per queue; sealed batches beyond that wait in order and go out as
+  earlier requests of that queue finish.
 
 Per message the hot path is: one future, one wire message filled in place in the batch's request, two list
 appends. No task per message; one task per RPC.

@@ -14,7 +14,6 @@ unary call whose client went away).
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -22,8 +21,6 @@ from broker.grpc.guard import Handler, handler_name, run_guarded
 from broker.grpc.handlers import pull, send
 from remoting.codes import ResponseCode
 from remoting.pb import broker_pb2
-
-log = logging.getLogger(__name__)
 
 ExchangeResponse = broker_pb2.ExchangeResponse
 
