@@ -46,10 +46,12 @@ from client import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, Produc
 from tests.support.procs import Broker, Namesrv
 
 MiB = 1024 * 1024
-VARIANTS = {
-    "batch512": {"max_batch_messages": 512},
+VARIANTS = {  # producer settings; "roundrobin" is the producer before pipelining and sticky queues
+    "default": {},
+    "nosticky": {"sticky_queue_bytes": 0},
+    "depth1": {"pipeline_depth": 1},
+    "roundrobin": {"pipeline_depth": 1, "sticky_queue_bytes": 0},
     "batch32": {"max_batch_messages": 32},
-    "batch16": {"max_batch_messages": 16},
 }
 
 
@@ -310,7 +312,7 @@ def main() -> None:
     ap.add_argument("--pull-batch", type=int, default=128, help="consumer pull batch (and the broker's cap)")
     ap.add_argument("--pull-interval-ms", type=float, default=2.0, help="consumer pause after a partial pull")
     ap.add_argument("--linger-ms", type=float, default=0.0)
-    ap.add_argument("--variants", default="batch512,batch32", help=f"comma-separated, of {sorted(VARIANTS)}")
+    ap.add_argument("--variants", default="default,roundrobin", help=f"comma-separated, of {sorted(VARIANTS)}")
     ap.add_argument(
         "--consumer", choices=("inproc", "process", "none"), default="inproc",
         help="where the push consumer runs: this process (default), its own process, or nowhere (produce only)",

@@ -3,11 +3,15 @@
 Why batch: one grpcio call costs ~300 µs of server CPU and ~200 µs of client CPU on the 2-core test machine,
 while one more 1 KiB message in a call costs a few µs (spec/performance.md Part C). So sends are gathered:
 
-- A topic has at most one *open batch*, bound to one queue. Every send joins the open batch until it holds
-  ``max_batch_messages`` or ``max_batch_bytes``; it is then sealed at once, else ``linger_ms`` after it opened
-  (0: at the end of the current event-loop iteration, so every send made in one iteration shares an RPC).
-- The next open batch takes the next publish queue (round-robin over the queues of healthy masters), so load
-  spreads over queues batch by batch.
+- A topic has at most one *open batch*, bound to one queue. Every send joins the open batch until it holds its
+  cap or ``max_batch_bytes``; it is then sealed at once, else ``linger_ms`` after it opened (0: at the end of
+  the current event-loop iteration, so every send made in one iteration shares an RPC).
+- The cap and the rule for a due batch below it come from ``client.batch_policy``: concurrent senders are
+  spread over ``pipeline_depth`` requests (each capped at ``max_batch_messages``) so that the client and the
+  broker work at the same time, and a partial batch waits while its broker already has ``pipeline_depth``
+  requests in flight, so fragments merge back into full batches.
+- The next open batch takes its queue from ``client.queue_choice``: round-robin over the queues of healthy
+  masters, staying on one queue for up to ``sticky_queue_bytes`` while requests to it are still in flight.
 - A sealed batch is one send request on the broker's Exchange stream (``client.exchange``). At most
   ``max_inflight_per_queue`` requests run per queue; sealed batches beyond that wait in order and go out as
   earlier requests of that queue finish.
@@ -41,6 +45,7 @@ from typing import Self
 
 import grpc
 
+from client.batch_policy import BatchPolicy
 from client.errors import (
     BrokerError,
     ClientStateError,
@@ -51,6 +56,7 @@ from client.errors import (
 )
 from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult, local_ip
 from client.namesrv import NamesrvClient
+from client.queue_choice import QueueChoice
 from client.route_cache import RouteCache, TopicRoute
 from client.rpc import BrokerChannels, transport_error
 from remoting.pb import broker_pb2
@@ -63,17 +69,19 @@ class ProducerStats:
     rpcs: int = 0  # SendMessage calls made, retries included
     messages: int = 0  # messages handed to send*/
     batches: int = 0  # sealed batches
+    held: int = 0  # due batches that waited for a request to their broker to be answered (batch_policy)
     retries: int = 0  # RPCs that were retries of a failed batch
     failed: int = 0  # messages that ended in an error
 
 
 class _Batch:
-    __slots__ = ("add", "deadline", "envelope", "futures", "ids", "mq", "nbytes", "request", "sealed")
+    __slots__ = ("add", "cap", "deadline", "envelope", "futures", "ids", "mq", "nbytes", "request", "sealed")
 
     def __init__(
-        self, mq: MessageQueue, group: str, born_host: str, deadline: float, default_nums: int, dedup: bool
+        self, mq: MessageQueue, group: str, born_host: str, deadline: float, default_nums: int, dedup: bool, cap: int
     ) -> None:
         self.mq = mq
+        self.cap = cap  # most messages this batch takes (batch_policy.cap at opening)
         # Built inside the Exchange envelope, so the wire messages are filled in place and never copied.
         self.envelope = broker_pb2.ExchangeRequest(
             send=broker_pb2.SendMessageRequest(
@@ -103,12 +111,12 @@ class _QueueSlot:
 
 
 class _TopicState:
-    __slots__ = ("open", "parked", "route", "route_task", "rr", "topic")
+    __slots__ = ("choice", "open", "parked", "route", "route_task", "topic")
 
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, sticky_bytes: int) -> None:
         self.topic = topic
         self.route: TopicRoute | None = None
-        self.rr = -1
+        self.choice = QueueChoice(sticky_bytes)
         self.open: _Batch | None = None
         self.parked: list[tuple[Message, asyncio.Future]] = []
         self.route_task: asyncio.Task | None = None
@@ -131,6 +139,9 @@ class Producer:
         max_batch_messages: int = 512,
         linger_ms: float = 0.0,
         max_inflight_per_queue: int = 2,
+        pipeline_depth: int = 2,
+        pipeline_min_batch: int = 16,
+        sticky_queue_bytes: int = 128 * 1024,
         default_topic_queue_nums: int = 4,
         avoid_failed_broker_s: float = 5.0,
         poll_name_server_interval_s: float = 30.0,
@@ -147,7 +158,9 @@ class Producer:
         self.max_inflight_per_queue = max(1, max_inflight_per_queue)
         self.default_topic_queue_nums = default_topic_queue_nums
         self.dedup = dedup
+        self.sticky_queue_bytes = sticky_queue_bytes
         self.stats = ProducerStats()
+        self.policy = BatchPolicy(depth=pipeline_depth, max_batch=max_batch_messages, min_batch=pipeline_min_batch)
         self.born_host = f"{local_ip()}:0"
         self.namesrv = NamesrvClient(namesrv_addr, timeout_s=send_timeout_s)
         self.channels = BrokerChannels(avoid_failed_broker_s)
@@ -159,6 +172,7 @@ class Producer:
         )
         self._topics: dict[str, _TopicState] = {}
         self._slots: dict[MessageQueue, _QueueSlot] = {}
+        self._held: dict[str, list[tuple[_TopicState, _Batch]]] = {}  # broker name -> due batches waiting
         self._tasks: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._state = "created"
@@ -197,6 +211,7 @@ class Producer:
             t.cancel()
         if still:
             await asyncio.wait(still, timeout=1.0)
+        self._held.clear()  # every held batch was an open batch, sealed above
         closed = ProducerClosedError()
         for slot in self._slots.values():
             while slot.waiting:
@@ -255,7 +270,7 @@ class Producer:
         batch.ids.append(msg.fill_pb(batch.add(), int(time.time() * 1000)))
         batch.futures.append(fut)
         batch.nbytes += len(msg.body)
-        if len(batch.futures) >= self.max_batch_messages or batch.nbytes >= self.max_batch_bytes:
+        if len(batch.futures) >= batch.cap or batch.nbytes >= self.max_batch_bytes:
             self._seal(ts, batch)
         return fut
 
@@ -264,38 +279,48 @@ class Producer:
         cached = self.routes.cached(ts.topic)
         if cached is not None and cached is not ts.route:
             ts.route = cached
+            ts.choice.reset()
         route = ts.route
         assert route is not None
-        mq = self._next_queue(ts, route, avoid_broker=None)
+        mq = ts.choice.pick(route.publish_queues, self._healthy, self._queue_in_flight, self.max_inflight_per_queue)
+        if mq is None:
+            raise NoRouteError(ts.topic, "no writable queue on a master broker")
         deadline = time.monotonic() + self.send_timeout_s
         default_nums = self.default_topic_queue_nums if route.is_default else 0
-        batch = _Batch(mq, self.group, self.born_host, deadline, default_nums, self.dedup)
+        batch = _Batch(mq, self.group, self.born_host, deadline, default_nums, self.dedup, self.policy.cap())
         ts.open = batch
         loop = self._loop
         assert loop is not None
         if self.linger_s > 0:
-            loop.call_later(self.linger_s, self._seal, ts, batch)
+            loop.call_later(self.linger_s, self._due, ts, batch)
         else:
-            loop.call_soon(self._seal, ts, batch)
+            loop.call_soon(self._due, ts, batch)
         return batch
 
-    def _next_queue(self, ts: _TopicState, route: TopicRoute, avoid_broker: str | None) -> MessageQueue:
-        queues = route.publish_queues
-        n = len(queues)
-        if n == 0:
-            raise NoRouteError(ts.topic, "no writable queue on a master broker")
-        health = self.channels.health
-        for _ in range(n):
-            ts.rr += 1
-            mq = queues[ts.rr % n]
-            if mq.broker_name == avoid_broker:
-                continue
-            addr = self.routes.find_broker_address_in_publish(mq.broker_name)
-            if addr is not None and health.healthy(addr):
-                return mq
-        # Every other broker is avoided or absent: take the next queue anyway (it may have recovered).
-        ts.rr += 1
-        return queues[ts.rr % n]
+    def _healthy(self, broker_name: str) -> bool:
+        addr = self.routes.find_broker_address_in_publish(broker_name)
+        return addr is not None and self.channels.health.healthy(addr)
+
+    def _queue_in_flight(self, mq: MessageQueue) -> int:
+        slot = self._slots.get(mq)
+        return 0 if slot is None else slot.inflight
+
+    def _due(self, ts: _TopicState, batch: _Batch) -> None:
+        """The batch's linger is over: seal it, unless the policy holds it until its broker answers a request."""
+        if batch.sealed or ts.open is not batch:
+            return  # sealed by size already
+        broker = batch.mq.broker_name
+        if self.policy.hold(broker, len(batch.futures), batch.cap):
+            self.stats.held += 1
+            self._held.setdefault(broker, []).append((ts, batch))
+            return
+        self._seal(ts, batch)
+
+    def _release_held(self, broker: str) -> None:
+        held = self._held.pop(broker, None)
+        if held:
+            for ts, batch in held:
+                self._seal(ts, batch)
 
     def _seal(self, ts: _TopicState, batch: _Batch) -> None:
         if ts.open is batch:
@@ -304,6 +329,8 @@ class Producer:
             return  # a linger timer after a size seal, or an empty batch
         batch.sealed = True
         self.stats.batches += 1
+        ts.choice.account(batch.mq, batch.nbytes)
+        self.policy.sealed(len(batch.futures))
         slot = self._slots.get(batch.mq)
         if slot is None:
             slot = self._slots[batch.mq] = _QueueSlot()
@@ -314,6 +341,7 @@ class Producer:
 
     def _dispatch(self, slot: _QueueSlot, batch: _Batch) -> None:
         slot.inflight += 1
+        self.policy.sent(batch.mq.broker_name)
         loop = self._loop
         assert loop is not None
         task = loop.create_task(self._run_batch(slot, batch))
@@ -321,6 +349,7 @@ class Producer:
         task.add_done_callback(self._tasks.discard)
 
     async def _run_batch(self, slot: _QueueSlot, batch: _Batch) -> None:
+        broker = batch.mq.broker_name  # a retry may move the batch; its request slot stays where it was taken
         try:
             await self._send_batch(batch)
         except asyncio.CancelledError:  # stop() ran out of time
@@ -331,8 +360,12 @@ class Producer:
             self._fail(batch, err)
         finally:
             slot.inflight -= 1
+            self.policy.answered(broker)
+            self.policy.finished(len(batch.futures))
             if slot.waiting and slot.inflight < self.max_inflight_per_queue:
                 self._dispatch(slot, slot.waiting.popleft())
+            if broker in self._held:  # after the senders this batch just completed had their turn to join
+                asyncio.get_running_loop().call_soon(self._release_held, broker)
 
     async def _send_batch(self, batch: _Batch) -> None:
         ts = self._topics[batch.mq.topic]
@@ -380,8 +413,10 @@ class Producer:
         route = self.routes.cached(ts.topic) or ts.route
         if route is None or not route.publish_queues:
             return failed
-        ts.route = route
-        mq = self._next_queue(ts, route, avoid_broker=failed.broker_name)
+        if route is not ts.route:
+            ts.route = route
+            ts.choice.reset()
+        mq = ts.choice.rotate(route.publish_queues, self._healthy, avoid_broker=failed.broker_name) or failed
         request.queue_id = mq.queue_id
         request.default_topic_queue_nums = self.default_topic_queue_nums if route.is_default else 0
         return mq
@@ -409,7 +444,7 @@ class Producer:
     def _park(self, msg: Message, fut: asyncio.Future) -> None:
         ts = self._topics.get(msg.topic)
         if ts is None:
-            ts = self._topics[msg.topic] = _TopicState(msg.topic)
+            ts = self._topics[msg.topic] = _TopicState(msg.topic, self.sticky_queue_bytes)
         ts.parked.append((msg, fut))
         if ts.route_task is None:
             loop = self._loop
