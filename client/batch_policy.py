@@ -29,8 +29,18 @@ from collections.abc import Callable
 
 
 class BatchPolicy:
-    __slots__ = ("_clock", "_in_flight", "_peak", "_prev_peak", "_window_end", "depth", "max_batch", "min_batch",
-                 "outstanding", "window_s")
+    __slots__ = (
+        "_clock",
+        "_in_flight",
+        "_peak",
+        "_prev_peak",
+        "_window_end",
+        "depth",
+        "max_batch",
+        "min_batch",
+        "outstanding",
+        "window_s",
+    )
 
     def __init__(
         self,

@@ -11,7 +11,8 @@ while one more 1 KiB message in a call costs a few µs (spec/performance.md Part
   broker work at the same time, and a partial batch waits while its broker already has ``pipeline_depth``
   requests in flight, so fragments merge back into full batches.
 - The next open batch takes its queue from ``client.queue_choice``: round-robin over the queues of healthy
-  masters, staying on one queue for up to ``sticky_queue_bytes`` while requests to it are still in flight.
+  masters, staying on one queue for up to ``sticky_queue_bytes`` or ``sticky_queue_ms`` while requests to it
+  are still in flight.
 - A sealed batch is one send request on the broker's Exchange stream (``client.exchange``). At most
   ``max_inflight_per_queue`` requests run per queue; sealed batches beyond that wait in order and go out as
   earlier requests of that queue finish.
@@ -113,10 +114,10 @@ class _QueueSlot:
 class _TopicState:
     __slots__ = ("choice", "open", "parked", "route", "route_task", "topic")
 
-    def __init__(self, topic: str, sticky_bytes: int) -> None:
+    def __init__(self, topic: str, choice: QueueChoice) -> None:
         self.topic = topic
         self.route: TopicRoute | None = None
-        self.choice = QueueChoice(sticky_bytes)
+        self.choice = choice
         self.open: _Batch | None = None
         self.parked: list[tuple[Message, asyncio.Future]] = []
         self.route_task: asyncio.Task | None = None
@@ -141,7 +142,8 @@ class Producer:
         max_inflight_per_queue: int = 2,
         pipeline_depth: int = 2,
         pipeline_min_batch: int = 16,
-        sticky_queue_bytes: int = 128 * 1024,
+        sticky_queue_bytes: int = 1024 * 1024,
+        sticky_queue_ms: float = 20.0,
         default_topic_queue_nums: int = 4,
         avoid_failed_broker_s: float = 5.0,
         poll_name_server_interval_s: float = 30.0,
@@ -159,6 +161,7 @@ class Producer:
         self.default_topic_queue_nums = default_topic_queue_nums
         self.dedup = dedup
         self.sticky_queue_bytes = sticky_queue_bytes
+        self.sticky_queue_s = max(0.0, sticky_queue_ms / 1000.0)
         self.stats = ProducerStats()
         self.policy = BatchPolicy(depth=pipeline_depth, max_batch=max_batch_messages, min_batch=pipeline_min_batch)
         self.born_host = f"{local_ip()}:0"
@@ -444,7 +447,8 @@ class Producer:
     def _park(self, msg: Message, fut: asyncio.Future) -> None:
         ts = self._topics.get(msg.topic)
         if ts is None:
-            ts = self._topics[msg.topic] = _TopicState(msg.topic, self.sticky_queue_bytes)
+            choice = QueueChoice(self.sticky_queue_bytes, self.sticky_queue_s)
+            ts = self._topics[msg.topic] = _TopicState(msg.topic, choice)
         ts.parked.append((msg, fut))
         if ts.route_task is None:
             loop = self._loop
@@ -472,4 +476,3 @@ class Producer:
         for msg, fut in parked:
             if not fut.done():
                 self._enqueue(msg, fut)
-

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from itertools import pairwise
 
 import pytest
 
@@ -47,24 +48,27 @@ async def test_a_sender_that_waits_for_each_result_rotates_queues_like_rocketmq(
         results = [await producer.send(Message(topic, f"m{i}".encode())) for i in range(12)]
     queues = [r.message_queue.queue_id for r in results]
     assert Counter(queues) == {0: 3, 1: 3, 2: 3, 3: 3}
-    assert all(a != b for a, b in zip(queues, queues[1:])), queues
+    assert all(a != b for a, b in pairwise(queues)), queues
 
 
 def queue_runs(results: list) -> int:
     """How many runs of one queue the results form in commitlog order (the offset message id ends with the
     record's physical offset)."""
     ordered = sorted(results, key=lambda r: int(r.offset_msg_id[-16:], 16))
-    return 1 + sum(a.message_queue != b.message_queue for a, b in zip(ordered, ordered[1:]))
+    return 1 + sum(a.message_queue != b.message_queue for a, b in pairwise(ordered))
 
 
 async def test_a_stream_stays_on_a_queue_for_a_stint_and_every_queue_gets_its_share(namesrv, broker, admin):
-    """64 synchronous senders of 1 KiB make a stream of 32-message batches: with 64 KiB stints two batches in a
-    row go to one queue before the next queue's turn; with ``sticky_queue_bytes=0`` every batch moves on."""
+    """64 synchronous senders of 1 KiB make a stream of 32-message batches: with 64 KiB stints (and no time bound)
+    two batches in a row go to one queue before the next queue's turn; with ``sticky_queue_bytes=0`` every batch
+    moves on."""
     topic = unique("T_sticky")
     await create_topic(admin, broker, topic, queues=4)
 
     async def stream(sticky_queue_bytes: int) -> list:
-        async with Producer(unique("P"), namesrv.addr, sticky_queue_bytes=sticky_queue_bytes) as producer:
+        async with Producer(
+            unique("P"), namesrv.addr, sticky_queue_bytes=sticky_queue_bytes, sticky_queue_ms=60_000
+        ) as producer:
             await closed_loop(producer, topic, 64, 2)  # measure the concurrency first
             return await closed_loop(producer, topic, 64, 32)
 

@@ -13,6 +13,19 @@ from client.queue_choice import QueueChoice
 QUEUES = [MessageQueue("T", b, q) for b in ("a", "b") for q in range(2)]
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def sticky(sticky_bytes: int, sticky_s: float = 60.0) -> QueueChoice:
+    """A choice whose time bound never ends a stint unless a test moves its clock."""
+    return QueueChoice(sticky_bytes, sticky_s, clock=Clock())
+
+
 def all_healthy(_: str) -> bool:
     return True
 
@@ -38,7 +51,7 @@ def test_rotation_skips_unhealthy_and_avoided_brokers_and_falls_back_when_none_i
 
 def test_a_sender_that_waits_for_each_result_rotates_after_every_batch():
     """Nothing is in flight at the next choice, so it spreads exactly like RocketMQ's round-robin."""
-    choice = QueueChoice(sticky_bytes=1 << 20)
+    choice = sticky(1 << 20)
     picked = []
     for _ in range(8):
         mq = choice.pick(QUEUES, all_healthy, idle, 2)
@@ -48,7 +61,7 @@ def test_a_sender_that_waits_for_each_result_rotates_after_every_batch():
 
 
 def test_a_stream_stays_on_a_queue_until_its_stint_is_used_then_moves_on():
-    choice = QueueChoice(sticky_bytes=3000)
+    choice = sticky(3000)
     in_flight = Counter()
     picked = []
     for _ in range(8):
@@ -61,15 +74,25 @@ def test_a_stream_stays_on_a_queue_until_its_stint_is_used_then_moves_on():
 
 
 def test_a_stint_ends_when_its_queue_is_at_the_in_flight_limit_or_its_broker_failed():
-    choice = QueueChoice(sticky_bytes=1 << 20)
+    choice = sticky(1 << 20)
     first = choice.pick(QUEUES, all_healthy, idle, 2)
     assert choice.pick(QUEUES, all_healthy, lambda mq: 2, 2) != first  # the queue is full: do not queue behind it
     second = choice.current
     assert choice.pick(QUEUES, lambda b: b != second.broker_name, lambda mq: 1, 2).broker_name != second.broker_name
 
 
+def test_a_stint_ends_after_its_time_even_below_its_bytes():
+    clock = Clock()
+    choice = QueueChoice(1 << 30, 0.02, clock=clock)
+    first = choice.pick(QUEUES, all_healthy, idle, 2)
+    clock.now += 0.019
+    assert choice.pick(QUEUES, all_healthy, lambda mq: 1, 2) == first
+    clock.now += 0.002
+    assert choice.pick(QUEUES, all_healthy, lambda mq: 1, 2) != first
+
+
 def test_reset_forgets_the_stint():
-    choice = QueueChoice(sticky_bytes=1 << 20)
+    choice = sticky(1 << 20)
     first = choice.pick(QUEUES, all_healthy, idle, 2)
     choice.reset()
     assert choice.pick(QUEUES, all_healthy, lambda mq: 1, 2) != first
@@ -77,7 +100,7 @@ def test_reset_forgets_the_stint():
 
 @given(st.integers(0, 5000), st.integers(1, 1500), st.integers(50, 400))
 def test_over_a_stream_of_equal_batches_every_queue_gets_the_same_bytes_within_one_stint(sticky_bytes, size, count):
-    choice = QueueChoice(sticky_bytes=sticky_bytes)
+    choice = sticky(sticky_bytes)
     received = Counter({mq: 0 for mq in QUEUES})
     in_flight: Counter = Counter()
     for _ in range(count):
