@@ -18,7 +18,7 @@ to match (RocketMQ's 32 messages / 256 KiB would make pulls cost more broker CPU
 installed; ``PYRMQ_EVENT_LOOP=asyncio`` for the standard loop).
 
 Variants (``--variants``) are producer settings compared in one run, interleaved over ``--runs``; medians are
-printed. Runs start once the fresh broker's boot-time work (commitlog pre-touch) is over and after ``--warmup``
+printed. Runs start once the fresh broker's boot-time work is over and after ``--warmup``
 (3) seconds of unmeasured sending: the first seconds of a fresh broker measured ~30% more broker CPU per message
 (35 vs 24-26 µs), which skewed medians of 3. Never passes or fails.
 Usage: ``python -m bench.e2e_bench [--duration 10] [--runs 1]``.
@@ -52,6 +52,7 @@ VARIANTS = {  # producer settings; "roundrobin" is the producer before pipelinin
     "depth1": {"pipeline_depth": 1},
     "roundrobin": {"pipeline_depth": 1, "sticky_queue_bytes": 0},
     "batch32": {"max_batch_messages": 32},
+    "sticky128k": {"sticky_queue_bytes": 131072},
 }
 
 
@@ -64,8 +65,8 @@ def cpu_s(pid: int | None = None) -> float:
 async def settle(pid: int, *, idle_cores: float = 0.05, window_s: float = 0.5, limit_s: float = 30.0) -> float:
     """Wait until process ``pid`` uses less than ``idle_cores`` CPU over ``window_s``; returns the seconds waited.
 
-    Why: a fresh broker pre-touches its first 1 GiB commitlog file (warmMappedFileEnable) in a background thread
-    for ~1.5 s of CPU after boot; without this wait that work lands in the first measured run.
+    Why: a fresh broker's boot-time work (file creation; with warmMappedFileEnable=true also the pre-touch of
+    its commitlog files, ~2.5 s of CPU per GiB) would otherwise land in the first measured run.
     """
     started = time.monotonic()
     while time.monotonic() - started < limit_s:

@@ -94,7 +94,9 @@ class MessageStoreConfig:
     slave_timeout: int = 3000
     max_message_size: int = 4 * 1024 * 1024
     check_crc_on_recover: bool = True
-    warm_mapped_file_enable: bool = True
+    # RocketMQ's default. Appends are pwrite calls, so pre-touching a file saves them only the page-cache allocation
+    # (~0.06 s per GiB here) and costs ~2.5 s of CPU per GiB in a burst at every commitlog roll.
+    warm_mapped_file_enable: bool = False
     access_message_in_memory_max_ratio: int = 40
     max_transfer_bytes_on_message_in_memory: int = 262_144
     max_transfer_count_on_message_in_memory: int = 32

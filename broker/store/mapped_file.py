@@ -206,10 +206,12 @@ def _write_zeros(fd: int, pos: int, length: int) -> None:
 
 
 def _pretouch(fd: int, size: int) -> None:
-    """Bring the file's pages into the page cache now, so later appends are a memcpy (warmMappedFileEnable).
+    """Bring the file's pages into the page cache now (warmMappedFileEnable, off by default as in RocketMQ).
 
     Reading the fallocated (unwritten, zero) extents allocates clean zero pages without disk I/O and without
     dirtying anything, so unlike RocketMQ's zero-writing warm-up there is nothing to write back or sync later.
+    It buys little for pwrite appends: on the test VM a 1 GiB file took 2.5 s of CPU to pre-touch, and 64 MiB of
+    32 KiB pwrites took 15 ms instead of 19 ms afterwards.
     """
     buf = bytearray(_ZERO_CHUNK)
     pos = 0
