@@ -52,7 +52,7 @@ VARIANTS = {  # producer settings; "roundrobin" is the producer before pipelinin
     "depth1": {"pipeline_depth": 1},
     "roundrobin": {"pipeline_depth": 1, "sticky_queue_bytes": 0},
     "batch32": {"max_batch_messages": 32},
-    "sticky128k": {"sticky_queue_bytes": 131072},
+    "sticky1m": {"sticky_queue_bytes": 1048576},
 }
 
 

@@ -142,7 +142,7 @@ class Producer:
         max_inflight_per_queue: int = 2,
         pipeline_depth: int = 2,
         pipeline_min_batch: int = 16,
-        sticky_queue_bytes: int = 1024 * 1024,
+        sticky_queue_bytes: int = 128 * 1024,
         sticky_queue_ms: float = 20.0,
         default_topic_queue_nums: int = 4,
         avoid_failed_broker_s: float = 5.0,
