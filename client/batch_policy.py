@@ -93,7 +93,7 @@ class BatchPolicy:
         self._peak = max(self._peak, self.outstanding)
 
     def sent(self, broker: str) -> None:
-        """A request (a sealed batch, or its retry elsewhere) left for ``broker``."""
+        """A sealed batch's request left for ``broker`` (its retries, wherever they go, hold this same slot)."""
         self._in_flight[broker] = self._in_flight.get(broker, 0) + 1
 
     def answered(self, broker: str) -> None:
