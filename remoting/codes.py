@@ -1,7 +1,7 @@
-"""RocketMQ's ResponseCode numbers (common/protocol/ResponseCode.java) and what each means to a caller.
+"""RocketMQ's request and response codes (spec remoting.md §1.6, §2) and what each response means to a caller.
 
-Every pyrmq response carries ``code`` and ``remark`` in-band; gRPC status codes are reserved for transport
-failures. ``SEND_OK_CODES`` are the four codes that mean "stored on the master" (RocketMQ counts all four as
+Every response carries ``code`` and ``remark`` in-band, with RocketMQ's numbering, so RocketMQ's clients read
+pyrmq's answers unchanged. ``SEND_OK_CODES`` are the four codes that mean "stored on the master" (RocketMQ counts all four as
 sent; FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE say the promise is weaker than asked).
 """
 
@@ -32,7 +32,10 @@ class ResponseCode(enum.IntEnum):
     SUBSCRIPTION_NOT_EXIST = 24
     SUBSCRIPTION_NOT_LATEST = 25
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
-    INVALID_PARAMETER = 29  # pyrmq: a request field that can never be valid (RocketMQ 5 uses 29 too)
+    FILTER_DATA_NOT_EXIST = 27
+    FILTER_DATA_NOT_LATEST = 28
+    INVALID_PARAMETER = 29  # a request field that can never be valid (RocketMQ 5's number)
+    CONSUMER_NOT_ONLINE = 206
 
 
 MEANING: dict[ResponseCode, str] = {
@@ -57,7 +60,10 @@ MEANING: dict[ResponseCode, str] = {
     ResponseCode.SUBSCRIPTION_NOT_EXIST: "the consumer is not subscribed to this topic",
     ResponseCode.SUBSCRIPTION_NOT_LATEST: "the subscription changed; resend the heartbeat",
     ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: "the consumer group does not exist on this broker",
+    ResponseCode.FILTER_DATA_NOT_EXIST: "the filter data does not exist",
+    ResponseCode.FILTER_DATA_NOT_LATEST: "the filter data changed; resend the heartbeat",
     ResponseCode.INVALID_PARAMETER: "a request field is invalid",
+    ResponseCode.CONSUMER_NOT_ONLINE: "no consumer of this group is connected",
 }
 
 # Codes under which a send was stored on the master (RocketMQ's "sendOK" set).
@@ -77,3 +83,88 @@ def describe(code: int) -> str:
     except ValueError:
         return f"code {code}"
     return f"{rc.name} ({MEANING[rc]})"
+
+
+class RequestCode(enum.IntEnum):
+    """RocketMQ's RequestCode numbers that pyrmq serves or sends (spec §2)."""
+
+    # broker: producer
+    SEND_MESSAGE = 10
+    SEND_MESSAGE_V2 = 310
+    SEND_BATCH_MESSAGE = 320
+    CONSUMER_SEND_MSG_BACK = 36
+    END_TRANSACTION = 37
+    # broker: consumer
+    PULL_MESSAGE = 11
+    QUERY_MESSAGE = 12
+    QUERY_CONSUMER_OFFSET = 14
+    UPDATE_CONSUMER_OFFSET = 15
+    UPDATE_AND_CREATE_TOPIC = 17
+    GET_ALL_TOPIC_CONFIG = 21
+    UPDATE_BROKER_CONFIG = 25
+    GET_BROKER_CONFIG = 26
+    GET_BROKER_RUNTIME_INFO = 28
+    SEARCH_OFFSET_BY_TIMESTAMP = 29
+    GET_MAX_OFFSET = 30
+    GET_MIN_OFFSET = 31
+    GET_EARLIEST_MSG_STORETIME = 32
+    VIEW_MESSAGE_BY_ID = 33
+    HEART_BEAT = 34
+    UNREGISTER_CLIENT = 35
+    GET_CONSUMER_LIST_BY_GROUP = 38
+    CHECK_TRANSACTION_STATE = 39
+    NOTIFY_CONSUMER_IDS_CHANGED = 40
+    LOCK_BATCH_MQ = 41
+    UNLOCK_BATCH_MQ = 42
+    GET_ALL_CONSUMER_OFFSET = 43
+    GET_ALL_DELAY_OFFSET = 45
+    CHECK_CLIENT_CONFIG = 46
+    # nameserver
+    PUT_KV_CONFIG = 100
+    GET_KV_CONFIG = 101
+    DELETE_KV_CONFIG = 102
+    REGISTER_BROKER = 103
+    UNREGISTER_BROKER = 104
+    GET_ROUTEINFO_BY_TOPIC = 105
+    GET_BROKER_CLUSTER_INFO = 106
+    # broker: admin
+    UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
+    GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
+    GET_TOPIC_STATS_INFO = 202
+    GET_CONSUMER_CONNECTION_LIST = 203
+    GET_PRODUCER_CONNECTION_LIST = 204
+    WIPE_WRITE_PERM_OF_BROKER = 205
+    GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    DELETE_SUBSCRIPTIONGROUP = 207
+    GET_CONSUME_STATS = 208
+    DELETE_TOPIC_IN_BROKER = 215
+    DELETE_TOPIC_IN_NAMESRV = 216
+    GET_KVLIST_BY_NAMESPACE = 219
+    GET_TOPICS_BY_CLUSTER = 224
+    QUERY_DATA_VERSION = 322
+    ADD_WRITE_PERM_OF_BROKER = 327
+    # RocketMQ 5's HA runtime info (HARuntimeInfo), served by pyrmq's 4.x-style brokers too
+    GET_BROKER_HA_STATUS = 907
+
+
+class LanguageCode(enum.IntEnum):
+    """``language`` of a command: the name travels in JSON headers, the number in binary ones (spec §6.1)."""
+
+    JAVA = 0
+    CPP = 1
+    DOTNET = 2
+    PYTHON = 3
+    DELPHI = 4
+    ERLANG = 5
+    RUBY = 6
+    OTHER = 7
+    HTTP = 8
+    GO = 9
+    PHP = 10
+    OMS = 11
+    RUST = 12
+    NODE_JS = 13
+
+
+# MQVersion ordinal pyrmq stamps on every command: V4_9_7. Clients gate features on >= 401 (standard JSON routes).
+CURRENT_VERSION = 407

@@ -1,0 +1,122 @@
+"""The calling end: one connection per address, opened on first use and reopened after it closes.
+
+``invoke`` sends a request and returns the response whatever its code; transport failures raise
+``RemotingError`` subclasses naming the address. Requests the peer sends us (a broker's
+NOTIFY_CONSUMER_IDS_CHANGED) go to processors registered with ``register``, as on a server. Concurrent callers
+for a new address share one connect. Not thread-safe: one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from remoting.codes import ResponseCode
+from remoting.connection import Connection, Limits
+from remoting.errors import RemotingConnectError
+from remoting.frame_codec import RemotingCommand, response_to
+from remoting.server import Processor
+
+log = logging.getLogger(__name__)
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"address {addr!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class RemotingClient:
+    def __init__(self, *, limits: Limits = Limits(), connect_timeout_s: float = 3.0, name: str = "client") -> None:
+        self.limits = limits
+        self.connect_timeout_s = connect_timeout_s
+        self.name = name
+        self._conns: dict[str, Connection] = {}
+        self._connecting: dict[str, asyncio.Future[Connection]] = {}
+        self._processors: dict[int, Processor] = {}
+        self._closed = False
+
+    def register(self, code: int, processor: Processor) -> None:
+        self._processors[int(code)] = processor
+
+    def _dispatch(self, conn: Connection, cmd: RemotingCommand) -> object:
+        processor = self._processors.get(cmd.code)
+        if processor is None:
+            return response_to(
+                cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported by this client"
+            )
+        return processor(conn, cmd)
+
+    def cached(self, addr: str) -> Connection | None:
+        conn = self._conns.get(addr)
+        return conn if conn is not None and conn.is_open else None
+
+    async def connection(self, addr: str) -> Connection:
+        conn = self._conns.get(addr)
+        if conn is not None and conn.is_open:
+            return conn
+        if self._closed:
+            raise RemotingConnectError(addr, "the client is closed")
+        pending = self._connecting.get(addr)
+        if pending is None:
+            pending = asyncio.ensure_future(self._connect(addr))
+            self._connecting[addr] = pending
+            pending.add_done_callback(lambda _f, a=addr: self._connecting.pop(a, None))
+        return await asyncio.shield(pending)
+
+    async def _connect(self, addr: str) -> Connection:
+        try:
+            host, port = split_addr(addr)
+        except ValueError as exc:
+            raise RemotingConnectError(addr, str(exc)) from None
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: Connection(self._dispatch, self.limits, on_lost=self._lost, name=self.name), host, port
+                ),
+                self.connect_timeout_s,
+            )
+        except TimeoutError:
+            raise RemotingConnectError(addr, f"no answer to connect within {self.connect_timeout_s:g} s") from None
+        except OSError as exc:
+            raise RemotingConnectError(addr, exc.strerror or str(exc)) from None
+        assert isinstance(conn, Connection)
+        conn.attrs["addr"] = addr
+        if self._closed:
+            conn.close("client closed")
+            raise RemotingConnectError(addr, "the client is closed")
+        self._conns[addr] = conn
+        return conn
+
+    def _lost(self, conn: Connection) -> None:
+        addr = conn.attrs.get("addr")
+        if addr is not None and self._conns.get(addr) is conn:
+            del self._conns[addr]
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        conn = await self.connection(addr)
+        return await conn.invoke(cmd, timeout_s)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        conn = await self.connection(addr)
+        conn.invoke_oneway(cmd)
+
+    def drop(self, addr: str, reason: str = "dropped") -> None:
+        """Close the connection to ``addr`` (a peer found dead); the next call reconnects."""
+        conn = self._conns.pop(addr, None)
+        if conn is not None:
+            conn.abort(reason)
+
+    async def close(self) -> None:
+        self._closed = True
+        conns, self._conns = list(self._conns.values()), {}
+        for conn in conns:
+            conn.close("client closed")
+        for conn in conns:
+            if conn.closed is not None:
+                try:
+                    await asyncio.wait_for(asyncio.shield(conn.closed), 1.0)
+                except TimeoutError:
+                    conn.abort("client closed")

@@ -1,0 +1,360 @@
+"""One remoting connection, the same type at both ends (RocketMQ's channel plus NettyRemotingAbstract).
+
+A connection carries requests both ways (a broker calls its clients with NOTIFY_CONSUMER_IDS_CHANGED):
+responses are matched to waiting callers by ``opaque``; requests go to the ``dispatch`` function the owner gave
+it. ``dispatch(conn, request)`` returns the response, ``None`` (nothing to answer) or an awaitable of either;
+an awaitable runs as its own task, so a held pull or a send waiting for its slave never delays the requests
+behind it, and answers are written in completion order. A oneway request (flag bit 1) is served and never
+answered.
+
+Every buffer is bounded (``Limits``):
+
+- reading: the frame decoder holds at most one partial frame (``max_frame``); a frame that does not decode
+  closes the connection with one log line (rate-limited per process), nothing else is touched;
+- serving: at most ``max_requests`` requests of the peer, totalling ``max_request_bytes``, are served at once;
+  beyond that the connection stops reading, and TCP holds the peer back;
+- writing: when the peer does not read its answers and the transport's buffer passes ``write_high_water``, the
+  connection stops reading new requests; when it stays stalled for ``stall_timeout_s`` or the buffer passes
+  ``write_hard_cap``, the connection is closed with a log line saying why.
+
+So one connection holds at most ``max_frame + max_request_bytes + write_hard_cap`` bytes (plus one answer).
+Closing fails every waiting caller with ``RemotingClosedError`` and cancels the requests still being served (a
+stored message stays stored; its answer has nowhere to go). Not thread-safe: one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from remoting.codes import ResponseCode
+from remoting.errors import RemotingClosedError, RemotingTimeoutError, RemotingTooManyRequests
+from remoting.frame_codec import (
+    DEFAULT_MAX_FRAME,
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    FrameDecoder,
+    FrameError,
+    RemotingCommand,
+    decode,
+    encode,
+    response_to,
+)
+from remoting.headers import HeaderError
+
+log = logging.getLogger(__name__)
+
+Dispatch = Callable[["Connection", RemotingCommand], "RemotingCommand | None | Awaitable[RemotingCommand | None]"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_frame: int = DEFAULT_MAX_FRAME
+    max_requests: int = 1024  # the peer's requests served at once
+    max_request_bytes: int = 64 * 1024 * 1024  # their frames' bytes
+    max_pending: int = 65536  # our requests waiting for the peer's answers
+    write_high_water: int = 4 * 1024 * 1024
+    write_hard_cap: int = 64 * 1024 * 1024
+    stall_timeout_s: float = 30.0
+
+
+class _RateLimitedLog:
+    """At most one warning per ``every_s``, with the count of those left out."""
+
+    def __init__(self, every_s: float = 10.0) -> None:
+        self.every_s = every_s
+        self._next = 0.0
+        self._suppressed = 0
+
+    def warning(self, msg: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            self._suppressed += 1
+            return
+        if self._suppressed:
+            msg += f" ({self._suppressed} similar lines suppressed)"
+            self._suppressed = 0
+        self._next = now + self.every_s
+        log.warning(msg, *args)
+
+
+bad_frame_log = _RateLimitedLog()
+
+
+class Connection(asyncio.Protocol):
+    def __init__(
+        self,
+        dispatch: Dispatch | None,
+        limits: Limits = Limits(),
+        *,
+        on_lost: Callable[[Connection], None] | None = None,
+        name: str = "remoting",
+    ) -> None:
+        self.dispatch = dispatch
+        self.limits = limits
+        self.on_lost = on_lost
+        self.name = name
+        self.peer = "?"
+        self.local = "?"
+        self.attrs: dict[str, Any] = {}  # owners keep per-connection facts here (client id, language, version)
+        self.transport: asyncio.Transport | None = None
+        self.closed: asyncio.Future[None] | None = None
+        self.last_read = time.monotonic()
+        self._decoder = FrameDecoder(limits.max_frame)
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._opaque = 0
+        self._serving: set[asyncio.Task] = set()
+        self._serving_bytes = 0
+        self._pause_reasons: set[str] = set()
+        self._stall_timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._close_reason = ""
+        self._backlog: deque[bytes] = deque()  # frames of one read left unserved when the serving cap was reached
+
+    # transport callbacks -----------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self._loop = asyncio.get_running_loop()
+        self.closed = self._loop.create_future()
+        peer = transport.get_extra_info("peername")
+        local = transport.get_extra_info("sockname")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.local = f"{local[0]}:{local[1]}" if local else "?"
+        transport.set_write_buffer_limits(high=self.limits.write_high_water)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = self._close_reason or (f"connection lost: {exc}" if exc else "connection closed by the peer")
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(RemotingClosedError(self.peer, reason))
+        for task in list(self._serving):
+            task.cancel()
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+        if self.closed is not None and not self.closed.done():
+            self.closed.set_result(None)
+        if self.on_lost is not None:
+            try:
+                self.on_lost(self)
+            except Exception:
+                log.exception("%s: connection-lost callback failed for %s", self.name, self.peer)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
+        try:
+            frames = self._decoder.feed(data)
+        except FrameError as exc:
+            self._bad_frame(exc)
+            return
+        if self._backlog or "load" in self._pause_reasons:
+            self._backlog.extend(frames)
+            return
+        for i, frame in enumerate(frames):
+            if "load" in self._pause_reasons:  # the cap was reached inside this read: keep the rest for later
+                self._backlog.extend(frames[i:])
+                return
+            if not self._handle_frame(frame):
+                return
+
+    def _handle_frame(self, frame: bytes) -> bool:
+        try:
+            cmd = decode(frame)
+        except FrameError as exc:
+            self._bad_frame(exc)
+            return False
+        if cmd.flag & FLAG_RESPONSE:
+            fut = self._pending.pop(cmd.opaque, None)
+            if fut is not None and not fut.done():
+                fut.set_result(cmd)
+        else:
+            self._on_request(cmd, len(frame))
+        return True
+
+    def _drain_backlog(self) -> None:
+        backlog = self._backlog
+        while backlog and "load" not in self._pause_reasons and self.is_open:
+            if not self._handle_frame(backlog.popleft()):
+                return
+
+    def _bad_frame(self, exc: FrameError) -> None:
+        bad_frame_log.warning("%s: closing the connection from %s: %s", self.name, self.peer, exc)
+        self._backlog.clear()
+        self.abort(f"malformed frame: {exc}")
+
+    def pause_writing(self) -> None:
+        self._pause("write")
+        if self._loop is not None and self._stall_timer is None:
+            self._stall_timer = self._loop.call_later(self.limits.stall_timeout_s, self._stalled)
+
+    def resume_writing(self) -> None:
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+        self._resume("write")
+
+    # state -------------------------------------------------------------------------------------------------
+    @property
+    def is_open(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing()
+
+    @property
+    def serving(self) -> int:
+        return len(self._serving)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._pending)
+
+    def buffered_bytes(self) -> int:
+        """What this connection holds now: partial frame, unserved frames, requests being served, unwritten answers."""
+        written = self.transport.get_write_buffer_size() if self.transport is not None else 0
+        return self._decoder.buffered + sum(map(len, self._backlog)) + self._serving_bytes + written
+
+    def close(self, reason: str = "") -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self._close_reason = reason
+            self.transport.close()
+
+    def abort(self, reason: str) -> None:
+        if self.transport is not None:
+            self._close_reason = reason
+            self.transport.abort()
+
+    # flow control ------------------------------------------------------------------------------------------
+    def _pause(self, reason: str) -> None:
+        if not self._pause_reasons and self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+        self._pause_reasons.add(reason)
+
+    def _resume(self, reason: str) -> None:
+        if reason not in self._pause_reasons:
+            return
+        self._pause_reasons.discard(reason)
+        if not self._pause_reasons and self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+        if reason == "load" and self._backlog:
+            self._drain_backlog()
+
+    def _stalled(self) -> None:
+        self._stall_timer = None
+        log.warning(
+            "%s: closing the connection from %s: it has not read its answers for %.0f s (%d bytes unread)",
+            self.name,
+            self.peer,
+            self.limits.stall_timeout_s,
+            self.transport.get_write_buffer_size() if self.transport is not None else 0,
+        )
+        self.abort("the peer did not read its answers")
+
+    # writing -----------------------------------------------------------------------------------------------
+    def write(self, cmd: RemotingCommand) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        transport.writelines(encode(cmd))
+        if transport.get_write_buffer_size() > self.limits.write_hard_cap:
+            log.warning(
+                "%s: closing the connection from %s: %d unread bytes of answers exceed the cap of %d",
+                self.name,
+                self.peer,
+                transport.get_write_buffer_size(),
+                self.limits.write_hard_cap,
+            )
+            self.abort("the peer did not read its answers")
+
+    def _next_opaque(self) -> int:
+        self._opaque = (self._opaque + 1) & 0x7FFFFFFF
+        return self._opaque
+
+    async def invoke(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        """Send a request and wait for its response (any code); transport failures raise ``RemotingError``."""
+        if not self.is_open:
+            raise RemotingClosedError(self.peer, self._close_reason or "connection closed")
+        if len(self._pending) >= self.limits.max_pending:
+            raise RemotingTooManyRequests(self.peer, self.limits.max_pending)
+        opaque = cmd.opaque = self._next_opaque()
+        cmd.flag &= ~FLAG_ONEWAY
+        fut: asyncio.Future[RemotingCommand] = self._loop.create_future()  # type: ignore[union-attr]
+        self._pending[opaque] = fut
+        self.write(cmd)
+        timer = self._loop.call_later(timeout_s, self._time_out, opaque, timeout_s, cmd.code)  # type: ignore[union-attr]
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            self._pending.pop(opaque, None)
+
+    def _time_out(self, opaque: int, timeout_s: float, code: int) -> None:
+        fut = self._pending.pop(opaque, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(RemotingTimeoutError(self.peer, timeout_s, f"request code {code}"))
+
+    def invoke_oneway(self, cmd: RemotingCommand) -> None:
+        if not self.is_open:
+            raise RemotingClosedError(self.peer, self._close_reason or "connection closed")
+        cmd.opaque = self._next_opaque()
+        cmd.flag |= FLAG_ONEWAY
+        self.write(cmd)
+
+    # serving -----------------------------------------------------------------------------------------------
+    def _on_request(self, cmd: RemotingCommand, size: int) -> None:
+        dispatch = self.dispatch
+        if dispatch is None:
+            result: Any = response_to(
+                cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+            )
+        else:
+            try:
+                result = dispatch(self, cmd)
+            except HeaderError as exc:
+                result = response_to(cmd, exc.code, str(exc))
+            except Exception as exc:
+                log.exception("%s: request code %d from %s failed", self.name, cmd.code, self.peer)
+                result = response_to(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        if result is None:
+            return
+        if inspect.isawaitable(result):
+            self._serve_later(cmd, result, size)
+        elif not cmd.flag & FLAG_ONEWAY:
+            self.write(result)
+
+    def _serve_later(self, cmd: RemotingCommand, awaitable: Awaitable[Any], size: int) -> None:
+        task = self._loop.create_task(self._finish(cmd, awaitable, size))  # type: ignore[union-attr]
+        self._serving.add(task)
+        self._serving_bytes += size
+        if len(self._serving) >= self.limits.max_requests or self._serving_bytes >= self.limits.max_request_bytes:
+            self._pause("load")
+        task.add_done_callback(self._served)
+
+    def _served(self, task: asyncio.Task) -> None:
+        self._serving.discard(task)
+        if (
+            "load" in self._pause_reasons
+            and len(self._serving) < self.limits.max_requests
+            and self._serving_bytes < self.limits.max_request_bytes
+        ):
+            self._resume("load")
+
+    async def _finish(self, cmd: RemotingCommand, awaitable: Awaitable[Any], size: int) -> None:
+        try:
+            try:
+                result = await awaitable
+            except HeaderError as exc:
+                result = response_to(cmd, exc.code, str(exc))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("%s: request code %d from %s failed", self.name, cmd.code, self.peer)
+                result = response_to(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            if result is not None and not cmd.flag & FLAG_ONEWAY:
+                self.write(result)
+        finally:
+            self._serving_bytes -= size

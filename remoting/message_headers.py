@@ -1,0 +1,163 @@
+"""The send and pull request headers (spec remoting.md §3.1, §4.1), shared by the broker and the SDK.
+
+SEND_MESSAGE (10) carries full field names; SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) carry the
+one-letter keys of ``V2_KEYS``. Both parse into one ``SendHeader``; the SDK writes V2. pyrmq's own extension
+travels as an extra field that RocketMQ clients never send and RocketMQ brokers ignore:
+
+- ``dedup`` = ``true``: the broker skips messages whose UNIQ_KEY it stored for the topic within its dedup
+  window and repeats their first result (the Spark sink's exactly-once writes).
+
+PULL_MESSAGE (11) uses RocketMQ 5's optional ``maxMsgBytes`` to cap a pull's bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from remoting.codes import RequestCode
+from remoting.headers import Fields
+
+# V2 key -> V1 name (SendMessageRequestHeaderV2)
+V2_KEYS = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "bname",
+}
+V1_KEYS = {v: k for k, v in V2_KEYS.items()}
+DEDUP_FIELD = "dedup"
+DEFAULT_TOPIC = "TBW102"
+
+# PullSysFlag
+PULL_COMMIT_OFFSET = 0x1
+PULL_SUSPEND = 0x2
+PULL_SUBSCRIPTION = 0x4
+PULL_CLASS_FILTER = 0x8
+PULL_LITE = 0x10
+
+
+@dataclass(slots=True)
+class SendHeader:
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str
+    reconsume_times: int
+    max_reconsume_times: int | None
+    batch: bool
+    broker_name: str | None
+    dedup: bool
+
+    @classmethod
+    def parse(cls, code: int, ext: dict[str, str] | None) -> SendHeader:
+        if code != RequestCode.SEND_MESSAGE and ext is not None and "b" in ext:
+            ext = {V2_KEYS.get(k, k): v for k, v in ext.items()}
+        f = Fields(ext, "send request")
+        return cls(
+            producer_group=f.req_str("producerGroup"),
+            topic=f.req_str("topic"),
+            default_topic=f.str("defaultTopic", DEFAULT_TOPIC) or DEFAULT_TOPIC,
+            default_topic_queue_nums=f.int("defaultTopicQueueNums", 4) or 4,
+            queue_id=f.req_int("queueId"),
+            sys_flag=f.int("sysFlag", 0) or 0,
+            born_timestamp=f.long("bornTimestamp", 0) or 0,
+            flag=f.int("flag", 0) or 0,
+            properties=f.str("properties", "") or "",
+            reconsume_times=f.int("reconsumeTimes", 0) or 0,
+            max_reconsume_times=f.int("maxReconsumeTimes"),
+            batch=code == RequestCode.SEND_BATCH_MESSAGE or f.bool("batch"),
+            broker_name=f.str("bname"),
+            dedup=f.bool(DEDUP_FIELD),
+        )
+
+    def to_v2(self) -> dict[str, str]:
+        ext = {
+            "a": self.producer_group,
+            "b": self.topic,
+            "c": self.default_topic,
+            "d": str(self.default_topic_queue_nums),
+            "e": str(self.queue_id),
+            "f": str(self.sys_flag),
+            "g": str(self.born_timestamp),
+            "h": str(self.flag),
+            "i": self.properties,
+            "j": str(self.reconsume_times),
+            "k": "false",
+            "m": "true" if self.batch else "false",
+        }
+        if self.max_reconsume_times is not None:
+            ext["l"] = str(self.max_reconsume_times)
+        if self.broker_name:
+            ext["n"] = self.broker_name
+        if self.dedup:
+            ext[DEDUP_FIELD] = "true"
+        return ext
+
+
+@dataclass(slots=True)
+class PullHeader:
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int
+    sys_flag: int
+    commit_offset: int
+    suspend_timeout_millis: int
+    subscription: str | None
+    sub_version: int
+    expression_type: str | None
+    max_msg_bytes: int | None
+
+    @classmethod
+    def parse(cls, ext: dict[str, str] | None) -> PullHeader:
+        f = Fields(ext, "pull request")
+        return cls(
+            consumer_group=f.req_str("consumerGroup"),
+            topic=f.req_str("topic"),
+            queue_id=f.req_int("queueId"),
+            queue_offset=f.req_long("queueOffset"),
+            max_msg_nums=f.req_int("maxMsgNums"),
+            sys_flag=f.req_int("sysFlag"),
+            commit_offset=f.long("commitOffset", 0) or 0,
+            suspend_timeout_millis=f.long("suspendTimeoutMillis", 0) or 0,
+            subscription=f.str("subscription"),
+            sub_version=f.long("subVersion", 0) or 0,
+            expression_type=f.str("expressionType"),
+            max_msg_bytes=f.int("maxMsgBytes"),
+        )
+
+    def to_ext(self) -> dict[str, str]:
+        ext = {
+            "consumerGroup": self.consumer_group,
+            "topic": self.topic,
+            "queueId": str(self.queue_id),
+            "queueOffset": str(self.queue_offset),
+            "maxMsgNums": str(self.max_msg_nums),
+            "sysFlag": str(self.sys_flag),
+            "commitOffset": str(self.commit_offset),
+            "suspendTimeoutMillis": str(self.suspend_timeout_millis),
+            "subVersion": str(self.sub_version),
+        }
+        if self.subscription is not None:
+            ext["subscription"] = self.subscription
+        if self.expression_type is not None:
+            ext["expressionType"] = self.expression_type
+        if self.max_msg_bytes is not None:
+            ext["maxMsgBytes"] = str(self.max_msg_bytes)
+        return ext

@@ -1,0 +1,162 @@
+"""Connections over real loopback sockets: matching, oneway, unknown codes, bad frames and bounded buffers."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+import pytest
+
+from remoting.client import RemotingClient
+from remoting.codes import ResponseCode
+from remoting.connection import Limits
+from remoting.errors import RemotingClosedError, RemotingTimeoutError
+from remoting.frame_codec import FrameDecoder, RemotingCommand, decode, encode_bytes, response_to
+from remoting.headers import Fields
+from remoting.server import RemotingServer
+from tests.support.waiting import async_wait_until
+
+ECHO, SLOW, HOLD, BIG, NEEDS_INT = 1, 2, 3, 4, 5
+
+
+@pytest.fixture
+async def server():
+    srv = RemotingServer("test-server", "127.0.0.1", 0, limits=Limits(max_requests=8, write_hard_cap=2 << 20,
+                                                                       write_high_water=256 << 10, stall_timeout_s=2))
+    release = asyncio.Event()
+    seen: list[int] = []
+
+    def echo(conn, req):
+        seen.append(req.code)
+        return response_to(req, 0, ext=req.ext, body=req.body)
+
+    async def slow(conn, req):
+        await asyncio.sleep(0.2)
+        return response_to(req, 0, remark="slow")
+
+    async def hold(conn, req):
+        await release.wait()
+        return response_to(req, 0)
+
+    def big(conn, req):
+        return response_to(req, 0, body=b"x" * (256 << 10))
+
+    def needs_int(conn, req):
+        Fields(req.ext, "test request").req_int("n")
+        return response_to(req, 0)
+
+    for code, fn in ((ECHO, echo), (SLOW, slow), (HOLD, hold), (BIG, big), (NEEDS_INT, needs_int)):
+        srv.register(code, fn)
+    await srv.start()
+    srv.release = release  # type: ignore[attr-defined]
+    srv.seen = seen  # type: ignore[attr-defined]
+    yield srv
+    release.set()
+    await srv.stop(grace_s=1)
+
+
+@pytest.fixture
+async def client():
+    cli = RemotingClient()
+    yield cli
+    await cli.close()
+
+
+def addr(srv):
+    return f"127.0.0.1:{srv.port}"
+
+
+async def test_answers_are_matched_by_opaque_and_a_slow_request_does_not_block_others(server, client):
+    slow = asyncio.ensure_future(client.invoke(addr(server), RemotingCommand(SLOW), 3))
+    fast = await client.invoke(addr(server), RemotingCommand(ECHO, ext={"k": "v"}, body=b"b"), 3)
+    assert fast.ext == {"k": "v"} and fast.body == b"b" and not slow.done()
+    assert (await slow).remark == "slow"
+
+
+async def test_unknown_code_is_answered_not_supported_with_a_remark(server, client):
+    resp = await client.invoke(addr(server), RemotingCommand(4242), 3)
+    assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and "4242" in resp.remark
+
+
+async def test_bad_header_field_gets_system_error_naming_the_field(server, client):
+    resp = await client.invoke(addr(server), RemotingCommand(NEEDS_INT, ext={"n": "٣"}), 3)
+    assert resp.code == ResponseCode.SYSTEM_ERROR and "n=" in resp.remark
+
+
+async def test_oneway_is_served_and_not_answered(server, client):
+    conn = await client.connection(addr(server))
+    conn.invoke_oneway(RemotingCommand(ECHO))
+    await async_wait_until(lambda: server.seen == [ECHO], 3, "the oneway request was not served")
+    resp = await conn.invoke(RemotingCommand(ECHO), 3)  # the next answer is the next request's, nothing stray
+    assert resp.opaque == 2 and conn.waiting == 0
+
+
+async def test_timeout_then_the_late_answer_is_dropped(server, client):
+    with pytest.raises(RemotingTimeoutError):
+        await client.invoke(addr(server), RemotingCommand(SLOW), 0.05)
+    assert (await client.invoke(addr(server), RemotingCommand(ECHO), 3)).code == 0
+
+
+async def test_malformed_frame_closes_only_that_connection(server, client):
+    good = await client.connection(addr(server))
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(struct.pack(">ii", 12, 8) + b"not json")
+    assert await asyncio.wait_for(reader.read(), 3) == b""  # closed, no answer
+    writer.close()
+    assert (await good.invoke(RemotingCommand(ECHO), 3)).code == 0
+
+
+async def test_closing_fails_waiting_callers(server, client):
+    conn = await client.connection(addr(server))
+    held = asyncio.ensure_future(conn.invoke(RemotingCommand(HOLD), 5))
+    await async_wait_until(lambda: any(c.serving for c in server.connections), 3, "hold not being served")
+    for c in list(server.connections):
+        c.close("test")
+    with pytest.raises(RemotingClosedError):
+        await held
+    # the next call reconnects
+    assert (await client.invoke(addr(server), RemotingCommand(ECHO), 3)).code == 0
+
+
+async def test_in_flight_cap_stops_reading_until_requests_finish(server, client):
+    conn = await client.connection(addr(server))
+    held = [asyncio.ensure_future(conn.invoke(RemotingCommand(HOLD), 10)) for _ in range(8)]
+    echo = asyncio.ensure_future(conn.invoke(RemotingCommand(ECHO), 10))
+    await async_wait_until(lambda: sum(c.serving for c in server.connections) == 8, 3, "8 holds not in service")
+    await asyncio.sleep(0)  # let the echo reach the socket
+    assert not echo.done() and server.seen == []  # the 9th request waits in TCP, unread
+    server.release.set()
+    assert (await echo).code == 0
+    assert [r.code for r in await asyncio.gather(*held)] == [0] * 8
+
+
+async def test_a_peer_that_never_reads_is_bounded_then_disconnected(server):
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    request = encode_bytes(RemotingCommand(BIG))
+    loop = asyncio.get_running_loop()
+    peak = 0
+    sent = 0
+    try:
+        for _ in range(2000):  # asks for 500 MiB of answers in all; reads none of them
+            try:
+                await asyncio.wait_for(loop.sock_sendall(sock, request), 0.2)
+                sent += 1
+            except (TimeoutError, OSError):
+                break
+            peak = max([peak] + [c.buffered_bytes() for c in server.connections])
+        await async_wait_until(lambda: not server.connections, 10, "the non-reading peer was not disconnected")
+    finally:
+        sock.close()
+    # one connection never held more than the write cap plus one answer plus in-flight requests
+    assert peak <= (2 << 20) + (256 << 10) + 8 * len(request)
+    assert sent < 2000  # backpressure reached the sender
+
+
+async def test_large_frames_decode_across_reads():
+    dec = FrameDecoder()
+    raw = encode_bytes(RemotingCommand(ECHO, body=b"z" * 100_000))
+    frames = [f for i in range(0, len(raw), 1000) for f in dec.feed(raw[i : i + 1000])]
+    assert decode(frames[0]).body == b"z" * 100_000

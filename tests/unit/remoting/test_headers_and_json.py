@@ -1,0 +1,70 @@
+"""Typed header fields (strict numbers) and fastjson's dialect of JSON bodies (spec §5.1)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from remoting import fastjson
+from remoting.headers import Fields, HeaderError
+from remoting.message_headers import PullHeader, SendHeader
+
+
+@pytest.mark.parametrize("text", ["١٢", "1.5", " 1", "1e3", "", "0x10", "9" * 21, "2147483648"])
+def test_ints_that_java_or_python_would_bend_are_refused(text):
+    f = Fields({"queueId": text}, "pull request")
+    with pytest.raises(HeaderError, match="queueId"):
+        f.req_int("queueId")
+
+
+def test_numbers_and_booleans_parse_as_java_sends_them():
+    f = Fields({"a": "-5", "b": "+7", "c": "9223372036854775807", "t": "TRUE", "z": "0"})
+    assert (f.req_int("a"), f.req_int("b"), f.req_long("c")) == (-5, 7, 2**63 - 1)
+    assert f.bool("t") is True and f.bool("z") is False and f.bool("missing", True) is True
+    with pytest.raises(HeaderError, match="true/false"):
+        Fields({"x": "yes"}).bool("x")
+
+
+def test_missing_required_field_names_it():
+    with pytest.raises(HeaderError, match="topic is missing"):
+        SendHeader.parse(10, {"producerGroup": "g", "queueId": "0"})
+
+
+def test_send_header_v1_and_v2_parse_alike():
+    v1 = {"producerGroup": "g", "topic": "T", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4", "queueId": "2",
+          "sysFlag": "0", "bornTimestamp": "5", "flag": "0", "properties": "TAGS\x01a", "batch": "false"}
+    h1 = SendHeader.parse(10, v1)
+    h2 = SendHeader.parse(310, h1.to_v2())
+    assert h1 == h2 and h2.topic == "T" and h2.queue_id == 2 and not h2.dedup
+    h1.dedup = True
+    assert SendHeader.parse(320, h1.to_v2()).dedup and SendHeader.parse(320, h1.to_v2()).batch
+
+
+def test_pull_header_round_trip():
+    h = PullHeader("g", "T", 1, 10, 32, 0x6, 0, 15000, "a || b", 1, "TAG", 65536)
+    assert PullHeader.parse(h.to_ext()) == h
+
+
+def test_fastjson_bare_number_keys_and_inline_object_keys():
+    body = b'{"offsetTable":{"T@G":{0:15,1:2}},"t":{{"brokerName":"b","queueId":0,"topic":"T"}:{"maxOffset":5}}}'
+    value = fastjson.loads(body)
+    assert value["offsetTable"] == {"T@G": {0: 15, 1: 2}}
+    (key,) = value["t"]
+    assert key.dict() == {"brokerName": "b", "queueId": 0, "topic": "T"}
+    assert fastjson.dumps(value) == (
+        b'{"offsetTable":{"T@G":{"0":15,"1":2}},"t":{{"brokerName":"b","queueId":0,"topic":"T"}:{"maxOffset":5}}}'
+    )
+
+
+def test_fastjson_strings_that_look_like_keys_are_left_alone():
+    assert fastjson.loads('{"a":"{0:1}", 5:"x,1:y"}') == {"a": "{0:1}", 5: "x,1:y"}
+
+
+@given(st.text(max_size=60))
+@settings(max_examples=500, deadline=None)
+def test_fastjson_parses_or_raises_its_error(text):
+    try:
+        fastjson.loads(text)
+    except fastjson.JsonBodyError:
+        pass
