@@ -1,0 +1,552 @@
+"""The deployment users run, measured from outside: a nameserver, a master (SYNC_MASTER or ASYNC_MASTER) and
+its SLAVE, each a ``python -m namesrv|broker -c conf`` process with the default configuration except addresses,
+ports and paths; a producer application and a push-consumer application, each a process of its own using only
+the public SDK (``client.Producer``, ``client.PushConsumer``, ``Message``, ``SendStatus`` and, to create the
+topic as ``mqadmin updateTopic`` would, ``client.AdminClient``).
+
+The issue's figures for this deployment (gRPC path, 64 senders): 13.4k msg/s SYNC_MASTER, 15.7k ASYNC_MASTER,
+51 µs of master CPU per message. Goal: >= 3x that in the same run, and SYNC/ASYNC >= 0.9.
+
+Per run (one tree x one role), everything fresh:
+1. nameserver, master (``brokerRole`` = the role), slave (``brokerId=1``, ``brokerRole=SLAVE``); conf keys set:
+   brokerName, brokerId, brokerRole, namesrvAddr, brokerIP1=127.0.0.1, listenPort, haListenPort,
+   metricsPromExporterPort, storePathRootDir (so: 1 GiB commitlog files, ASYNC_FLUSH, ...). Boot-time CPU is
+   waited out (the master and slave go idle).
+2. the producer process creates the topic on the cluster (AdminClient defaults: 8 queues), starts a Producer
+   with its defaults (send timeout included) and sends probes until one returns SEND_OK (for SYNC_MASTER: the
+   slave is connected and acks); the consumer process starts a PushConsumer with its defaults except
+   CONSUME_FROM_FIRST_OFFSET (a new group on a new topic) and a listener that only counts.
+3. ``--senders`` (64) coroutines each send one 1 KiB message at a time (``await producer.send``) until told
+   to stop; after ``--warmup`` seconds the window of ``--seconds`` starts and ends with a mark: both clients
+   report their counters and this process reads utime+stime of every process from /proc/<pid>/stat.
+
+Reported per run and as medians per (tree, role): msg/s sent (sends that returned a SendResult) and consumed
+in the window, send p50/p99 and end-to-end p50/p99 (born timestamp to listener), CPU µs per message sent of
+master, slave, producer, consumer and nameserver, send statuses and errors in the window, and the consumer's
+backlog at the end of the window (sends returned minus messages consumed; under SYNC_MASTER a message can be
+consumed before its send returns, so it may be a little negative). Then ratios against the first tree (same
+role), SYNC/ASYNC per tree, and the issue's goals for every other tree. Writes ``bench/results/deploy_bench.json``. Never passes or fails.
+
+Trees (``--tree NAME=PATH``, repeatable, see ``bench.trees``): every process of a variant runs that tree's
+code; the client processes run this file by path, so a tree needs no copy of it. Variants are interleaved
+run by run (ABBA).
+
+Usage::
+
+    python -m bench.deploy_bench --runs 1 --seconds 5                     # this tree, SYNC and ASYNC
+    python -m bench.deploy_bench --tree grpc=/work/baseline-grpc --tree remoting=/work/main --runs 3 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+SERVING = __name__ == "__main__" and "--serve" in sys.argv
+if SERVING:
+    # A client process, run by path: its sys.path[0] is this file's folder; pyrmq comes from PYTHONPATH (the
+    # tree under test) alone.
+    sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != HERE]
+else:
+    sys.path.insert(0, str(REPO))
+
+NAMESRV_READY = re.compile(r"The Name Server boot success\. listen=(\S+)")
+BROKER_READY = re.compile(r"The broker\[(\S+), (\S+)\] boot success\.")
+ROLES = {"sync": "SYNC_MASTER", "async": "ASYNC_MASTER"}
+BROKER_NAME = "broker-a"
+ISSUE = {"sync_msg_per_s": 13_400, "async_msg_per_s": 15_700, "master_cpu_us_per_msg": 51.0}
+GOAL_RATIO, GOAL_SYNC_ASYNC = 3.0, 0.9
+
+
+def cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * p))]
+
+
+def emit(doc: dict) -> None:
+    sys.stdout.write(json.dumps(doc) + "\n")
+    sys.stdout.flush()
+
+
+# --- client processes (run with the tree under test on PYTHONPATH) ------------------------------------------------
+def run_loop(coro) -> None:
+    try:
+        from common import event_loop  # the loop pyrmq's own processes use (uvloop when installed)
+    except ImportError:
+        asyncio.run(coro)
+        return
+    event_loop.run(coro)
+
+
+def status_name(result) -> str:
+    """SEND_OK, FLUSH_SLAVE_TIMEOUT, ... of a SendResult (``status``, or RocketMQ's ``send_status``)."""
+    status = getattr(result, "status", None) or result.send_status
+    return getattr(status, "name", str(status))
+
+
+async def commands():
+    """Lines from stdin, one at a time (a thread reads them: stdin is a pipe from the driver)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            return
+        yield line.strip()
+
+
+async def serve_producer(a) -> None:
+    import client
+    from client import Message, Producer
+
+    topic, body = a.topic, os.urandom(a.body // 2 + 1).hex().encode()[: a.body]
+    created = "auto"
+    try:  # as mqadmin updateTopic -c would; failing that, the first sends create it (autoCreateTopicEnable)
+        async with client.AdminClient(a.namesrv) as admin:
+            await admin.create_topic_on_cluster(topic)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    if (await admin.topic_route(topic)).publish_queues:
+                        break
+                except Exception:  # noqa: BLE001, S110 - no route yet
+                    pass
+                await asyncio.sleep(0.1)
+        created = "AdminClient.create_topic_on_cluster"
+    except Exception as exc:  # noqa: BLE001 - reported in the ready line
+        created = f"auto ({type(exc).__name__}: {exc})"
+    producer = Producer(a.group, a.namesrv)
+    await producer.start()
+    probes: dict[str, int] = {}
+    stored = 0  # probes stored (any SendResult): the consumer gets them too
+    deadline = time.monotonic() + 60
+    while True:  # SEND_OK once the slave acks (SYNC_MASTER) / at once (ASYNC_MASTER)
+        try:
+            status = status_name(await producer.send(Message(topic, body)))
+            stored += 1
+        except Exception as exc:  # noqa: BLE001 - route or slave not there yet
+            status = type(exc).__name__
+        probes[status] = probes.get(status, 0) + 1
+        if status == "SEND_OK" or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    emit({"ready": status == "SEND_OK", "client": client.__file__, "topic_created_by": created, "probes": probes})
+
+    sent = 0
+    statuses: dict[str, int] = {}
+    errors: dict[str, int] = {}
+    latencies: list[float] = []
+    running = True
+
+    async def sender() -> None:
+        nonlocal sent
+        perf = time.perf_counter
+        while running:
+            t0 = perf()
+            try:
+                result = await producer.send(Message(topic, body))
+            except Exception as exc:  # noqa: BLE001 - counted, and the sender goes on as an application would
+                name = type(exc).__name__
+                errors[name] = errors.get(name, 0) + 1
+                await asyncio.sleep(0.01)
+                continue
+            latencies.append(perf() - t0)
+            name = status_name(result)
+            statuses[name] = statuses.get(name, 0) + 1
+            sent += 1
+
+    senders: list[asyncio.Task] = []
+    async for cmd in commands():
+        if cmd == "start":
+            senders = [asyncio.create_task(sender()) for _ in range(a.senders)]
+        elif cmd == "mark":
+            lat, latencies[:] = sorted(latencies), []
+            emit({"t": time.monotonic(), "sent": sent, "stored": stored + sent, "statuses": dict(statuses), "errors": dict(errors),
+                  "send_p50_ms": round(pct(lat, 0.5) * 1000, 2), "send_p99_ms": round(pct(lat, 0.99) * 1000, 2)})
+        elif cmd == "stop":
+            break
+    running = False
+    if senders:
+        await asyncio.wait(senders, timeout=30)
+    await producer.stop()
+    emit({"stopped": True, "sent": sent})
+
+
+async def serve_consumer(a) -> None:
+    import client
+    from client import ConsumeFromWhere, ConsumeStatus, PushConsumer
+
+    received = 0
+    e2e_ms: list[int] = []
+
+    def listener(msgs):
+        nonlocal received
+        now_ms = int(time.time() * 1000)
+        e2e_ms.extend(now_ms - getattr(m, "born_timestamp", now_ms) for m in msgs)
+        received += len(msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(a.group, a.namesrv, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    consumer.subscribe(a.topic)
+    consumer.register_message_listener(listener)
+    await consumer.start()
+    emit({"ready": True, "client": client.__file__})
+    async for cmd in commands():
+        if cmd == "mark":
+            lat, e2e_ms[:] = sorted(e2e_ms), []
+            emit({"t": time.monotonic(), "received": received,
+                  "e2e_p50_ms": pct(lat, 0.5), "e2e_p99_ms": pct(lat, 0.99)})
+        elif cmd == "stop":
+            break
+    await consumer.stop()
+    emit({"stopped": True, "received": received})
+
+
+# --- the driver (this checkout; imports no pyrmq package) ----------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``python -m <module> -c <conf>`` of a tree, ready when its boot line is in its log; fresh ports are picked
+    again if one was taken meanwhile (the machine is shared)."""
+
+    def __init__(self, tree, module: str, workdir: Path, name: str, make_conf, ready: re.Pattern) -> None:
+        self.tree, self.module, self.workdir, self.name = tree, module, workdir, name
+        self.make_conf, self.ready = make_conf, ready
+        self.proc: subprocess.Popen | None = None
+        self.log_path = workdir / f"{name}.log"
+        self.conf: dict = {}
+
+    async def start(self, timeout_s: float = 60.0) -> Server:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for attempt in range(3):
+            self.conf = self.make_conf()
+            conf_path = self.workdir / f"{self.name}.conf"
+            conf_path.write_text("".join(f"{k}={v}\n" for k, v in self.conf.items()))
+            offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+            with open(self.log_path, "ab") as log:  # noqa: ASYNC230 - the driver waits for nothing else
+                self.proc = subprocess.Popen(  # noqa: ASYNC220
+                    [sys.executable, "-m", self.module, "-c", str(conf_path)],
+                    cwd=str(self.workdir), env=self.tree.env(), stdout=log, stderr=subprocess.STDOUT,
+                )
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                text = self.log_path.read_bytes()[offset:].decode("utf-8", "replace")
+                if self.ready.search(text):
+                    return self
+                if self.proc.poll() is not None:
+                    break
+                await asyncio.sleep(0.1)
+            self.stop()
+            if "in use" not in text or attempt == 2:
+                raise RuntimeError(f"{self.name} ({self.tree.name}) did not boot:\n{text[-3000:]}")
+        raise AssertionError("unreachable")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+
+class ClientProc:
+    """A client process: this file with ``--serve``; JSON lines out, command lines in."""
+
+    def __init__(self, tree, workdir: Path, role: str, *args: str) -> None:
+        self.tree, self.workdir, self.role, self.args = tree, workdir, role, args
+        self.proc: asyncio.subprocess.Process | None = None
+        self.err_path = workdir / f"{role}.err"
+
+    async def start(self, timeout_s: float = 90.0) -> dict:
+        with open(self.err_path, "wb") as err:  # noqa: ASYNC230
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable, str(Path(__file__).resolve()), "--serve", self.role, *self.args,
+                cwd=str(self.workdir), env=self.tree.env(), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=err)
+        ready = await self.read(timeout_s)
+        client_file = Path(ready.get("client", "")).resolve()
+        if not client_file.is_relative_to(self.tree.path):
+            raise RuntimeError(f"{self.role} of tree {self.tree.name} imported client from {client_file}")
+        return ready
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    async def read(self, timeout_s: float = 30.0) -> dict:
+        try:
+            line = await asyncio.wait_for(self.proc.stdout.readline(), timeout_s)
+        except TimeoutError:
+            line = b""
+        if not line:
+            tail = self.err_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"{self.role} process ({self.tree.name}) said nothing:\n{tail}")
+        return json.loads(line)
+
+    def send(self, cmd: str) -> None:
+        self.proc.stdin.write(f"{cmd}\n".encode())
+
+    async def stop(self) -> dict | None:
+        if self.proc is None or self.proc.returncode is not None:
+            return None
+        out = None
+        try:
+            self.send("stop")
+            out = await self.read(60)
+            await asyncio.wait_for(self.proc.wait(), 30)
+        except Exception:  # noqa: BLE001 - a client that will not stop is killed; its numbers are already in
+            if self.proc.returncode is None:
+                self.proc.kill()
+                await self.proc.wait()
+        return out
+
+
+async def settle(pids: list[int], *, idle_cores: float = 0.05, window_s: float = 0.5, limit_s: float = 30.0) -> float:
+    """Wait until every process in ``pids`` uses under ``idle_cores`` of CPU over ``window_s`` (boot work done)."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        c0 = [cpu_s(p) for p in pids]
+        await asyncio.sleep(window_s)
+        if all((cpu_s(p) - c) / window_s < idle_cores for p, c in zip(pids, c0)):
+            break
+    return time.monotonic() - started
+
+
+def diff_counts(a: dict, b: dict) -> dict:
+    return {k: b.get(k, 0) - a.get(k, 0) for k in sorted(set(a) | set(b)) if b.get(k, 0) - a.get(k, 0)}
+
+
+async def run_once(tree, role: str, run: int, args, root: Path) -> dict:
+    work = root / f"{tree.name}-{role}-{run}"
+    servers: list[Server] = []
+    clients: list[ClientProc] = []
+    try:
+        ns = Server(tree, "namesrv", work / "namesrv", "namesrv",
+                    lambda: {"listenPort": free_port(), "metricsPromExporterPort": free_port()}, NAMESRV_READY)
+        servers.append(await ns.start())
+        ns_addr = f"127.0.0.1:{ns.conf['listenPort']}"
+
+        def broker_conf(broker_id: int, broker_role: str, sub: str):
+            return lambda: {
+                "brokerName": BROKER_NAME, "brokerId": broker_id, "brokerRole": broker_role,
+                "namesrvAddr": ns_addr, "brokerIP1": "127.0.0.1", "listenPort": free_port(),
+                "haListenPort": free_port(), "metricsPromExporterPort": free_port(),
+                "storePathRootDir": str(work / sub / "store"),
+            }
+
+        master = Server(tree, "broker", work / "master", "master", broker_conf(0, ROLES[role], "master"), BROKER_READY)
+        servers.append(await master.start())
+        slave = Server(tree, "broker", work / "slave", "slave", broker_conf(1, "SLAVE", "slave"), BROKER_READY)
+        servers.append(await slave.start())
+        settled = await settle([master.pid, slave.pid])
+
+        stamp = f"{tree.name}_{role}_{run}_{int(time.time() * 1000) % 10_000_000}"
+        topic = f"Deploy_{stamp}"
+        producer = ClientProc(tree, work, "producer", "--namesrv", ns_addr, "--topic", topic,
+                              "--group", f"DeployProducer_{stamp}", "--senders", str(args.senders),
+                              "--body", str(args.body))
+        clients.append(producer)
+        ready = await producer.start()
+        if not ready["ready"]:
+            raise RuntimeError(f"no SEND_OK from the {ROLES[role]} of {tree.name} within 60 s: {ready['probes']}")
+        consumer = ClientProc(tree, work, "consumer", "--namesrv", ns_addr, "--topic", topic,
+                              "--group", f"DeployConsumer_{stamp}")
+        clients.append(consumer)
+        await consumer.start()
+
+        pids = {"namesrv": ns.pid, "master": master.pid, "slave": slave.pid,
+                "producer": producer.pid, "consumer": consumer.pid}
+
+        async def mark() -> tuple[dict, dict, dict]:
+            cpu = {k: cpu_s(p) for k, p in pids.items()}
+            producer.send("mark")
+            consumer.send("mark")
+            p, c = await producer.read(), await consumer.read()
+            cpu = {k: (v + cpu_s(pids[k])) / 2 for k, v in cpu.items()}  # the middle of the marks' span
+            return p, c, cpu
+
+        producer.send("start")
+        await asyncio.sleep(args.warmup)
+        p0, c0, cpu0 = await mark()
+        await asyncio.sleep(args.seconds)
+        p1, c1, cpu1 = await mark()
+        sent = p1["sent"] - p0["sent"]
+        elapsed = p1["t"] - p0["t"]
+        consumed = c1["received"] - c0["received"]
+        row = {
+            "tree": tree.name, "role": role, "run": run,
+            "sent_msg_per_s": round(sent / elapsed),
+            "consumed_msg_per_s": round(consumed / (c1["t"] - c0["t"])),
+            "master_cpu_us_per_msg": round((cpu1["master"] - cpu0["master"]) / max(1, sent) * 1e6, 1),
+            "slave_cpu_us_per_msg": round((cpu1["slave"] - cpu0["slave"]) / max(1, sent) * 1e6, 1),
+            "producer_cpu_us_per_msg": round((cpu1["producer"] - cpu0["producer"]) / max(1, sent) * 1e6, 1),
+            "consumer_cpu_us_per_msg": round((cpu1["consumer"] - cpu0["consumer"]) / max(1, sent) * 1e6, 1),
+            "namesrv_cpu_us_per_msg": round((cpu1["namesrv"] - cpu0["namesrv"]) / max(1, sent) * 1e6, 1),
+            "master_cores": round((cpu1["master"] - cpu0["master"]) / elapsed, 2),
+            "send_p50_ms": p1["send_p50_ms"], "send_p99_ms": p1["send_p99_ms"],
+            "e2e_p50_ms": c1["e2e_p50_ms"], "e2e_p99_ms": c1["e2e_p99_ms"],
+            "backlog": p1["stored"] - c1["received"],  # sends returned minus consumed: < 0 when consumed before the ack (SYNC)
+            "sent": sent, "consumed": consumed, "elapsed_s": round(elapsed, 3),
+            "statuses": diff_counts(p0["statuses"], p1["statuses"]),
+            "errors": diff_counts(p0["errors"], p1["errors"]),
+            "settled_s": round(settled, 1),
+            "topic_created_by": ready.get("topic_created_by"), "probes": ready.get("probes"),
+        }
+        ok = row["statuses"].get("SEND_OK", 0)
+        row["send_ok_share"] = round(ok / max(1, sent), 4)
+        return row
+    finally:
+        for c in reversed(clients):
+            await c.stop()
+        for s in reversed(servers):
+            s.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+COLUMNS = ["tree", "role", "runs", "sent_msg_per_s", "x_sent", "consumed_msg_per_s", "master_cpu_us_per_msg",
+           "x_master_cpu", "slave_cpu_us_per_msg", "producer_cpu_us_per_msg", "consumer_cpu_us_per_msg",
+           "send_p50_ms", "send_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "send_ok_share", "backlog"]
+
+
+async def main_async(args, trees) -> list[dict]:
+    from bench.trees import interleaved
+
+    root = Path(tempfile.mkdtemp(prefix="deploy-bench-", dir=args.workdir or None))
+    variants = [(t, r) for t in trees for r in args.roles]
+    results = []
+    try:
+        for run, (tree, role) in interleaved(args.runs, variants):
+            row = await run_once(tree, role, run, args, root)
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"kept {root}")
+    return results
+
+
+def summarize(results: list[dict], trees, roles: list[str]) -> tuple[list[dict], list[dict]]:
+    from bench.trees import median_rows, ratio
+
+    rows = median_rows(results, ("tree", "role"))
+    by = {(r["tree"], r["role"]): r for r in rows}
+    for r in rows:
+        base = by.get((trees[0].name, r["role"]), {})
+        r["x_sent"] = ratio(r.get("sent_msg_per_s"), base.get("sent_msg_per_s"))
+        r["x_master_cpu"] = ratio(r.get("master_cpu_us_per_msg"), base.get("master_cpu_us_per_msg"))
+        statuses: dict[str, int] = {}
+        for x in results:
+            if (x["tree"], x["role"]) == (r["tree"], r["role"]):
+                for k, v in {**x["statuses"], **{f"error:{e}": n for e, n in x["errors"].items()}}.items():
+                    statuses[k] = statuses.get(k, 0) + v
+        r["statuses_all_runs"] = statuses
+    per_tree = []
+    for t in trees:
+        s, a = by.get((t.name, "sync")), by.get((t.name, "async"))
+        entry = {"tree": t.name, "sync_over_async": ratio(s and s["sent_msg_per_s"], a and a["sent_msg_per_s"])}
+        if t is not trees[0]:
+            entry["x_sent"] = {role: by[(t.name, role)]["x_sent"] for role in roles if (t.name, role) in by}
+            entry["goal_x_sent_met"] = all(v >= GOAL_RATIO for v in entry["x_sent"].values())
+            entry["goal_sync_over_async_met"] = entry["sync_over_async"] >= GOAL_SYNC_ASYNC
+        per_tree.append(entry)
+    return rows, per_tree
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
+                    help="a pyrmq source tree to run (repeatable; ratios against the first; default: this tree)")
+    ap.add_argument("--roles", default="sync,async", help="comma-separated: sync (SYNC_MASTER), async (ASYNC_MASTER)")
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--seconds", type=float, default=10.0, help="measured seconds per run")
+    ap.add_argument("--warmup", type=float, default=3.0, help="seconds of unmeasured sending before the window")
+    ap.add_argument("--senders", type=int, default=64)
+    ap.add_argument("--body", type=int, default=1024)
+    ap.add_argument("--workdir", default="", help="where the stores go (default: the system temp folder)")
+    ap.add_argument("--keep", action="store_true", help="keep stores, confs and logs")
+    ap.add_argument("--out", default="", help="JSON path (default bench/results/deploy_bench.json)")
+    # client processes (this file run by path with a tree on PYTHONPATH)
+    ap.add_argument("--serve", choices=("producer", "consumer"), help=argparse.SUPPRESS)
+    ap.add_argument("--namesrv", help=argparse.SUPPRESS)
+    ap.add_argument("--topic", help=argparse.SUPPRESS)
+    ap.add_argument("--group", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.serve:
+        run_loop(serve_producer(args) if args.serve == "producer" else serve_consumer(args))
+        return 0
+
+    from bench.report import print_table, write_json
+    from bench.trees import check_tree, parse_trees
+
+    args.roles = [r.strip() for r in args.roles.split(",") if r.strip()]
+    if not args.roles or any(r not in ROLES for r in args.roles):
+        raise SystemExit(f"--roles: of {sorted(ROLES)}")
+    trees = parse_trees(args.tree)
+    described = []
+    for tree in trees:
+        files = check_tree(tree)
+        described.append({**tree.describe(), "imports": files})
+        print(f"tree {tree.name}: {tree.path} ({described[-1].get('commit', '?')}), broker from {files['broker']}",
+              flush=True)
+    results = asyncio.run(main_async(args, trees))
+    rows, per_tree = summarize(results, trees, args.roles)
+    columns = [c for c in COLUMNS if all(c in r for r in rows)]
+    print()
+    print_table(
+        f"deploy: master+slave, {args.senders} senders x {args.body} B, {args.seconds:.0f} s windows, "
+        f"medians of {args.runs}; ratios against {trees[0].name}",
+        columns, [[r[c] for c in columns] for r in rows],
+    )
+    for r in rows:
+        print(f"statuses {r['tree']}/{r['role']}: {r['statuses_all_runs']}")
+    for e in per_tree:
+        line = f"{e['tree']}: SYNC/ASYNC {e['sync_over_async']}"
+        if "x_sent" in e:
+            line += (f"; goal x{GOAL_RATIO} sent msg/s vs {trees[0].name}: {e['x_sent']} "
+                     f"({'met' if e['goal_x_sent_met'] else 'not met'}); SYNC/ASYNC >= {GOAL_SYNC_ASYNC}: "
+                     f"{'met' if e['goal_sync_over_async_met'] else 'not met'}")
+        print(line)
+    out = Path(args.out) if args.out else None
+    write_json(out.stem if out else "deploy_bench",
+               {"args": {k: v for k, v in vars(args).items() if k not in ("serve", "namesrv", "topic", "group")},
+                "issue_figures": ISSUE, "trees": described, "runs": results, "medians": rows, "per_tree": per_tree},
+               directory=out.parent if out else None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
