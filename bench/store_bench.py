@@ -36,8 +36,8 @@ from broker.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from broker.store import get as get_path
 from broker.store.dispatch_scan import scan
 from broker.store.message_store import MessageStore
-from broker.store.record import RecordStatus, check_record, property_value
-from broker.store.types import MessageDraft, PutStatus, TagFilter
+from broker.store.types import MessageDraft, PutStatus
+from remoting.message_codec import RecordStatus, TagFilter, check_record, property_value
 
 MiB = 1024 * 1024
 BODY = 1024

@@ -36,8 +36,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from broker.store.record import RecordStatus, property_value
-from broker.store.types import PROPERTY_UNIQ_KEY, offset_msg_id
+from remoting.message_codec import PROPERTY_UNIQ_KEY, RecordStatus, offset_msg_id, property_value
 
 DEFAULT_MAX_ENTRIES = 200_000
 _SEP = "\x00"

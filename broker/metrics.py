@@ -31,8 +31,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from broker.metadata.topics import is_system_topic
-from broker.store.types import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from common.metrics import BatchHistogram, LoopCounter, ScrapeCollector, const_labels, label_value
+from remoting.message_codec import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 # RocketMQ 5's rocketmq_message_size buckets: 1K, 4K, 512K, 1M, 2M, 4M (bytes).
 MESSAGE_SIZE_BUCKETS = (1024, 4096, 512 * 1024, 1024**2, 2 * 1024**2, 4 * 1024**2)

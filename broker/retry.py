@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from broker.grpc.status_map import put_code
 from broker.metadata.subscription_groups import SubscriptionGroupManager
 from broker.metadata.topics import TopicConfigManager, dlq_topic, retry_topic
-from broker.store.types import (
+from broker.store.types import MessageDraft
+from remoting.codes import ResponseCode
+from remoting.message_codec import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -25,9 +27,7 @@ from broker.store.types import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
     RETRY_GROUP_TOPIC_PREFIX,
-    MessageDraft,
 )
-from remoting.codes import ResponseCode
 
 log = logging.getLogger(__name__)
 

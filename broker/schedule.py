@@ -20,17 +20,15 @@ import threading
 import time
 
 from broker.metadata.delay_offsets import DelayOffsetManager
-from broker.store.record import decode
-from broker.store.types import (
+from broker.store.types import SCHEDULE_TOPIC, GetStatus, MessageDraft
+from common.service import Service
+from remoting.message_codec import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
-    SCHEDULE_TOPIC,
-    GetStatus,
-    MessageDraft,
     StoredMessage,
+    decode,
 )
-from common.service import Service
 
 log = logging.getLogger(__name__)
 

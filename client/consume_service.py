@@ -21,11 +21,11 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable
 
-from broker.store.types import PROPERTY_RETRY_TOPIC, RETRY_GROUP_TOPIC_PREFIX
 from client.message import MessageExt
 from client.process_queue import ProcessQueue
 from client.route_cache import RouteCache
 from client.rpc import BrokerChannels, send_ack
+from remoting.message_codec import PROPERTY_RETRY_TOPIC, RETRY_GROUP_TOPIC_PREFIX
 from remoting.pb import broker_pb2
 
 log = logging.getLogger(__name__)

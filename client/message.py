@@ -5,28 +5,29 @@ properties (TAGS, KEYS space-joined, UNIQ_KEY, DELAY, WAIT=false only when asked
 
 UNIQ_KEY (RocketMQ's MessageClientIDSetter) is 32 hex characters: 20 fixed per process (IPv4 address, pid,
 4 random bytes), then 8 for milliseconds since the process's id epoch (mod 2**32) and 4 for a counter
-(mod 2**16). Two ids of one process differ unless 65,536 ids are made within one millisecond.
+(mod 2**16); ``remoting.message_codec.UniqIdGenerator`` makes them, this module owns the process's one.
 """
 
 from __future__ import annotations
 
 import enum
-import itertools
 import os
 import socket
 import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from broker.store.types import (
+from remoting.codes import ResponseCode
+from remoting.message_codec import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT_STORE_MSG_OK,
     StoredMessage,
+    UniqIdGenerator,
+    uniq_id_prefix,
 )
-from remoting.codes import ResponseCode
 from remoting.pb import broker_pb2
 
 # A message as delivered to consumers: the decoded commitlog record (RocketMQ MessageExt).
@@ -43,32 +44,12 @@ def local_ip() -> str:
         return "127.0.0.1"
 
 
-def _id_prefix() -> str:
-    try:
-        ip = socket.inet_aton(local_ip())
-    except OSError:
-        ip = b"\x7f\0\0\1"
-    return (ip + (os.getpid() & 0xFFFF).to_bytes(2, "big") + os.urandom(4)).hex().upper()
+def _new_id_generator() -> UniqIdGenerator:
+    """This process's UNIQ_KEY generator (the layout and the generator are ``remoting.message_codec``'s)."""
+    return UniqIdGenerator(uniq_id_prefix(local_ip(), os.getpid(), os.urandom(4)), int(time.time() * 1000))
 
 
-class _MsgIdGen:
-    __slots__ = ("_head", "_last_ms", "counter", "epoch_ms", "prefix")
-
-    def __init__(self) -> None:
-        self.prefix = _id_prefix()
-        self.epoch_ms = int(time.time() * 1000)
-        self.counter = itertools.count()
-        self._last_ms = -1
-        self._head = ""
-
-    def next_id(self, now_ms: int) -> str:
-        if now_ms != self._last_ms:  # the first 28 characters change once per millisecond
-            self._last_ms = now_ms
-            self._head = f"{self.prefix}{(now_ms - self.epoch_ms) & 0xFFFFFFFF:08X}"
-        return f"{self._head}{next(self.counter) & 0xFFFF:04X}"
-
-
-_ID_GEN = _MsgIdGen()
+_ID_GEN = _new_id_generator()
 
 
 def new_msg_id(now_ms: int | None = None) -> str:

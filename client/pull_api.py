@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from broker.store.types import TagFilter
 from client.errors import BrokerError, BrokerNotFoundError, MQClientError
 from client.message import MessageExt, MessageQueue
 from client.records import decode_records
 from client.route_cache import RouteCache
 from client.rpc import BrokerChannels, transport_error
 from remoting.codes import ResponseCode
+from remoting.message_codec import TagFilter
 from remoting.pb import broker_pb2
 
 FLAG_COMMIT_OFFSET = 0x1

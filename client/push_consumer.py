@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 from typing import Self
 
-from broker.store.types import RETRY_GROUP_TOPIC_PREFIX
 from client.consume_service import ConsumeService, ConsumeStatus, Listener
 from client.errors import BrokerError, ClientStateError, MQClientError
 from client.message import MessageQueue, local_ip
@@ -44,6 +43,7 @@ from client.route_cache import RouteCache
 from client.rpc import BrokerChannels, send_ack
 from common.service import Service
 from remoting.codes import ResponseCode
+from remoting.message_codec import RETRY_GROUP_TOPIC_PREFIX
 from remoting.pb import broker_pb2
 
 __all__ = ["ConsumeFromWhere", "ConsumeStatus", "MessageModel", "PushConsumer"]

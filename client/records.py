@@ -1,18 +1,19 @@
 """Decoding a pull response's records in one pass: the consumer's per-message hot path.
 
-Why a second decoder next to ``broker.store.record.decode``: that one is the store's general codec (any buffer
+Why a second decoder next to ``remoting.message_codec.decode``: that one is the general codec (any buffer
 type, an ``lru_cache`` lookup per host, keyword construction of ``StoredMessage``, a generator) and costs
 ~3.1 µs per 1 KiB message on the test VM where this costs ~1.8 µs (timeit, 128-record responses; both ~2x that
 when the box is loaded). A pull response is one ``bytes`` object of concatenated records, and its records
 repeat a handful of topics and hosts, so here:
 
-- the header is unpacked once per record with the store's own ``struct`` (``HEADER``), and the record is
-  accepted only under exactly the conditions ``record.decode`` checks (same magic, length arithmetic, topic and
-  property shape, optional body CRC);
-- topics and 8-byte hosts are decoded once per response through small dicts;
+- the header is unpacked once per record with the codec's own ``struct`` (``HEADER``), and the record is
+  accepted only under exactly the conditions ``message_codec.decode`` checks (same magic, length arithmetic,
+  topic and property shape, optional body CRC);
+- topics and 8-byte hosts are decoded once per response through small dicts; properties go through the
+  codec's ``string_to_properties`` (§3.3), the same parser ``decode`` uses;
 - ``StoredMessage`` is built positionally (its field order is pinned by a unit test).
 
-Anything the fast checks do not accept goes to ``record.decode``, which either raises the ``RecordError``
+Anything the fast checks do not accept goes to ``message_codec.decode``, which either raises the ``RecordError``
 that says where and why, or (never expected) decodes it, so both decoders always agree; a Hypothesis test
 checks that on valid and on mutated bytes.
 """
@@ -21,27 +22,25 @@ from __future__ import annotations
 
 import zlib
 
-from broker.store.record import HEADER, HEADER_SIZE, MESSAGE_MAGIC, MIN_RECORD_SIZE, decode, parse_host
-from broker.store.types import StoredMessage
+from remoting.message_codec import (
+    HEADER,
+    HEADER_SIZE,
+    MESSAGE_MAGIC,
+    MIN_RECORD_SIZE,
+    StoredMessage,
+    decode,
+    parse_host,
+    string_to_properties,
+)
 
 _unpack = HEADER.unpack_from
 _crc32 = zlib.crc32
-
-
-def _properties(raw: bytes) -> dict[str, str]:
-    """``k\\x01v\\x02...`` -> dict, exactly as ``record.decode_properties`` (empty items skipped, a missing
-    ``\\x01`` gives an empty value, later keys win)."""
-    out: dict[str, str] = {}
-    for item in raw.decode("utf-8", "replace").split("\x02"):
-        if item:
-            key, _, value = item.partition("\x01")
-            out[key] = value
-    return out
+_properties = string_to_properties
 
 
 def decode_records(buf: bytes | bytearray | memoryview, *, check_crc: bool = False) -> list[StoredMessage]:
     """All records of ``buf`` (a pull response), in order; ``RecordError`` on anything else, a torn tail
-    included (the same contract as ``list(record.iter_records(buf))``)."""
+    included (the same contract as ``list(message_codec.iter_records(buf))``)."""
     if type(buf) is not bytes:
         buf = bytes(buf)
     out: list[StoredMessage] = []
@@ -112,7 +111,7 @@ def decode_records(buf: bytes | bytearray | memoryview, *, check_crc: bool = Fal
                                     phy_offset,
                                     total,
                                     body,
-                                    _properties(props) if props else {},
+                                    _properties(props.decode("utf-8", "replace")) if props else {},
                                     flag,
                                     sys_flag,
                                     born_ts,
@@ -126,7 +125,7 @@ def decode_records(buf: bytes | bytearray | memoryview, *, check_crc: bool = Fal
                             )
                             pos = rec_end
                             continue
-        # Not accepted by the fast checks: the store's decoder raises the RecordError that says why.
+        # Not accepted by the fast checks: the general decoder raises the RecordError that says why.
         slow = decode(buf, pos, check_crc=check_crc)
         add(slow)
         pos += slow.store_size

@@ -24,7 +24,7 @@ from broker.metadata.consumer_offsets import ConsumerOffsetManager
 from broker.metadata.delay_offsets import DelayOffsetManager
 from broker.metadata.subscription_groups import SubscriptionGroupManager
 from broker.metadata.topics import TopicConfigManager
-from broker.store.types import offset_msg_id
+from remoting.message_codec import offset_msg_id
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from typing import NamedTuple
 from broker.metadata.data_version import DataVersion
 from broker.metadata.subscription_groups import SubscriptionGroupConfig
 from broker.metadata.topics import TopicConfig
-from broker.store.record import MAX_PROPERTIES_LEN
-from broker.store.types import PROPERTY_DELAY_TIME_LEVEL, MessageDraft
+from broker.store.types import MessageDraft
+from remoting.message_codec import MAX_PROPERTIES_LEN, PROPERTY_DELAY_TIME_LEVEL
 from remoting.pb import admin_pb2, common_pb2
 
 

@@ -12,9 +12,14 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from broker.metadata.topics import is_system_topic
-from broker.store.record import MAX_PROPERTIES_LEN, validate_topic
-from broker.store.types import DLQ_GROUP_TOPIC_PREFIX, PROPERTY_DELAY_TIME_LEVEL, RETRY_GROUP_TOPIC_PREFIX
 from remoting.codes import ResponseCode
+from remoting.message_codec import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    MAX_PROPERTIES_LEN,
+    PROPERTY_DELAY_TIME_LEVEL,
+    RETRY_GROUP_TOPIC_PREFIX,
+    validate_topic,
+)
 
 MAX_GROUP_LEN = 120
 MAX_QUEUE_NUMS = 1024

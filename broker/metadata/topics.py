@@ -20,7 +20,8 @@ from typing import Any
 
 from broker.metadata.config_file import ConfigFile
 from broker.metadata.data_version import DataVersion
-from broker.store.types import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC
+from broker.store.types import SCHEDULE_TOPIC
+from remoting.message_codec import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 PERM_PRIORITY = 8
 PERM_READ = 4

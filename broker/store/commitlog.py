@@ -30,8 +30,8 @@ from pathlib import Path
 from broker.store.allocate import AllocateService
 from broker.store.mapped_file import MappedFile
 from broker.store.mapped_file_queue import MappedFileQueue
-from broker.store.record import DEFAULT_MAX_RECORD_SIZE, RecordStatus, blank_record, check_record
 from broker.store.types import StoreOffsetMismatch
+from remoting.message_codec import DEFAULT_MAX_RECORD_SIZE, RecordStatus, blank_record, check_record
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,17 @@ from __future__ import annotations
 import struct
 
 from broker.store.consume_queue import UNIT
-from broker.store.record import BLANK_MAGIC, BLANK_SIZE, MESSAGE_MAGIC, MIN_RECORD_SIZE, RecordStatus, property_value
-from broker.store.types import PROPERTY_DELAY_TIME_LEVEL, SCHEDULE_TOPIC, java_string_hash
+from broker.store.types import SCHEDULE_TOPIC
+from remoting.message_codec import (
+    BLANK_MAGIC,
+    BLANK_SIZE,
+    MESSAGE_MAGIC,
+    MIN_RECORD_SIZE,
+    PROPERTY_DELAY_TIME_LEVEL,
+    RecordStatus,
+    java_string_hash,
+    property_value,
+)
 
 # total, magic, (crc), queue id, (flag), queue offset, physical offset, sys flag, (born ts+host), store ts,
 # (store host, reconsume times, prepared tx offset), body length: the 88-byte header minus what units ignore.

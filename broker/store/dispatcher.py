@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 from broker.store.consume_queue import UNIT, UNIT_SIZE
 from broker.store.dispatch_scan import ScanResult, scan
 from broker.store.put import write_units
-from broker.store.record import BLANK_SIZE, RecordStatus
 from common.service import Service
+from remoting.message_codec import BLANK_SIZE, RecordStatus
 
 if TYPE_CHECKING:
     from broker.store.message_store import MessageStore

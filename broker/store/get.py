@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 from broker.config import BrokerRole
 from broker.store.consume_queue import UNIT, UNIT_SIZE
-from broker.store.record import MIN_RECORD_SIZE, property_value
-from broker.store.types import PROPERTY_TAGS, GetResult, GetStatus, TagFilter
+from broker.store.types import GetResult, GetStatus
+from remoting.message_codec import MIN_RECORD_SIZE, PROPERTY_TAGS, TagFilter, property_value
 
 if TYPE_CHECKING:
     from broker.store.commitlog import CommitLog

@@ -43,24 +43,17 @@ from broker.store.consume_queue import UNIT_SIZE, ConsumeQueue
 from broker.store.dispatcher import Dispatcher
 from broker.store.flush import GroupCommitService, build_flush_services
 from broker.store.mapped_file import MappedFile
-from broker.store.record import (
+from broker.store.recovery import load_and_recover
+from broker.store.types import CommitlogSlice, GetResult, MessageDraft, PutResult, PutStatus, StoreOffsetMismatch
+from remoting.message_codec import (
     MAX_PROPERTIES_LEN,
     MAX_RETRY_TOPIC_LEN,
     MIN_RECORD_SIZE,
     RecordError,
+    StoredMessage,
+    TagFilter,
     decode,
     host_bytes,
-)
-from broker.store.recovery import load_and_recover
-from broker.store.types import (
-    CommitlogSlice,
-    GetResult,
-    MessageDraft,
-    PutResult,
-    PutStatus,
-    StoredMessage,
-    StoreOffsetMismatch,
-    TagFilter,
 )
 
 log = logging.getLogger(__name__)

@@ -27,25 +27,20 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from broker.store.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
-from broker.store.record import (
+from broker.store.types import SCHEDULE_TOPIC, MessageDraft, PutResult, PutStatus
+from remoting.message_codec import (
     BLANK_SIZE,
     HEADER,
     MAX_PROPERTIES_LEN,
     MIN_RECORD_SIZE,
-    host_bytes,
-    validate_topic,
-)
-from broker.store.types import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_WAIT_STORE_MSG_OK,
-    SCHEDULE_TOPIC,
-    MessageDraft,
-    PutResult,
-    PutStatus,
+    host_bytes,
     java_string_hash,
+    validate_topic,
 )
 
 if TYPE_CHECKING:

@@ -3,6 +3,7 @@
 The store's hot paths answer with ``PutStatus`` / ``GetStatus`` like RocketMQ's PutMessageStatus and
 GetMessageStatus; the gRPC layer maps them to ResponseCodes in one place. Exceptions are kept for programmer
 errors and for the replication path (``StoreOffsetMismatch``), where the HA client must close its connection.
+What a message is (records, properties, StoredMessage, msgIds, TagFilter) lives in ``remoting.message_codec``.
 """
 
 from __future__ import annotations
@@ -13,21 +14,6 @@ from dataclasses import dataclass, field
 from common.errors import PyrmqError
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-
-# Property keys (RocketMQ MessageConst).
-PROPERTY_TAGS = "TAGS"
-PROPERTY_KEYS = "KEYS"
-PROPERTY_UNIQ_KEY = "UNIQ_KEY"
-PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
-PROPERTY_DELAY_TIME_LEVEL = "DELAY"
-PROPERTY_REAL_TOPIC = "REAL_TOPIC"
-PROPERTY_REAL_QUEUE_ID = "REAL_QID"
-PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
-PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-PROPERTY_MIN_OFFSET = "MIN_OFFSET"
-PROPERTY_MAX_OFFSET = "MAX_OFFSET"
 
 
 class PutStatus(enum.Enum):
@@ -106,80 +92,6 @@ class GetResult:
     @property
     def message_count(self) -> int:
         return len(self.records)
-
-
-@dataclass(slots=True)
-class StoredMessage:
-    """A decoded commitlog record (RocketMQ MessageExt)."""
-
-    topic: str
-    queue_id: int
-    queue_offset: int
-    physical_offset: int
-    store_size: int
-    body: bytes
-    properties: dict[str, str]
-    flag: int
-    sys_flag: int
-    born_timestamp: int
-    born_host: tuple[str, int]
-    store_timestamp: int
-    store_host: tuple[str, int]
-    reconsume_times: int
-    body_crc: int
-    prepared_transaction_offset: int = 0
-
-    @property
-    def tags(self) -> str:
-        return self.properties.get(PROPERTY_TAGS, "")
-
-    @property
-    def keys(self) -> str:
-        return self.properties.get(PROPERTY_KEYS, "")
-
-    @property
-    def msg_id(self) -> str:
-        """Client message id (UNIQ_KEY) when the producer set one, else the offset message id."""
-        return self.properties.get(PROPERTY_UNIQ_KEY) or self.offset_msg_id
-
-    @property
-    def offset_msg_id(self) -> str:
-        return offset_msg_id(self.store_host, self.physical_offset)
-
-
-def offset_msg_id(store_host: tuple[str, int], physical_offset: int) -> str:
-    """RocketMQ's offsetMsgId: hex of store IPv4 (4 bytes) + port (4 bytes) + physical offset (8 bytes)."""
-    ip, port = store_host
-    parts = [int(p) for p in ip.split(".")] if ip.count(".") == 3 else [0, 0, 0, 0]
-    return bytes(parts).hex().upper() + f"{port:08X}{physical_offset:016X}"
-
-
-def java_string_hash(text: str) -> int:
-    """Java's String.hashCode (the consume-queue tags code), as a signed 64-bit value like RocketMQ stores it."""
-    data = text.encode("utf-16-be")  # Java hashes UTF-16 code units
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - 0x100000000 if h & 0x80000000 else h
-
-
-class TagFilter:
-    """A "tagA || tagB" subscription: the consume-queue hash check first, then the exact string."""
-
-    __slots__ = ("expression", "tags", "codes", "match_all")
-
-    def __init__(self, expression: str | None) -> None:
-        expr = (expression or "*").strip()
-        self.expression = expr
-        self.match_all = expr in ("", "*")
-        self.tags = frozenset() if self.match_all else frozenset(t.strip() for t in expr.split("||") if t.strip())
-        self.codes = frozenset(java_string_hash(t) for t in self.tags)
-
-    def match_code(self, tags_code: int) -> bool:
-        return self.match_all or tags_code in self.codes
-
-    def match_tags(self, tags: str) -> bool:
-        return self.match_all or tags in self.tags
 
 
 class StoreOffsetMismatch(PyrmqError):

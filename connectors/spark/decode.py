@@ -1,9 +1,10 @@
 """Pull-response records -> Arrow columns, without building a message object per record.
 
-A pull response carries concatenated commitlog records in RocketMQ's v1 layout (``broker/store/record.py`` has
-the byte table). The fields the schema needs are read straight from the header with one ``struct`` unpack per
-record; properties are split once; bodies are sliced. Records are checked the way ``check_record`` does
-(magic, sizes, length fields) so torn or foreign bytes fail loudly instead of producing garbage rows.
+A pull response carries concatenated records in RocketMQ's v1 layout (``remoting/message_codec.py`` has the byte
+table). The fields the schema needs are read straight from the header with the codec's ``HEADER`` struct, one
+unpack per record; properties are split once by the codec's rules (§3.3: pairs with an empty name or value are
+dropped, later names win); bodies are sliced. Records are checked the way ``check_record`` does (magic, sizes,
+length fields) so torn or foreign bytes raise the codec's ``RecordError`` instead of producing garbage rows.
 
 ``RowsBuilder`` collects the rows of one queue range and emits ``pyarrow.RecordBatch``es whose schema equals
 the one Spark expects (yielding RecordBatches from ``read()`` is ~1.5-2x faster than yielding tuples).
@@ -14,8 +15,18 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING
 
-from broker.store.record import HEADER, HEADER_SIZE, MESSAGE_MAGIC, MIN_RECORD_SIZE, RecordError, parse_host
-from broker.store.types import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, offset_msg_id
+from remoting.message_codec import (
+    HEADER,
+    HEADER_SIZE,
+    MESSAGE_MAGIC,
+    MIN_RECORD_SIZE,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    RecordError,
+    offset_msg_id,
+    parse_host,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -83,21 +94,29 @@ class RowsBuilder:
                 _prep,
                 body_len,
             ) = unpack(buf, pos)
-            if magic != MESSAGE_MAGIC or total < MIN_RECORD_SIZE or pos + total > end or body_len < 0:
+            if (
+                magic != MESSAGE_MAGIC
+                or total < MIN_RECORD_SIZE
+                or pos + total > end
+                or body_len < 0
+                or HEADER_SIZE + body_len + 3 > total
+            ):
                 raise RecordError(pos, f"magic {magic & 0xFFFFFFFF:#010x}, size {total}, body {body_len}")
             p = pos + HEADER_SIZE + body_len
             props_at = p + 1 + buf[p]
+            if props_at + 2 > pos + total:
+                raise RecordError(pos, f"topic length {buf[p]} does not fit in {total}")
             props_len = (buf[props_at] << 8) | buf[props_at + 1]
-            if props_at + 2 + props_len != pos + total:
+            if props_len >= 0x8000 or props_at + 2 + props_len != pos + total:
                 raise RecordError(pos, f"total size {total} disagrees with the length fields")
             if lo <= qoff < hi:
                 tag = key = uniq = None
                 if props_len:
                     text = buf[props_at + 2 : props_at + 2 + props_len].decode("utf-8", "replace")
                     for item in text.split("\x02"):
-                        if not item:
-                            continue
                         name, _, value = item.partition("\x01")
+                        if not name or not value:
+                            continue  # as string_to_properties: Java drops these pairs
                         if name == PROPERTY_TAGS:
                             tag = value
                         elif name == PROPERTY_KEYS:

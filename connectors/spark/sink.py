@@ -40,13 +40,13 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from broker.store.types import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from client.route_cache import TopicRoute
 from connectors.spark.broker_client import client_for
 from connectors.spark.errors import BrokerRefusal, OptionError, Unavailable
 from connectors.spark.options import SinkOptions
 from connectors.spark.schema import SINK_COLUMNS
 from remoting.codes import SEND_OK_CODES, ResponseCode
+from remoting.message_codec import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from remoting.pb import broker_pb2
 
 log = logging.getLogger("pyrmq.spark")

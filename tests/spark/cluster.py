@@ -6,10 +6,9 @@ import time
 
 import grpc
 
-from broker.store.record import iter_records
-from broker.store.types import StoredMessage
 from remoting.channel import CHANNEL_OPTIONS
 from remoting.codes import SEND_OK_CODES, ResponseCode
+from remoting.message_codec import StoredMessage, iter_records
 from remoting.pb import admin_pb2_grpc, broker_pb2, broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
 from tests.support.waiting import wait_until
 

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.store.record import encode_properties, encode_record, host_bytes
 from connectors.spark import offsets as off
 from connectors.spark.errors import OptionError
 from connectors.spark.options import sink_options, source_options
 from connectors.spark.read import choose_node
+from remoting.message_codec import encode_properties, encode_record, host_bytes
 
 NS = {"namesrv": "127.0.0.1:9876"}
 

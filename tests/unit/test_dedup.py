@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from broker.config import MessageStoreConfig
 from broker.dedup import FirstSend, SendDedupWindow, Verdict, restore_from_records, restore_from_store
 from broker.store.message_store import MessageStore
-from broker.store.record import check_record, encode_properties, encode_record, host_bytes
-from broker.store.types import MessageDraft, offset_msg_id
+from broker.store.types import MessageDraft
+from remoting.message_codec import check_record, encode_properties, encode_record, host_bytes, offset_msg_id
 
 
 class Clock:

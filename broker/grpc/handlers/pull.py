@@ -15,8 +15,9 @@ from broker.grpc.context import BrokerContext
 from broker.grpc.status_map import get_code, pull_remark
 from broker.metadata.subscription_groups import SubscriptionGroupConfig
 from broker.metadata.topics import perm_readable, perm_text, retry_topic
-from broker.store.types import GetResult, TagFilter
+from broker.store.types import GetResult
 from remoting.codes import ResponseCode
+from remoting.message_codec import TagFilter
 from remoting.pb import broker_pb2
 
 FLAG_COMMIT_OFFSET = 0x1

@@ -19,8 +19,9 @@ from broker.grpc import convert, validate
 from broker.grpc.context import BrokerContext
 from broker.grpc.status_map import put_code
 from broker.metadata.topics import TopicConfig, perm_text, perm_writeable
-from broker.store.types import PROPERTY_UNIQ_KEY, MessageDraft, PutStatus
+from broker.store.types import MessageDraft, PutStatus
 from remoting.codes import ResponseCode
+from remoting.message_codec import PROPERTY_UNIQ_KEY
 from remoting.pb import broker_pb2
 
 Response = broker_pb2.SendMessageResponse

@@ -5,8 +5,8 @@ from __future__ import annotations
 from broker.grpc import validate
 from broker.grpc.context import BrokerContext
 from broker.retry import SendBackRequest
-from broker.store.types import DLQ_GROUP_TOPIC_PREFIX
 from remoting.codes import SEND_OK_CODES, ResponseCode
+from remoting.message_codec import DLQ_GROUP_TOPIC_PREFIX
 from remoting.pb import broker_pb2, common_pb2
 
 

@@ -6,9 +6,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.store.record import iter_records
-from broker.store.types import StoredMessage
 from remoting.channel import aio_channel
+from remoting.message_codec import StoredMessage, iter_records
 from remoting.pb import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc, common_pb2, namesrv_pb2_grpc
 from tests.support.procs import Broker
 

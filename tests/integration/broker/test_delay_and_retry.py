@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from broker.store.types import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, SCHEDULE_TOPIC
+from broker.store.types import SCHEDULE_TOPIC
 from remoting.codes import ResponseCode
+from remoting.message_codec import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 from remoting.pb import admin_pb2, broker_pb2
 from tests.integration.broker.rpc import message
 from tests.support.waiting import async_wait_until

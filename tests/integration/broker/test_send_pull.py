@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from broker.store.types import offset_msg_id
 from remoting.codes import ResponseCode
+from remoting.message_codec import offset_msg_id
 from tests.integration.broker.rpc import FLAG_COMMIT_OFFSET, FLAG_SUSPEND, message
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from broker.grpc import convert, validate
 from broker.grpc.context import BrokerContext
-from broker.store.types import MessageDraft, offset_msg_id
+from broker.store.types import MessageDraft
+from remoting.message_codec import offset_msg_id
 from remoting.pb import broker_pb2
 
 _text = st.text(alphabet=st.sampled_from("ab\x01\x02 DELAY0123456789"), max_size=6)

@@ -7,8 +7,9 @@ import pytest
 from broker.grpc import validate
 from broker.grpc.status_map import get_code, put_code
 from broker.schedule import due_prefix, redelivery_draft, runs_by_target
-from broker.store.types import GetStatus, PutStatus, StoredMessage
+from broker.store.types import GetStatus, PutStatus
 from remoting.codes import ResponseCode as RC
+from remoting.message_codec import StoredMessage
 from remoting.pb import broker_pb2
 
 

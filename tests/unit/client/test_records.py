@@ -1,4 +1,4 @@
-"""client.records.decode_records must agree with the store's codec (broker.store.record) on every input:
+"""client.records.decode_records must agree with the general codec (remoting.message_codec) on every input:
 the same messages for valid concatenated records, and a RecordError wherever iter_records raises one."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.store.record import RecordError, encode_record, host_bytes, iter_records
-from broker.store.types import StoredMessage
 from client.records import decode_records
+from remoting.message_codec import RecordError, StoredMessage, encode_record, host_bytes, iter_records
 
 _topic = st.text(alphabet="abcXYZ019_-%|", min_size=1, max_size=40)
 _prop_text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=12)

@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 
 from broker.store.dispatch_scan import ScanResult, scan
 from broker.store.put import tags_hash
-from broker.store.record import (
+from broker.store.types import SCHEDULE_TOPIC
+from remoting.message_codec import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_TAGS,
     RecordStatus,
     blank_record,
     check_record,
@@ -19,7 +22,6 @@ from broker.store.record import (
     host_bytes,
     property_value,
 )
-from broker.store.types import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TAGS, SCHEDULE_TOPIC
 
 DELAY_MS = [1000, 5000, 10000]
 MAX_SIZE = 1 << 16

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from broker.store import get as get_path
 from broker.store.consume_queue import UNIT, UNIT_SIZE
 from broker.store.message_store import MessageStore
-from broker.store.types import GetResult, GetStatus, TagFilter
+from broker.store.types import GetResult, GetStatus
+from remoting.message_codec import TagFilter
 
 from .conftest import draft, small_config
 

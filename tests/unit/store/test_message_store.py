@@ -9,8 +9,8 @@ import pytest
 
 from broker.config import BrokerRole
 from broker.store.message_store import MessageStore, StoreLockedError
-from broker.store.record import iter_records
-from broker.store.types import GetStatus, MessageDraft, PutStatus, TagFilter
+from broker.store.types import GetStatus, MessageDraft, PutStatus
+from remoting.message_codec import TagFilter, iter_records
 from tests.support.waiting import async_wait_until
 
 from .conftest import SMALL_FILE, assert_queues_match_commitlog, draft, replace, small_config

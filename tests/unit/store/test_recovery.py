@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from broker.store.message_store import MessageStore
-from broker.store.record import iter_records
 from broker.store.types import GetStatus, PutStatus
+from remoting.message_codec import iter_records
 
 from .conftest import SMALL_FILE, assert_queues_match_commitlog, draft, small_config
 

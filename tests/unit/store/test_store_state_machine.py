@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from broker.store.message_store import MessageStore
-from broker.store.record import iter_records
 from broker.store.types import GetStatus, PutStatus
+from remoting.message_codec import iter_records
 
 from .conftest import assert_queues_match_commitlog, draft, small_config
 
