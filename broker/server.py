@@ -24,7 +24,7 @@ from broker.client_manager import ClientManager
 from broker.config import BrokerSettings
 from broker.dedup import SendDedupWindow, restore_from_store
 from broker.grpc.admin import BrokerAdminServicer
-from broker.grpc.context import BrokerContext
+from broker.context import BrokerContext
 from broker.grpc.messaging import MessagingServicer
 from broker.ha.service import HAService
 from broker.long_polling import PullRequestHoldService

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.grpc.context import BrokerContext
+from broker.context import BrokerContext
 from broker.grpc.guard import guarded
 from broker.grpc.handlers import admin_groups, admin_info, admin_topics
 from remoting.pb import admin_pb2, admin_pb2_grpc, common_pb2

@@ -4,7 +4,7 @@ GrpcMessagingApplication -> activities)."""
 from __future__ import annotations
 
 from broker.grpc import exchange
-from broker.grpc.context import BrokerContext
+from broker.context import BrokerContext
 from broker.grpc.guard import guarded
 from broker.grpc.handlers import heartbeat, offsets, pull, send, send_back
 from remoting.pb import broker_pb2, broker_pb2_grpc, common_pb2

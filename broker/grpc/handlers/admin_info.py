@@ -12,7 +12,7 @@ import time
 from functools import cache
 from importlib import metadata
 
-from broker.grpc.context import BrokerContext
+from broker.context import BrokerContext
 from common import conf
 from remoting.codes import ResponseCode
 from remoting.pb import admin_pb2

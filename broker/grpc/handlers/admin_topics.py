@@ -7,7 +7,7 @@ persisted and followed by an immediate registration so routes show it at once (s
 from __future__ import annotations
 
 from broker.grpc import convert, validate
-from broker.grpc.context import BrokerContext
+from broker.context import BrokerContext
 from broker.metadata.topics import perm_valid
 from remoting.codes import ResponseCode
 from remoting.pb import admin_pb2, common_pb2

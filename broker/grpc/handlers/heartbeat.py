@@ -7,7 +7,7 @@ topic here too), so a consumer can subscribe to its retry topic before anything 
 from __future__ import annotations
 
 from broker.grpc import validate
-from broker.grpc.context import BrokerContext
+from broker.context import BrokerContext
 from remoting.codes import ResponseCode
 from remoting.pb import broker_pb2, common_pb2
 

@@ -8,7 +8,7 @@ monotonic merge of the metadata sync carries them back to the master.
 from __future__ import annotations
 
 from broker.grpc import validate
-from broker.grpc.context import BrokerContext
+from broker.context import BrokerContext
 from remoting.codes import ResponseCode
 from remoting.pb import broker_pb2, common_pb2
 

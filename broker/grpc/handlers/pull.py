@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from broker import read_advice
 from broker.grpc import validate
-from broker.grpc.context import BrokerContext
+from broker.context import BrokerContext
 from broker.grpc.status_map import get_code, pull_remark
 from broker.metadata.subscription_groups import SubscriptionGroupConfig
 from broker.metadata.topics import perm_readable, perm_text, retry_topic

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from broker.dedup import FirstSend, SendDedupWindow
 from broker.grpc import convert, validate
-from broker.grpc.context import BrokerContext
+from broker.context import BrokerContext
 from broker.grpc.status_map import put_code
 from broker.metadata.topics import TopicConfig, perm_text, perm_writeable
 from broker.store.types import MessageDraft, PutStatus

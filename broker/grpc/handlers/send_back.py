@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from broker.grpc import validate
-from broker.grpc.context import BrokerContext
+from broker.context import BrokerContext
 from broker.retry import SendBackRequest
 from remoting.codes import SEND_OK_CODES, ResponseCode
 from remoting.message_codec import DLQ_GROUP_TOPIC_PREFIX

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.grpc import convert, validate
-from broker.grpc.context import BrokerContext
+from broker.context import BrokerContext
 from broker.store.types import MessageDraft
 from remoting.message_codec import offset_msg_id
 from remoting.pb import broker_pb2

@@ -9,7 +9,7 @@ import pytest
 
 from broker.config import BrokerRole
 from broker.grpc.admin import BrokerAdminServicer
-from broker.grpc.context import BrokerContext
+from broker.context import BrokerContext
 from broker.metadata.consumer_offsets import ConsumerOffsetManager
 from broker.metadata.delay_offsets import DelayOffsetManager
 from broker.metadata.subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
