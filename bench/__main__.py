@@ -12,6 +12,7 @@ import sys
 import traceback
 
 MODULES = [
+    "bench.remoting_bench",
     "bench.store_bench",
     "bench.replication_bench",
     "bench.failover_bench",

@@ -119,8 +119,7 @@ class Connection(asyncio.Protocol):
 
     # transport callbacks -----------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  (uvloop's transports are not asyncio.Transport)
         self._loop = asyncio.get_running_loop()
         self.closed = self._loop.create_future()
         peer = transport.get_extra_info("peername")
