@@ -11,12 +11,18 @@ Tables (RocketMQ 4.9.8 names)::
     topic_queue_table  : topic      -> {brokerName -> QueueData}
     broker_addr_table  : brokerName -> BrokerData{cluster, brokerName, broker_addrs: {brokerId -> addr}}
     cluster_addr_table : cluster    -> {brokerName}
-    broker_live_table  : brokerAddr -> BrokerLiveInfo{last_update_ms, data_version, ha_server_addr, timeout_ms}
+    broker_live_table  : brokerAddr -> BrokerLiveInfo{last_update_ms, data_version, ha_server_addr, timeout_ms,
+                                                      channel}
 
 Invariants, checked by ``check_invariants`` (tests call it after every step):
 - an address appears under at most one id of a BrokerData (step 4 of §2.2);
 - every BrokerData has at least one address, and its brokerName is in its cluster's set;
 - no cluster set and no topic entry is empty.
+
+``channel`` is whatever the caller registered the broker over (the server passes its connection; the table never
+looks inside it). It is how a closed connection finds its brokers (``on_channel_close``): only a broker whose live
+entry still names that channel is dropped, so a broker that re-registered over a new connection survives the
+late close of its old one.
 
 Nothing is persisted: brokers rebuild the tables by registering after a restart. Not thread-safe; the server
 calls it from one event loop only (RocketMQ needed a read/write lock around the same tables).
@@ -27,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 MASTER_ID = 0
 PERM_READ = 4
@@ -36,10 +43,12 @@ DEFAULT_BROKER_CHANNEL_EXPIRED_MS = 120_000
 
 @dataclass(frozen=True)
 class DataVersion:
-    """Equal when both fields are equal; there is no ordering (RocketMQ 4.x)."""
+    """Equal when timestamp and counter are equal; there is no ordering (RocketMQ 4.x). ``state_version`` (RocketMQ
+    5's master epoch) is carried for display only and takes no part in the comparison."""
 
     timestamp: int = 0
     counter: int = 0
+    state_version: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,7 @@ class BrokerLiveInfo:
     data_version: DataVersion
     ha_server_addr: str
     timeout_ms: int
+    channel: Any = None  # what the broker registered over (opaque here); None when unknown
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,7 @@ class Expired:
     broker_addr: str
     silent_ms: int
     timeout_ms: int
+    channel: Any = None
 
 
 @dataclass(frozen=True)
@@ -130,8 +141,9 @@ class RouteInfoManager:
         topic_configs: Iterable[TopicConfig],
         now_ms: int,
         timeout_ms: int = 0,
+        channel: Any = None,
     ) -> RegisterResult:
-        """REGISTER_BROKER, spec §2.2 steps 2-8 (the CRC check of step 1 has no equivalent over gRPC)."""
+        """REGISTER_BROKER, spec §2.2 steps 2-8 (the CRC check of step 1 is the processor's)."""
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)  # step 2
 
         broker_data = self.broker_addr_table.get(broker_name)  # step 3
@@ -156,7 +168,7 @@ class RouteInfoManager:
                     )
 
         self.broker_live_table[broker_addr] = BrokerLiveInfo(  # step 7
-            now_ms, data_version, ha_server_addr, timeout_ms if timeout_ms > 0 else self.default_timeout_ms
+            now_ms, data_version, ha_server_addr, timeout_ms if timeout_ms > 0 else self.default_timeout_ms, channel
         )
 
         if broker_id != MASTER_ID:  # step 8
@@ -180,17 +192,29 @@ class RouteInfoManager:
         return changed
 
     def touch(self, broker_addr: str, now_ms: int) -> bool:
-        """A heartbeat (keep-alive ping): refresh the live entry; False when the broker is not registered."""
+        """Refresh the live entry's time (an unchanged QUERY_DATA_VERSION counts as a heartbeat); False when the
+        broker is not registered."""
         live = self.broker_live_table.get(broker_addr)
         if live is None:
             return False
         self.broker_live_table[broker_addr] = dataclasses.replace(live, last_update_ms=now_ms)
         return True
 
+    def query_data_version(
+        self, broker_addr: str, data_version: DataVersion, now_ms: int
+    ) -> tuple[bool, DataVersion | None]:
+        """QUERY_DATA_VERSION: (changed, the DataVersion registered here). Unchanged refreshes the live entry, so
+        a broker with ``forceRegister=false`` stays alive by asking (RocketMQ's isBrokerTopicConfigChanged)."""
+        live = self.broker_live_table.get(broker_addr)
+        changed = live is None or live.data_version != data_version
+        if not changed:
+            self.touch(broker_addr, now_ms)
+        return changed, None if live is None else live.data_version
+
     def scan_not_active(self, now_ms: int) -> list[Expired]:
         """Drop every broker whose ``last_update_ms + timeout_ms < now_ms`` (spec §2.4)."""
         expired = [
-            Expired(addr, now_ms - live.last_update_ms, live.timeout_ms)
+            Expired(addr, now_ms - live.last_update_ms, live.timeout_ms, live.channel)
             for addr, live in self.broker_live_table.items()
             if live.last_update_ms + live.timeout_ms < now_ms
         ]
@@ -213,6 +237,20 @@ class RouteInfoManager:
                 self._drop_broker_name(broker_data)
         return changed
 
+    def on_channel_close(self, channel: Any) -> list[str]:
+        """A connection closed: drop every broker whose live entry still names ``channel`` (spec §2.4). A broker
+        that registered again over a newer connection keeps its entry. Returns the dropped addresses."""
+        if channel is None:
+            return []
+        addrs = [addr for addr, live in self.broker_live_table.items() if live.channel is channel]
+        for addr in addrs:
+            self.on_channel_destroy(addr)
+        return addrs
+
+    def channel_in_use(self, channel: Any) -> bool:
+        """Whether some live broker's entry names ``channel``."""
+        return channel is not None and any(live.channel is channel for live in self.broker_live_table.values())
+
     def delete_topic(self, topic: str, cluster: str = "") -> bool:
         """Forget a topic everywhere, or only its queues on the brokers of ``cluster``."""
         queues = self.topic_queue_table.get(topic)
@@ -231,11 +269,19 @@ class RouteInfoManager:
 
     def wipe_write_perm(self, broker_name: str) -> int:
         """Clear the write bit of every QueueData of ``broker_name``; returns how many topics it touched."""
+        return self._set_perm(broker_name, lambda perm: perm & ~PERM_WRITE)
+
+    def add_write_perm(self, broker_name: str) -> int:
+        """ADD_WRITE_PERM_OF_BROKER: every QueueData of ``broker_name`` becomes read-write (RocketMQ sets
+        PERM_READ | PERM_WRITE, whatever the perm was); returns how many topics it touched."""
+        return self._set_perm(broker_name, lambda _perm: PERM_READ | PERM_WRITE)
+
+    def _set_perm(self, broker_name: str, new_perm) -> int:
         count = 0
         for queues in self.topic_queue_table.values():
             qd = queues.get(broker_name)
             if qd is not None:
-                queues[broker_name] = dataclasses.replace(qd, perm=qd.perm & ~PERM_WRITE)
+                queues[broker_name] = dataclasses.replace(qd, perm=new_perm(qd.perm))
                 count += 1
         return count
 
@@ -265,6 +311,11 @@ class RouteInfoManager:
 
     def all_topics(self) -> list[str]:
         return sorted(self.topic_queue_table)
+
+    def topics_by_cluster(self, cluster: str) -> list[str]:
+        """GET_TOPICS_BY_CLUSTER: topics with queue data on some brokerName of ``cluster``."""
+        names = self.cluster_addr_table.get(cluster, set())
+        return sorted(topic for topic, queues in self.topic_queue_table.items() if names.intersection(queues))
 
     def live_brokers(self) -> list[LiveBroker]:
         """Every registered address with its BrokerData identity and live info, for cluster info."""

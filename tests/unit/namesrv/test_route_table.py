@@ -214,3 +214,68 @@ def test_live_brokers_and_identity_describe_every_registered_address(table):
     assert live == {(MASTER, "broker-a", 0, 5), (SLAVE, "broker-a", 1, 6)}
     assert table.broker_identity(SLAVE) == ("broker-a", 1)
     assert table.broker_identity("10.9.9.9:1") is None
+
+
+def test_a_closed_connection_drops_the_brokers_registered_over_it_and_only_those(table):
+    old, other = object(), object()
+    table.register_broker(cluster="DefaultCluster", broker_name="broker-a", broker_addr=MASTER, broker_id=0,
+                          ha_server_addr=MASTER_HA, data_version=V1, topic_configs=[TopicConfig("T")], now_ms=0,
+                          channel=old)
+    table.register_broker(cluster="DefaultCluster", broker_name="broker-a", broker_addr=SLAVE, broker_id=1,
+                          ha_server_addr=SLAVE_HA, data_version=V1, topic_configs=[], now_ms=0, channel=other)
+    assert table.channel_in_use(old)
+    assert table.on_channel_close(old) == [MASTER]
+    table.check_invariants()
+    assert not table.channel_in_use(old) and table.channel_in_use(other)
+    assert table.pickup_topic_route("T").broker_datas[0].broker_addrs == {1: SLAVE}
+
+
+def test_the_late_close_of_an_old_connection_keeps_a_broker_that_registered_over_a_new_one(table):
+    old, new = object(), object()
+    for channel in (old, new):
+        table.register_broker(cluster="DefaultCluster", broker_name="broker-a", broker_addr=MASTER, broker_id=0,
+                              ha_server_addr=MASTER_HA, data_version=V1, topic_configs=[TopicConfig("T")], now_ms=0,
+                              channel=channel)
+    assert table.on_channel_close(old) == []
+    assert table.pickup_topic_route("T").broker_datas[0].broker_addrs == {0: MASTER}
+    assert table.on_channel_close(new) == [MASTER]
+    assert table.pickup_topic_route("T") is None
+
+
+def test_expiry_names_the_channel_so_housekeeping_can_close_it(table):
+    channel = object()
+    table.register_broker(cluster="C", broker_name="broker-a", broker_addr=MASTER, broker_id=0, ha_server_addr="",
+                          data_version=V1, topic_configs=[], now_ms=0, channel=channel)
+    [expired] = table.scan_not_active(120_001)
+    assert expired.channel is channel
+
+
+def test_query_data_version_reports_a_change_and_refreshes_an_unchanged_broker(table):
+    register(table, addr=MASTER, broker_id=0, dv=V1, now=0)
+    assert table.query_data_version(MASTER, V2, 100_000) == (True, V1)
+    assert [e.broker_addr for e in table.scan_not_active(120_001)] == [MASTER]  # a change is no heartbeat
+    register(table, addr=MASTER, broker_id=0, dv=V1, now=0)
+    assert table.query_data_version(MASTER, V1, 100_000) == (False, V1)
+    assert table.scan_not_active(200_000) == []
+    assert table.query_data_version("10.9.9.9:1", V1, 0) == (True, None)
+
+
+def test_state_version_takes_no_part_in_the_data_version_comparison():
+    assert DataVersion(1, 2, state_version=5) == DataVersion(1, 2)
+
+
+def test_add_write_perm_makes_every_queue_data_of_the_group_read_write(table):
+    register(table, addr=MASTER, broker_id=0, topics=[TopicConfig("T", perm=PERM_READ), "U"])
+    register(table, addr="10.0.1.1:10911", broker_id=0, name="broker-b", topics=[TopicConfig("T", perm=PERM_READ)])
+    assert table.add_write_perm("broker-a") == 2
+    assert table.topic_queue_table["T"]["broker-a"].perm == PERM_READ | PERM_WRITE
+    assert table.topic_queue_table["T"]["broker-b"].perm == PERM_READ
+    assert table.add_write_perm("nope") == 0
+
+
+def test_topics_by_cluster_lists_topics_served_by_the_clusters_groups(table):
+    register(table, addr=MASTER, broker_id=0, cluster="C1", topics=["T", "U"])
+    register(table, addr="10.0.1.1:10911", broker_id=0, name="broker-b", cluster="C2", topics=["T", "V"])
+    assert table.topics_by_cluster("C1") == ["T", "U"]
+    assert table.topics_by_cluster("C2") == ["T", "V"]
+    assert table.topics_by_cluster("nope") == []

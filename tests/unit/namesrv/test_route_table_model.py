@@ -1,8 +1,10 @@
-"""RouteInfoManager agrees with a naive model over random register/unregister/expire/keep-alive sequences.
+"""RouteInfoManager agrees with a naive model over random register/unregister/expire/heartbeat/close sequences.
 
 The model (etcd raft's quick_test idea) keeps flat facts instead of nested tables: ``(brokerName, id) -> addr``,
 ``(topic, brokerName) -> QueueData`` and the ``(cluster, brokerName)`` pairs seen, and after every step sweeps away
 whatever belongs to a brokerName with no address left. Queries are computed from those facts from scratch.
+Connections are tokens ``c0..c2``: a register names the one it came over, and a closed connection drops exactly the
+addresses whose latest registration came over it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ NAMES = ["a", "b"]
 ADDRS = ["10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1"]
 IDS = [0, 1, 2]
 TOPICS = ["T1", "T2", "T3"]
+CHANNELS = ["c0", "c1", "c2"]
 DEFAULT_TIMEOUT_MS = 1000
 
 topic_configs = st.lists(
@@ -32,7 +35,7 @@ class Model:
         self.group_cluster: dict[str, str] = {}
         self.cluster_pairs: set[tuple[str, str]] = set()
         self.queues: dict[tuple[str, str], QueueData] = {}
-        self.live: dict[str, tuple[int, DataVersion, str, int]] = {}  # addr -> (last, dv, ha, timeout)
+        self.live: dict[str, tuple[int, DataVersion, str, int, str]] = {}  # addr -> (last, dv, ha, timeout, chan)
 
     def names(self) -> set[str]:
         return {name for name, _ in self.members}
@@ -43,7 +46,7 @@ class Model:
         self.cluster_pairs = {p for p in self.cluster_pairs if p[1] in alive}
         self.group_cluster = {n: c for n, c in self.group_cluster.items() if n in alive}
 
-    def register(self, cluster, name, addr, bid, ha, dv, topics, now, timeout):
+    def register(self, cluster, name, addr, bid, ha, dv, topics, now, timeout, channel):
         self.cluster_pairs.add((cluster, name))
         first = name not in self.names()
         self.group_cluster.setdefault(name, cluster)
@@ -55,7 +58,7 @@ class Model:
                 self.queues[(tc.topic_name, name)] = QueueData(
                     name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_sys_flag
                 )
-        self.live[addr] = (now, dv, ha, timeout or DEFAULT_TIMEOUT_MS)
+        self.live[addr] = (now, dv, ha, timeout or DEFAULT_TIMEOUT_MS, channel)
         master = self.members.get((name, 0))
         if bid != 0 and master in self.live:
             return self.live[master][2], master
@@ -72,8 +75,14 @@ class Model:
             del self.members[(name, bid)]
         self.sweep()
 
+    def close(self, channel):
+        closed = {a for a, entry in self.live.items() if entry[4] == channel}
+        for addr in closed:
+            self.drop_addr(addr)
+        return closed
+
     def scan(self, now):
-        expired = {a for a, (last, _, _, timeout) in self.live.items() if last + timeout < now}
+        expired = {a for a, (last, _, _, timeout, _) in self.live.items() if last + timeout < now}
         for addr in expired:
             self.drop_addr(addr)
         return expired
@@ -105,8 +114,9 @@ class RouteTableMachine(RuleBasedStateMachine):
         dv=st.integers(0, 2),
         topics=topic_configs,
         timeout=st.sampled_from([0, 300, 3000]),
+        channel=st.sampled_from(CHANNELS),
     )
-    def register(self, cluster, name, addr, bid, dv, topics, timeout):
+    def register(self, cluster, name, addr, bid, dv, topics, timeout, channel):
         ha = f"ha-{addr}"
         version = DataVersion(dv, dv)
         got = self.table.register_broker(
@@ -119,8 +129,9 @@ class RouteTableMachine(RuleBasedStateMachine):
             topic_configs=topics,
             now_ms=self.now,
             timeout_ms=timeout,
+            channel=channel,
         )
-        want = self.model.register(cluster, name, addr, bid, ha, version, topics, self.now, timeout)
+        want = self.model.register(cluster, name, addr, bid, ha, version, topics, self.now, timeout, channel)
         assert (got.ha_server_addr, got.master_addr) == want
 
     @rule(name=st.sampled_from(NAMES), addr=st.sampled_from(ADDRS), bid=st.sampled_from(IDS))
@@ -133,18 +144,28 @@ class RouteTableMachine(RuleBasedStateMachine):
         self.table.on_channel_destroy(addr)
         self.model.drop_addr(addr)
 
-    @rule(addr=st.sampled_from(ADDRS))
-    def keep_alive_ping(self, addr):
-        assert self.table.touch(addr, self.now) == (addr in self.model.live)
-        if addr in self.model.live:
-            _, dv, ha, timeout = self.model.live[addr]
-            self.model.live[addr] = (self.now, dv, ha, timeout)
+    @rule(channel=st.sampled_from(CHANNELS))
+    def connection_closed(self, channel):
+        assert set(self.table.on_channel_close(channel)) == self.model.close(channel)
+        assert not self.table.channel_in_use(channel)
+
+    @rule(addr=st.sampled_from(ADDRS), dv=st.integers(0, 2))
+    def query_data_version(self, addr, dv):
+        version = DataVersion(dv, dv)
+        changed, stored = self.table.query_data_version(addr, version, self.now)
+        entry = self.model.live.get(addr)
+        assert changed == (entry is None or entry[1] != version)
+        assert stored == (None if entry is None else entry[1])
+        if entry is not None and not changed:
+            self.model.live[addr] = (self.now, *entry[1:])
 
     @rule(elapsed_ms=st.integers(0, 2000))
     def time_passes_and_scan_runs(self, elapsed_ms):
         self.now += elapsed_ms
-        got = {e.broker_addr for e in self.table.scan_not_active(self.now)}
-        assert got == self.model.scan(self.now)
+        expired = self.table.scan_not_active(self.now)
+        channels = {a: entry[4] for a, entry in self.model.live.items()}
+        assert {e.broker_addr for e in expired} == self.model.scan(self.now)
+        assert all(e.channel == channels[e.broker_addr] for e in expired)
 
     @rule(name=st.sampled_from(NAMES))
     def wipe_write_perm(self, name):
@@ -169,9 +190,25 @@ class RouteTableMachine(RuleBasedStateMachine):
                 assert got.queue_datas == want[0]
                 assert [(b.cluster, b.broker_name, b.broker_addrs) for b in got.broker_datas] == want[1]
 
+    @rule(name=st.sampled_from(NAMES))
+    def add_write_perm(self, name):
+        count = self.table.add_write_perm(name)
+        keys = [k for k in self.model.queues if k[1] == name]
+        for k in keys:
+            q = self.model.queues[k]
+            self.model.queues[k] = QueueData(q.broker_name, q.read_queue_nums, q.write_queue_nums, 6, q.topic_sys_flag)
+        assert count == len(keys)
+
     @invariant()
     def cluster_info_and_topics_agree_with_the_model(self):
         assert self.table.all_topics() == sorted({t for t, _ in self.model.queues})
+        for cluster in CLUSTERS:
+            names = {n for c, n in self.model.cluster_pairs if c == cluster}
+            want = sorted({t for t, n in self.model.queues if n in names})
+            assert self.table.topics_by_cluster(cluster) == want
+        for channel in CHANNELS:
+            in_use = any(entry[4] == channel for entry in self.model.live.values())
+            assert self.table.channel_in_use(channel) == in_use
         assert set(self.table.broker_live_table) == set(self.model.live)
         clusters: dict[str, set[str]] = {}
         for cluster, name in self.model.cluster_pairs:
