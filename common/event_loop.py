@@ -1,9 +1,9 @@
 """Which asyncio event loop pyrmq's processes run on: uvloop when it is installed (a dependency on Linux and
 macOS), else the standard loop.
 
-Why: every request crosses grpcio's completion queue into the loop and wakes a few tasks; uvloop does that work
-in C. In ``bench.e2e_bench`` it cut the broker's CPU per message by about 9% and the client's by 9% (see the
-README's figures). ``PYRMQ_EVENT_LOOP=asyncio`` picks the standard loop, to rule the loop out when debugging.
+Why: every remoting frame is a socket read, a protocol callback and a task wake-up in the loop; uvloop does the
+socket and scheduling work in C. ``bench.remoting_bench`` measures the remoting layer's server CPU per request on
+either loop (``PYRMQ_EVENT_LOOP=asyncio`` picks the standard one, also to rule the loop out when debugging).
 """
 
 from __future__ import annotations

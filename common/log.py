@@ -17,5 +17,5 @@ def setup_logging(level: str | int = "INFO") -> None:
         handler._pyrmq = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(level)
-    # grpc's own logger is chatty at INFO about channel state; keep it to warnings.
+    # grpc's own logger (the RocketMQ 5 endpoint's grpc.aio server) is chatty at INFO; keep it to warnings.
     logging.getLogger("grpc").setLevel(logging.WARNING)

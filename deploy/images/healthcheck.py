@@ -1,21 +1,28 @@
-"""Container healthcheck: one real gRPC round trip to the server running as PID 1.
+"""Container healthcheck: one real remoting round trip to the server running as PID 1.
 
-    python healthcheck.py namesrv   # NameServer.GetBrokerClusterInfo must answer code 0
-    python healthcheck.py broker    # BrokerAdmin.GetBrokerRuntimeInfo must answer code 0
+    python healthcheck.py namesrv   # GET_BROKER_CLUSTER_INFO (106) must answer code 0 with a ClusterInfo body
+    python healthcheck.py broker    # GET_BROKER_RUNTIME_INFO (28) must answer code 0 with a KVTable body
 
 The address is ``$PYRMQ_HEALTHCHECK_ADDR`` if set, else ``127.0.0.1:<listenPort>`` with ``listenPort`` read
 from the config file PID 1 was started with (``-c FILE``), else the kind's default port. Exit status 0 means
 healthy, 1 unhealthy; the one line printed ends up in ``docker inspect`` (``.State.Health.Log``).
+
+Why a blocking socket and not the SDK: this runs every 10 s in a fresh interpreter inside the image, so it imports
+only the pure frame codec (``remoting.frame_codec``, ``remoting.fastjson``): no event loop, no grpc, no client.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
+import time
 
 DEFAULT_PORTS = {"namesrv": 9876, "broker": 10911}
+REQUEST_CODES = {"namesrv": 106, "broker": 28}  # GET_BROKER_CLUSTER_INFO, GET_BROKER_RUNTIME_INFO
 TIMEOUT_S = float(os.environ.get("PYRMQ_HEALTHCHECK_TIMEOUT", "3"))
+HEALTHCHECK_OPAQUE = 1
 
 
 def _config_path(cmdline: list[str]) -> str | None:
@@ -58,27 +65,44 @@ def target_addr(kind: str) -> str:
     return f"127.0.0.1:{port or DEFAULT_PORTS[kind]}"
 
 
+def invoke(addr: str, code: int, timeout_s: float):
+    """Send one request and read frames until its response; the response command. OSError/TimeoutError on
+    transport failures, FrameError when the peer does not speak remoting."""
+    from remoting.frame_codec import FrameDecoder, RemotingCommand, decode, encode_bytes
+
+    host, _, port = addr.rpartition(":")
+    deadline = time.monotonic() + timeout_s
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as sock:
+        sock.sendall(encode_bytes(RemotingCommand(code, opaque=HEALTHCHECK_OPAQUE)))
+        frames = FrameDecoder()
+        while True:
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            data = sock.recv(65536)
+            if not data:
+                raise ConnectionError("the server closed the connection without answering")
+            for frame in frames.feed(data):
+                cmd = decode(frame)
+                if cmd.is_response and cmd.opaque == HEALTHCHECK_OPAQUE:
+                    return cmd
+
+
 def check(kind: str, addr: str) -> tuple[bool, str]:
-    import grpc
+    from remoting import fastjson
 
-    from remoting.pb import admin_pb2, admin_pb2_grpc, namesrv_pb2, namesrv_pb2_grpc
-
-    with grpc.insecure_channel(addr) as channel:
-        try:
-            if kind == "namesrv":
-                resp = namesrv_pb2_grpc.NameServerStub(channel).GetBrokerClusterInfo(
-                    namesrv_pb2.GetBrokerClusterInfoRequest(), timeout=TIMEOUT_S
-                )
-                detail = f"{len(resp.broker_addr_table)} broker group(s)"
-            else:
-                resp = admin_pb2_grpc.BrokerAdminStub(channel).GetBrokerRuntimeInfo(
-                    admin_pb2.Empty(), timeout=TIMEOUT_S
-                )
-                detail = ", ".join(f"{k}={resp.table[k]}" for k in ("brokerRole", "brokerName") if k in resp.table)
-        except grpc.RpcError as exc:
-            return False, f"{kind} at {addr}: {exc.code().name}: {exc.details()}"
+    try:
+        resp = invoke(addr, REQUEST_CODES[kind], TIMEOUT_S)
+    except TimeoutError:
+        return False, f"{kind} at {addr}: no answer within {TIMEOUT_S:g} s"
+    except OSError as exc:
+        return False, f"{kind} at {addr}: {exc.strerror or exc}"
     if resp.code != 0:
         return False, f"{kind} at {addr}: code {resp.code}: {resp.remark}"
+    body = fastjson.loads(resp.body_bytes()) if resp.body else {}
+    if kind == "namesrv":
+        detail = f"{len(body.get('brokerAddrTable') or {})} broker group(s)"
+    else:
+        table = body.get("table") or {}
+        detail = ", ".join(f"{k}={table[k]}" for k in ("brokerRole", "brokerName") if k in table)
     return True, f"{kind} at {addr}: ok {detail}".rstrip()
 
 
