@@ -102,8 +102,15 @@ def main(argv: list[str] | None = None) -> None:
         rps = median_of([r["requests_per_s"] for r in runs])
         cpu = median_of([r["server_cpu_us_per_request"] for r in runs])
         rows.append([name, size, rps, cpu])
-        results.append({"answer": name, "request_bytes": size, "requests_per_s": rps, "server_cpu_us_per_request": cpu,
-                        "runs": runs})
+        results.append(
+            {
+                "answer": name,
+                "request_bytes": size,
+                "requests_per_s": rps,
+                "server_cpu_us_per_request": cpu,
+                "runs": runs,
+            }
+        )
     print_table(
         f"remoting layer, {CALLERS} callers on one connection (medians of {args.runs})",
         ["answer", "request B", "req/s", "server CPU µs/req"],

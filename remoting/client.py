@@ -12,7 +12,7 @@ import asyncio
 import logging
 
 from remoting.codes import ResponseCode
-from remoting.connection import Connection, Limits
+from remoting.connection import DEFAULT_LIMITS, Connection, Limits
 from remoting.errors import RemotingConnectError
 from remoting.frame_codec import RemotingCommand, response_to
 from remoting.server import Processor
@@ -28,7 +28,9 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 
 class RemotingClient:
-    def __init__(self, *, limits: Limits = Limits(), connect_timeout_s: float = 3.0, name: str = "client") -> None:
+    def __init__(
+        self, *, limits: Limits = DEFAULT_LIMITS, connect_timeout_s: float = 3.0, name: str = "client"
+    ) -> None:
         self.limits = limits
         self.connect_timeout_s = connect_timeout_s
         self.name = name

@@ -64,6 +64,9 @@ class Limits:
     stall_timeout_s: float = 30.0
 
 
+DEFAULT_LIMITS = Limits()
+
+
 class _RateLimitedLog:
     """At most one warning per ``every_s``, with the count of those left out."""
 
@@ -91,7 +94,7 @@ class Connection(asyncio.Protocol):
     def __init__(
         self,
         dispatch: Dispatch | None,
-        limits: Limits = Limits(),
+        limits: Limits = DEFAULT_LIMITS,
         *,
         on_lost: Callable[[Connection], None] | None = None,
         name: str = "remoting",
@@ -115,6 +118,9 @@ class Connection(asyncio.Protocol):
         self._stall_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._close_reason = ""
+        self._out: list[bytes | memoryview] = []  # frames queued for the next flush
+        self._flush_scheduled = False
+        self._out_bytes = 0
         self._backlog: deque[bytes] = deque()  # frames of one read left unserved when the serving cap was reached
 
     # transport callbacks -----------------------------------------------------------------------------------
@@ -153,11 +159,11 @@ class Connection(asyncio.Protocol):
         except FrameError as exc:
             self._bad_frame(exc)
             return
-        if self._backlog or "load" in self._pause_reasons:
+        if self._backlog or self._pause_reasons:
             self._backlog.extend(frames)
             return
         for i, frame in enumerate(frames):
-            if "load" in self._pause_reasons:  # the cap was reached inside this read: keep the rest for later
+            if self._pause_reasons:  # a cap was reached inside this read: keep the rest for later
                 self._backlog.extend(frames[i:])
                 return
             if not self._handle_frame(frame):
@@ -179,7 +185,7 @@ class Connection(asyncio.Protocol):
 
     def _drain_backlog(self) -> None:
         backlog = self._backlog
-        while backlog and "load" not in self._pause_reasons and self.is_open:
+        while backlog and not self._pause_reasons and self.is_open:
             if not self._handle_frame(backlog.popleft()):
                 return
 
@@ -215,7 +221,8 @@ class Connection(asyncio.Protocol):
     def buffered_bytes(self) -> int:
         """What this connection holds now: partial frame, unserved frames, requests being served, unwritten answers."""
         written = self.transport.get_write_buffer_size() if self.transport is not None else 0
-        return self._decoder.buffered + sum(map(len, self._backlog)) + self._serving_bytes + written
+        backlog = sum(map(len, self._backlog))
+        return self._decoder.buffered + backlog + self._serving_bytes + self._out_bytes + written
 
     def close(self, reason: str = "") -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -239,7 +246,7 @@ class Connection(asyncio.Protocol):
         self._pause_reasons.discard(reason)
         if not self._pause_reasons and self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
-        if reason == "load" and self._backlog:
+        if not self._pause_reasons and self._backlog:
             self._drain_backlog()
 
     def _stalled(self) -> None:
@@ -255,10 +262,28 @@ class Connection(asyncio.Protocol):
 
     # writing -----------------------------------------------------------------------------------------------
     def write(self, cmd: RemotingCommand) -> None:
+        """Queue ``cmd``; everything queued in one pass of the event loop goes out in one write (one syscall for
+        the answers of many concurrent requests instead of one each)."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        transport.writelines(encode(cmd))
+        parts = encode(cmd)
+        self._out.extend(parts)
+        self._out_bytes += sum(map(len, parts))
+        if self._out_bytes >= self.limits.write_high_water:
+            self._flush()  # a slow reader must meet the transport's limits now, not after the whole read
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)  # type: ignore[union-attr]
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        self._out_bytes = 0
+        transport = self.transport
+        if transport is None or transport.is_closing() or not out:
+            return
+        transport.writelines(out)
         if transport.get_write_buffer_size() > self.limits.write_hard_cap:
             log.warning(
                 "%s: closing the connection from %s: %d unread bytes of answers exceed the cap of %d",

@@ -16,6 +16,8 @@ import json
 import re
 from typing import Any
 
+import orjson
+
 from common.errors import PyrmqError
 
 MAX_DEPTH = 64
@@ -43,13 +45,14 @@ class FrozenObject(tuple):
 
 
 def loads(data: bytes | str) -> Any:
-    text = data.decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
     try:
-        return json.loads(text)  # the common case: standard JSON, parsed in C
-    except RecursionError:
-        raise JsonBodyError("JSON body is nested too deeply") from None
-    except ValueError:
+        return orjson.loads(data)  # the common case: standard JSON, parsed in C
+    except (orjson.JSONDecodeError, TypeError):
         pass
+    try:
+        text = bytes(data).decode("utf-8") if not isinstance(data, str) else data
+    except UnicodeDecodeError as exc:
+        raise JsonBodyError(f"JSON body is not UTF-8: {exc}") from None
     parser = _Parser(text)
     value = parser.value(0)
     parser.skip_ws()
@@ -150,7 +153,7 @@ class _Parser:
 def dumps(value: Any) -> bytes:
     """Compact JSON; ``FrozenObject`` keys inline (fastjson style), other keys as JSON strings."""
     if not _has_object_keys(value):
-        return _encode(value).encode()
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
     return _dump_inline(value).encode()
 
 

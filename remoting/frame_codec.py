@@ -31,9 +31,10 @@ bad length nothing later on the stream can be trusted.
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Sequence
+
+import orjson
 
 from common.errors import PyrmqError
 from remoting.codes import CURRENT_VERSION, LanguageCode
@@ -138,7 +139,7 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else str(value)
 
 
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_dumps = orjson.dumps
 
 
 def encode_json_header(cmd: RemotingCommand) -> bytes:
@@ -152,7 +153,7 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
         header["remark"] = cmd.remark
     header["serializeTypeCurrentRPC"] = "JSON"
     header["version"] = cmd.version
-    return _dumps(header).encode()
+    return _dumps(header)
 
 
 def encode_binary_header(cmd: RemotingCommand) -> bytes:
@@ -221,15 +222,15 @@ def decode(frame: bytes | memoryview) -> RemotingCommand:
 
 
 def _strict_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if type(value) is not int:
         raise FrameError(f"header field {name} is {value!r}, not an integer")
     return value
 
 
 def _decode_json_header(raw: bytes) -> RemotingCommand:
     try:
-        obj = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
         raise FrameError(f"JSON header does not parse: {exc}") from None
     if not isinstance(obj, dict):
         raise FrameError(f"JSON header is a {type(obj).__name__}, not an object")
@@ -251,14 +252,20 @@ def _decode_json_header(raw: bytes) -> RemotingCommand:
     if raw_ext is not None:
         if not isinstance(raw_ext, dict):
             raise FrameError(f"extFields is a {type(raw_ext).__name__}, not an object of scalars")
-        ext = {}
-        for key, value in raw_ext.items():
-            if value is None:
-                continue
-            if isinstance(value, (dict, list)):
-                raise FrameError(f"extFields[{key!r}] is a {type(value).__name__}; header fields must be scalars")
-            ext[key] = _text(value)
+        # the C++ client sends numbers; nested values are refused
+        ext = raw_ext if all(type(v) is str for v in raw_ext.values()) else _scalar_texts(raw_ext)
     return RemotingCommand(code, opaque=opaque, flag=flag, remark=remark, ext=ext, language=lang, version=version)
+
+
+def _scalar_texts(raw_ext: dict) -> dict[str, str]:
+    ext = {}
+    for key, value in raw_ext.items():
+        if value is None:
+            continue
+        if isinstance(value, (dict, list)):
+            raise FrameError(f"extFields[{key!r}] is a {type(value).__name__}; header fields must be scalars")
+        ext[key] = _text(value)
+    return ext
 
 
 def _decode_binary_header(raw: bytes) -> RemotingCommand:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from remoting.codes import ResponseCode
-from remoting.connection import Connection, Limits
+from remoting.connection import DEFAULT_LIMITS, Connection, Limits
 from remoting.frame_codec import RemotingCommand, response_to
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ class RemotingServer:
         host: str,
         port: int,
         *,
-        limits: Limits = Limits(),
+        limits: Limits = DEFAULT_LIMITS,
         idle_timeout_s: float = 120.0,
     ) -> None:
         self.name = name

@@ -40,7 +40,9 @@ def test_json_request_has_fastjson_key_order_and_string_fields():
 def test_response_without_header_matches_the_spec_shape():
     req = RemotingCommand(105, opaque=7)
     raw = encode_bytes(response_to(req, 0))
-    assert raw[8:] == b'{"code":0,"flag":1,"language":"PYTHON","opaque":7,"serializeTypeCurrentRPC":"JSON","version":407}'
+    assert (
+        raw[8:] == b'{"code":0,"flag":1,"language":"PYTHON","opaque":7,"serializeTypeCurrentRPC":"JSON","version":407}'
+    )
 
 
 def test_cpp_client_header_with_numbers_and_no_serialize_type_decodes():
@@ -59,16 +61,33 @@ def test_binary_header_golden_bytes():
     # spec §1.4: code i16, language u8, version i16, opaque i32, flag i32, remark, extFields entries
     expected = (
         struct.pack(">hBhii", 105, 0, 407, 9, 1)
-        + struct.pack(">i", 2) + b"ok"
-        + struct.pack(">i", 2 + 5 + 4 + 2) + struct.pack(">h", 5) + b"topic" + struct.pack(">i", 2) + b"T1"
+        + struct.pack(">i", 2)
+        + b"ok"
+        + struct.pack(">i", 2 + 5 + 4 + 2)
+        + struct.pack(">h", 5)
+        + b"topic"
+        + struct.pack(">i", 2)
+        + b"T1"
     )
     cmd = RemotingCommand(
-        105, opaque=9, flag=FLAG_RESPONSE, remark="ok", ext={"topic": "T1"}, language=LanguageCode.JAVA,
+        105,
+        opaque=9,
+        flag=FLAG_RESPONSE,
+        remark="ok",
+        ext={"topic": "T1"},
+        language=LanguageCode.JAVA,
         serialize_type=SERIALIZE_ROCKETMQ,
     )
     assert encode_bytes(cmd) == frame(expected, serialize_type=1)
     back = decode(frame(expected, b"xy", 1)[4:])
-    assert (back.code, back.opaque, back.flag, back.remark, back.ext, back.body) == (105, 9, 1, "ok", {"topic": "T1"}, b"xy")
+    assert (back.code, back.opaque, back.flag, back.remark, back.ext, back.body) == (
+        105,
+        9,
+        1,
+        "ok",
+        {"topic": "T1"},
+        b"xy",
+    )
 
 
 def test_response_replies_in_the_request_serialize_type():
@@ -150,7 +169,13 @@ def test_any_bytes_decode_or_raise_frame_error(data):
         pass
 
 
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5), lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3), max_leaves=10))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+        max_leaves=10,
+    )
+)
 @settings(max_examples=300, deadline=None)
 def test_any_json_header_decodes_or_raises_frame_error(value):
     try:

@@ -32,8 +32,18 @@ def test_missing_required_field_names_it():
 
 
 def test_send_header_v1_and_v2_parse_alike():
-    v1 = {"producerGroup": "g", "topic": "T", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4", "queueId": "2",
-          "sysFlag": "0", "bornTimestamp": "5", "flag": "0", "properties": "TAGS\x01a", "batch": "false"}
+    v1 = {
+        "producerGroup": "g",
+        "topic": "T",
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "queueId": "2",
+        "sysFlag": "0",
+        "bornTimestamp": "5",
+        "flag": "0",
+        "properties": "TAGS\x01a",
+        "batch": "false",
+    }
     h1 = SendHeader.parse(10, v1)
     h2 = SendHeader.parse(310, h1.to_v2())
     assert h1 == h2 and h2.topic == "T" and h2.queue_id == 2 and not h2.dedup
