@@ -89,8 +89,38 @@ ReplicaWaiter = Callable[[int], Awaitable[tuple[object, str]]]  # the store's: n
 IN_SYNC_STATES = frozenset({"IN_SYNC", "INSYNC", "SYNC", "OK"})
 
 
+def ha_gauges(status, counters: Mapping[str, object]) -> HAGauges:
+    """``HAGauges`` from ``HAService.status()`` (a typed ``broker.ha.status.HAStatus``) and ``HAService.metrics()``
+    (the counters: ``accepted`` connections on a master, ``reconnects`` on a slave)."""
+    slaves = [
+        SlaveLink(
+            addr=s.addr,
+            ack_offset=max(0, s.ack_offset),
+            fall_behind_bytes=s.diff,
+            in_sync=s.in_sync,
+            transferred_bytes=s.transferred_bytes,
+            connected=s.connected,
+            broker_id=s.broker_id,
+        )
+        for s in status.slaves
+    ]
+    client = status.client
+    if client is None:
+        reconnects = counters.get("accepted")
+        return HAGauges(slaves=slaves, reconnects=None if reconnects is None else int(reconnects))
+    reconnects = counters.get("reconnects")
+    return HAGauges(
+        slaves=slaves,
+        reconnects=None if reconnects is None else int(reconnects),
+        connected=client.connected,
+        master_addr=client.master_addr,
+        last_read_timestamp_s=client.last_read_timestamp / 1000.0,
+        received_bytes=client.replicated_bytes,
+    )
+
+
 def ha_gauges_from_status(status: Mapping[str, object]) -> HAGauges:
-    """Adapt ``HAService.status()`` merged with ``HAService.metrics()`` (dicts) to ``HAGauges``.
+    """Adapt an HA status given as a dict (tests and exporters that have no ``HAService``) to ``HAGauges``.
 
     Master keys: ``slaves`` = list of {``slave_addr``|``addr``, ``broker_id``, ``ack_offset``, ``lag_bytes``|``diff``,
     ``state`` (``OK`` in sync, ``FALL_BEHIND``, ``DISCONNECTED``) or ``in_sync``, ``transferred_bytes``}; the
@@ -263,7 +293,7 @@ class BrokerMetrics:
                 queue_store_timestamp=store.store_timestamp_at,
             )
         if ha is not None:
-            self.set_providers(ha=lambda: {**ha.metrics(), **ha.status()})
+            self.set_providers(ha=lambda: ha_gauges(ha.status(), ha.metrics()))
         if offsets is not None:
             self.set_providers(consumer_offsets=lambda: offsets.table)
 

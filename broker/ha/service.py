@@ -6,9 +6,9 @@ By role:
 - SLAVE: an ``HASlave`` towards ``haMasterAddress``, or towards the address the broker passes to
   ``update_master_address`` after each registration.
 
-``status()`` returns a dict with admin.proto ``HAStatus`` field names (slaves as ``SlaveConnection`` dicts);
-``fill_status(pb)`` copies it into an ``admin_pb2.HAStatus`` (the GetHAStatus handler calls it). ``counters`` and
-``metrics()`` hold monotonic counters and gauges for broker/metrics.py. Task-safety: event loop only.
+``status()`` returns the typed ``HAStatus`` (``broker/ha/status.py``), whose ``to_json()`` is the body of
+GET_BROKER_HA_STATUS (907). ``counters`` and ``metrics()`` hold monotonic counters and gauges for
+broker/metrics.py. Task-safety: event loop only.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from broker.ha.group_transfer import GroupTransfer
 from broker.ha.master import HAMaster
 from broker.ha.slave import HASlave
 from broker.ha.state import ConnState, HACounters, slave_state
+from broker.ha.status import ByteRate, HAStatus, MasterLinkStatus, SlaveLinkStatus
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ class HAService:
         self.store = store
         self.role = settings.role
         self.counters = HACounters()
+        self._rates = ByteRate()
         cfg = settings.store
         b = settings.broker
         self.master: HAMaster | None = None
@@ -82,56 +84,44 @@ class HAService:
         return self.master.push2slave_max_offset if self.master is not None else 0
 
     # status ----------------------------------------------------------------------------------------------
-    def status(self) -> dict:
+    def status(self, master_ha_addr: str = "") -> HAStatus:
+        """The typed status (``broker/ha/status.py``); ``master_ha_addr`` is the registration reply's master HA
+        address, shown on a slave whose HA client has none yet."""
         store = self.store
-        out: dict = {
-            "role": self.role.value,
-            "commitlog_max_offset": store.max_phy_offset,
-            "commitlog_min_offset": store.min_phy_offset,
-            "slaves": [],
-            "in_sync_slave_count": 0,
-            "master_ha_addr": "",
-            "connected": False,
-            "last_read_timestamp": 0,
-            "last_write_timestamp": 0,
-            "replicated_bytes": 0,
-        }
+        master_max = store.max_phy_offset
+        now_s = time.monotonic()
+        slaves: list[SlaveLinkStatus] = []
         if self.master is not None:
-            master_max = store.max_phy_offset
             fallbehind = self.settings.store.ha_slave_fallbehind_max
             for link in self.master.links.values():
-                connected = link.state is not ConnState.CLOSED
                 ack = max(link.ack_offset, 0)
-                state = slave_state(connected=connected, ack_offset=ack, master_max=master_max,
-                                    fallbehind_max=fallbehind)
-                out["slaves"].append({
-                    "slave_addr": link.slave_addr,
-                    "broker_id": link.broker_id,
-                    "ack_offset": link.ack_offset,
-                    "lag_bytes": max(0, master_max - ack),
-                    "state": state.value,
-                    "transfer_from": link.transfer_from,
-                    "transferred_bytes": link.transferred_bytes,
-                    "last_ack_timestamp": link.last_ack_ms,
-                })
-                if state.value == "OK":
-                    out["in_sync_slave_count"] += 1
+                state = slave_state(connected=link.state is not ConnState.CLOSED, ack_offset=ack,
+                                    master_max=master_max, fallbehind_max=fallbehind)
+                slaves.append(SlaveLinkStatus(
+                    addr=link.slave_addr,
+                    broker_id=link.broker_id,
+                    ack_offset=link.ack_offset,
+                    diff=max(0, master_max - ack),
+                    state=state.value,
+                    transfer_from=link.transfer_from,
+                    transferred_bytes=link.transferred_bytes,
+                    transferred_bytes_per_s=self._rates.rate(("slave", link.broker_id), link.transferred_bytes, now_s),
+                    last_ack_timestamp=link.last_ack_ms,
+                ))
+        client = None
         if self.slave is not None:
-            out.update(master_ha_addr=self.slave.master_addr, connected=self.slave.connected,
-                       last_read_timestamp=self.slave.last_read_ms, last_write_timestamp=self.slave.last_write_ms,
-                       replicated_bytes=self.slave.replicated_bytes)
-        return out
-
-    def fill_status(self, pb) -> None:
-        """Fill an admin_pb2.HAStatus (the GetHAStatus handler calls this when ``server.ha`` is set)."""
-        st = self.status()
-        slaves = st.pop("slaves")
-        for key, value in st.items():
-            if key == "master_ha_addr" and not value:
-                continue  # keep what the handler put there (the registration reply's address)
-            setattr(pb, key, value)
-        for slave in slaves:
-            pb.slaves.add(**slave)
+            sl = self.slave
+            client = MasterLinkStatus(
+                master_addr=sl.master_addr or master_ha_addr,
+                connected=sl.connected,
+                max_offset=master_max,
+                last_read_timestamp=sl.last_read_ms,
+                last_write_timestamp=sl.last_write_ms,
+                replicated_bytes=sl.replicated_bytes,
+                transferred_bytes_per_s=self._rates.rate("master", sl.replicated_bytes, now_s),
+            )
+        return HAStatus(role=self.role.name, commitlog_max_offset=master_max,
+                        commitlog_min_offset=store.min_phy_offset, slaves=tuple(slaves), client=client)
 
     def metrics(self) -> dict:
         """Counters and gauges for broker/metrics.py (names without the prefix)."""

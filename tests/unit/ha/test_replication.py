@@ -47,8 +47,8 @@ async def test_after_a_sync_run_the_slave_commitlog_and_consume_queues_equal_the
         for q in range(3):
             assert s.store.max_offset_in_queue("TopicTest", q) == m.store.max_offset_in_queue("TopicTest", q) == 1200
         status = m.ha.status()
-        assert status["in_sync_slave_count"] == 1 and status["slaves"][0]["state"] == "OK"
-        assert s.ha.status()["connected"] is True
+        assert status.in_sync_slave_nums == 1 and status.slaves[0].state == "OK"
+        assert s.ha.status().client.connected is True
     finally:
         await s.stop()
         await m.stop()
@@ -130,7 +130,7 @@ async def test_an_empty_slave_copies_from_the_master_min_offset_across_several_f
             h.assert_commitlogs_identical(m, s)
             names = [p.name for p in h.commitlog_files(s)]
             assert names[:3] == [f"{k * MiB:020d}" for k in (4, 5, 6)]  # a 4th may be pre-allocated
-            assert m.ha.status()["slaves"][0]["transfer_from"] == 4 * MiB
+            assert m.ha.status().slaves[0].transfer_from == 4 * MiB
         finally:
             await s.stop()
     finally:
@@ -342,9 +342,9 @@ async def test_ha_status_shows_a_disconnected_slave(tmp_path):
         await h.wait_caught_up(m, s)
         await s.stop()
         await connected(m, 0)
-        [slave] = m.ha.status()["slaves"]
-        assert slave["state"] == "DISCONNECTED" and slave["broker_id"] == 1
-        assert slave["ack_offset"] == m.store.max_phy_offset
+        [slave] = m.ha.status().slaves
+        assert slave.state == "DISCONNECTED" and slave.broker_id == 1
+        assert slave.ack_offset == m.store.max_phy_offset
     finally:
         await m.stop()
 
@@ -361,7 +361,7 @@ async def test_a_restarted_slave_resumes_from_its_own_max(tmp_path):
         s = await h.Node(s.settings).start()
         await h.wait_caught_up(m, s)
         h.assert_commitlogs_identical(m, s)
-        assert m.ha.status()["slaves"][0]["transfer_from"] == resume_at
+        assert m.ha.status().slaves[0].transfer_from == resume_at
     finally:
         await s.stop()
         await m.stop()
