@@ -1,6 +1,10 @@
-"""pyrmq client SDK: Producer, PushConsumer, PullConsumer, AdminClient (asyncio, gRPC)."""
+"""pyrmq client SDK: Producer, PushConsumer, PullConsumer, AdminClient (asyncio, RocketMQ remoting).
 
-from client.admin import AdminClient
+``AdminClient`` is imported on first use: producers and consumers do not load the admin tooling.
+"""
+
+from typing import Any
+
 from client.consume_service import ConsumeStatus
 from client.errors import (
     BrokerError,
@@ -47,3 +51,11 @@ __all__ = [
     "SendResult",
     "SendStatus",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "AdminClient":
+        from client.admin import AdminClient
+
+        return AdminClient
+    raise AttributeError(f"module 'client' has no attribute {name!r}")

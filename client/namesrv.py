@@ -1,19 +1,30 @@
-"""Calls to the nameservers: one of a ';'-separated list at a time, rotating to the next on transport failure.
+"""Calls to the nameservers over remoting: one of a ';'-separated list at a time, rotating on transport failure.
 
-RocketMQ's client sticks to one nameserver and moves on when it fails; so does this. A response code is left to
-the caller. When every nameserver failed at transport level the call raises ``NoNameserverError``.
+RocketMQ's client sticks to one nameserver and moves on when it fails; so does this. When every nameserver
+failed at transport level the call raises ``NoNameserverError`` naming them all and the last failure.
+
+Bodies are parsed with ``remoting.fastjson`` (standard JSON and fastjson's bare numeric keys alike) into plain
+dicts with RocketMQ's field names; ``brokerAddrs`` keys become ints whichever way they were written:
+
+- ``topic_route_data(topic)``: GET_ROUTEINFO_BY_TOPIC (105), TopicRouteData (spec §5.3); TOPIC_NOT_EXIST (17)
+  raises ``NoRouteError``, another code ``BrokerError``;
+- ``cluster_info()``: GET_BROKER_CLUSTER_INFO (106), ClusterInfo (spec §5.4).
+
+A namesrv answers an unknown code with silence (spec §1.6), which shows here as ``NoNameserverError`` after
+every nameserver timed out.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
-import grpc
-
-from client.errors import NoNameserverError
-from remoting.channel import aio_channel
-from remoting.pb import namesrv_pb2, namesrv_pb2_grpc
+from client.errors import BrokerError, MQClientError, NoNameserverError, NoRouteError
+from client.rpc import Body, ClientRemoting, command, request_name
+from remoting import fastjson
+from remoting.codes import RequestCode, ResponseCode
+from remoting.frame_codec import RemotingCommand
 
 log = logging.getLogger(__name__)
 
@@ -28,44 +39,92 @@ def parse_namesrv_addr(namesrv_addr: str | list[str]) -> list[str]:
     return addrs
 
 
+def broker_addrs(broker_data: Mapping[str, Any]) -> dict[int, str]:
+    """A BrokerData's ``brokerAddrs`` with int ids (fastjson writes them bare, standard JSON quoted)."""
+    return {int(k): str(v) for k, v in (broker_data.get("brokerAddrs") or {}).items()}
+
+
+def parse_body(response: RemotingCommand, what: str) -> Any:
+    try:
+        return fastjson.loads(response.body_bytes() or b"{}")
+    except (fastjson.JsonBodyError, UnicodeDecodeError) as exc:
+        raise MQClientError(
+            f"{what}: the answer's body is not JSON: {exc}", hint="check the server's version"
+        ) from None
+
+
 class NamesrvClient:
-    def __init__(self, namesrv_addr: str | list[str], *, timeout_s: float = 3.0) -> None:
+    def __init__(
+        self, namesrv_addr: str | list[str], *, remoting: ClientRemoting | None = None, timeout_s: float = 3.0
+    ) -> None:
         self.addrs = parse_namesrv_addr(namesrv_addr)
         self.timeout_s = timeout_s
+        self._own = remoting is None
+        self.remoting = remoting if remoting is not None else ClientRemoting(name="pyrmq-namesrv-client")
         self._index = 0
-        self._stubs: dict[str, namesrv_pb2_grpc.NameServerStub] = {}
-        self._channels: list[grpc.aio.Channel] = []
 
-    def _stub(self, addr: str) -> namesrv_pb2_grpc.NameServerStub:
-        stub = self._stubs.get(addr)
-        if stub is None:
-            channel = aio_channel(addr)
-            self._channels.append(channel)
-            stub = self._stubs[addr] = namesrv_pb2_grpc.NameServerStub(channel)
-        return stub
+    @property
+    def current(self) -> str:
+        """The nameserver calls go to now (the last one that answered)."""
+        return self.addrs[self._index % len(self.addrs)] if self.addrs else ""
 
-    async def call(self, method_name: str, request: Any, timeout_s: float | None = None) -> Any:
+    async def invoke(
+        self, code: int, ext: Mapping[str, str] | None = None, body: Body = b"", timeout_s: float | None = None
+    ) -> RemotingCommand:
+        """The response of the first nameserver that answers (any code)."""
         if not self.addrs:
             raise NoNameserverError([])
         timeout = self.timeout_s if timeout_s is None else timeout_s
         last = ""
         for _ in range(len(self.addrs)):
-            addr = self.addrs[self._index % len(self.addrs)]
+            addr = self.current
             try:
-                return await getattr(self._stub(addr), method_name)(request, timeout=timeout)
-            except grpc.aio.AioRpcError as exc:
-                last = f"{addr}: {exc.code().name} {exc.details() or ''}".strip()
+                return await self.remoting.invoke(addr, command(code, ext, body), timeout, request_name(code))
+            except MQClientError as exc:
+                last = exc.message
                 log.debug("nameserver %s failed (%s); trying the next", addr, last)
                 self._index += 1
         raise NoNameserverError(self.addrs, last)
 
-    async def route(self, topic: str) -> namesrv_pb2.GetRouteInfoResponse:
-        return await self.call("GetRouteInfoByTopic", namesrv_pb2.GetRouteInfoRequest(topic=topic))
+    async def call(
+        self, code: int, ext: Mapping[str, str] | None = None, body: Body = b"", timeout_s: float | None = None
+    ) -> RemotingCommand:
+        """``invoke`` and demand SUCCESS (``BrokerError`` with the nameserver's remark otherwise)."""
+        response = await self.invoke(code, ext, body, timeout_s)
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerError(response.code, response.remark or "", self.current, request=request_name(code))
+        return response
 
-    async def cluster_info(self) -> namesrv_pb2.GetBrokerClusterInfoResponse:
-        return await self.call("GetBrokerClusterInfo", namesrv_pb2.GetBrokerClusterInfoRequest())
+    async def topic_route_data(self, topic: str) -> dict[str, Any]:
+        """TopicRouteData of ``topic``: ``queueDatas``, ``brokerDatas`` (int ``brokerAddrs`` keys), ..."""
+        response = await self.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            raise NoRouteError(topic, response.remark or "the nameserver has no route for it")
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerError(
+                response.code, response.remark or "", self.current, request=f"GET_ROUTEINFO_BY_TOPIC {topic}"
+            )
+        data = parse_body(response, f"route of {topic}")
+        if not isinstance(data, dict):
+            raise MQClientError(f"route of {topic}: the body is not a TopicRouteData object")
+        data["queueDatas"] = list(data.get("queueDatas") or [])
+        data["brokerDatas"] = [{**bd, "brokerAddrs": broker_addrs(bd)} for bd in data.get("brokerDatas") or []]
+        return data
+
+    async def cluster_info(self) -> dict[str, Any]:
+        """ClusterInfo: ``brokerAddrTable`` {brokerName: BrokerData with int ``brokerAddrs`` keys} and
+        ``clusterAddrTable`` {cluster: [brokerName, ...]}."""
+        response = await self.call(RequestCode.GET_BROKER_CLUSTER_INFO)
+        data = parse_body(response, "cluster info")
+        if not isinstance(data, dict):
+            raise MQClientError("cluster info: the body is not a ClusterInfo object")
+        table = data.get("brokerAddrTable") or {}
+        data["brokerAddrTable"] = {str(name): {**bd, "brokerAddrs": broker_addrs(bd)} for name, bd in table.items()}
+        data["clusterAddrTable"] = {
+            str(c): list(names or []) for c, names in (data.get("clusterAddrTable") or {}).items()
+        }
+        return data
 
     async def close(self) -> None:
-        channels, self._channels, self._stubs = self._channels, [], {}
-        for ch in channels:
-            await ch.close(grace=None)
+        if self._own:
+            await self.remoting.close()

@@ -1,9 +1,14 @@
-"""gRPC plumbing of the SDK: one cached grpc.aio channel per server address, stubs, and error mapping.
+"""Remoting plumbing of the SDK: one RemotingClient per SDK instance, health marks, error mapping.
 
-``BrokerChannels`` keeps one channel (and its Messaging and BrokerAdmin stubs) per broker address for the
-life of a client; ``close()`` closes them all. ``call()`` runs one unary RPC with a deadline and turns gRPC
-failures into ``BrokerUnreachableError`` / ``RequestTimeout`` naming the address; codes in the response are
-left to the caller (responses carry them in-band).
+Every Producer, PushConsumer, PullConsumer and AdminClient owns one ``ClientRemoting``: one
+``remoting.client.RemotingClient`` (one connection per address, many requests in flight on it, answers matched
+by opaque) shared by its nameserver calls, its sends, pulls, offset commits and heartbeats, plus the processors
+for the requests brokers send us (NOTIFY_CONSUMER_IDS_CHANGED). ``close()`` closes every connection.
+
+``invoke`` returns the response whatever its code; transport failures (``remoting.errors.RemotingError``)
+become ``RequestTimeout`` (no answer in time) or ``BrokerUnreachableError`` (connect refused, connection lost,
+too many requests waiting) naming the address and the request. ``call`` also turns a code other than SUCCESS
+into ``BrokerError`` with the server's remark.
 
 ``HealthTracker`` remembers addresses that just failed at transport level, so route choices avoid them for
 ``avoid_s`` seconds (a dead master's consumers move to its slave at once instead of after the nameserver's
@@ -16,25 +21,49 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
-
-import grpc
+from collections.abc import Mapping
 
 from client.errors import BrokerError, BrokerUnreachableError, MQClientError, RequestTimeout
-from client.exchange import ExchangeClient
-from remoting.channel import aio_channel
-from remoting.codes import ResponseCode
-from remoting.pb import admin_pb2_grpc, broker_pb2_grpc, namesrv_pb2_grpc
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.connection import Limits
+from remoting.errors import (
+    RemotingClosedError,
+    RemotingConnectError,
+    RemotingError,
+    RemotingTimeoutError,
+    RemotingTooManyRequests,
+)
+from remoting.frame_codec import RemotingCommand
+from remoting.server import Processor
 
 log = logging.getLogger(__name__)
 
+Body = bytes | memoryview | list[bytes | memoryview]
 
-def transport_error(exc: grpc.aio.AioRpcError, addr: str, timeout_s: float, request: str = "") -> MQClientError:
-    """The SDK error for a failed gRPC call."""
-    code = exc.code()
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return RequestTimeout(addr, timeout_s, request=request)
-    return BrokerUnreachableError(addr, code.name if code else "UNKNOWN", exc.details() or "", request=request)
+
+def request_name(code: int) -> str:
+    """``SEND_BATCH_MESSAGE (320)`` for error texts."""
+    try:
+        return f"{RequestCode(code).name} ({code})"
+    except ValueError:
+        return f"request {code}"
+
+
+def client_error(exc: RemotingError, request: str = "") -> MQClientError:
+    """The SDK error for a failed remoting call (the transport failed; no response arrived)."""
+    if isinstance(exc, RemotingTimeoutError):
+        return RequestTimeout(exc.addr, exc.timeout_s, request=request)
+    if isinstance(exc, RemotingConnectError):
+        status = "CONNECT_FAILED"
+    elif isinstance(exc, RemotingClosedError):
+        status = "CONNECTION_CLOSED"
+    elif isinstance(exc, RemotingTooManyRequests):
+        status = "TOO_MANY_REQUESTS"
+    else:
+        status = "TRANSPORT_ERROR"
+    details = exc.message.removeprefix(f"{exc.addr}: ")
+    return BrokerUnreachableError(exc.addr, status, details, request=request)
 
 
 class HealthTracker:
@@ -61,68 +90,92 @@ class HealthTracker:
         return False
 
 
-class Stubs:
-    __slots__ = ("_exchange", "addr", "admin", "channel", "messaging", "namesrv")
-
-    def __init__(self, addr: str) -> None:
-        self.addr = addr
-        self.channel = aio_channel(addr)
-        self.messaging = broker_pb2_grpc.MessagingStub(self.channel)
-        self.admin = admin_pb2_grpc.BrokerAdminStub(self.channel)
-        self.namesrv = namesrv_pb2_grpc.NameServerStub(self.channel)
-        self._exchange: ExchangeClient | None = None
-
-    @property
-    def exchange(self) -> ExchangeClient:
-        """The multiplexed send/pull stream to this broker (opened on first use)."""
-        if self._exchange is None:
-            self._exchange = ExchangeClient(self.messaging, self.addr)
-        return self._exchange
-
-    async def close(self) -> None:
-        if self._exchange is not None:
-            await self._exchange.close()
-        await self.channel.close(grace=None)
+def command(code: int, ext: Mapping[str, str] | None = None, body: Body = b"") -> RemotingCommand:
+    """A request stamped as this SDK sends it (language PYTHON, version V4_9_7, JSON header)."""
+    return RemotingCommand(code, ext=dict(ext) if ext is not None else None, body=body)
 
 
-class BrokerChannels:
-    """Cached channels and stubs by address, plus the shared HealthTracker."""
+class ClientRemoting:
+    """The remoting side of one SDK instance: its RemotingClient and the HealthTracker its route choices use."""
 
-    def __init__(self, avoid_s: float = 5.0) -> None:
-        self._stubs: dict[str, Stubs] = {}
-        self.health = HealthTracker(avoid_s)
+    def __init__(
+        self,
+        *,
+        avoid_failed_s: float = 5.0,
+        connect_timeout_s: float = 3.0,
+        name: str = "pyrmq-client",
+        limits: Limits | None = None,
+    ) -> None:
+        self.client = RemotingClient(limits=limits or Limits(), connect_timeout_s=connect_timeout_s, name=name)
+        self.health = HealthTracker(avoid_failed_s)
 
-    def get(self, addr: str) -> Stubs:
-        stubs = self._stubs.get(addr)
-        if stubs is None:
-            stubs = self._stubs[addr] = Stubs(addr)
-        return stubs
+    def register(self, code: int, processor: Processor) -> None:
+        """Serve ``code`` when a broker sends it to us (e.g. NOTIFY_CONSUMER_IDS_CHANGED)."""
+        self.client.register(code, processor)
 
-    async def call(self, addr: str, method: Any, request: Any, timeout_s: float, name: str = "") -> Any:
-        """``await method(request)`` with a deadline; transport failures mark ``addr`` unhealthy and raise."""
+    async def invoke(self, addr: str, request: RemotingCommand, timeout_s: float, what: str = "") -> RemotingCommand:
+        """Send ``request`` to ``addr`` and return the response, whatever its code.
+
+        A transport failure marks ``addr`` unhealthy and raises ``RequestTimeout`` / ``BrokerUnreachableError``;
+        any answer marks it healthy again."""
         try:
-            response = await method(request, timeout=timeout_s)
-        except grpc.aio.AioRpcError as exc:
+            response = await self.client.invoke(addr, request, timeout_s)
+        except RemotingError as exc:
             self.health.mark_failed(addr)
-            raise transport_error(exc, addr, timeout_s, name) from None
+            raise client_error(exc, what or request_name(request.code)) from None
         self.health.mark_ok(addr)
         return response
 
+    async def call(
+        self,
+        addr: str,
+        code: int,
+        ext: Mapping[str, str] | None = None,
+        body: Body = b"",
+        *,
+        timeout_s: float,
+        what: str = "",
+    ) -> RemotingCommand:
+        """``invoke`` a fresh request and demand SUCCESS: another code raises ``BrokerError`` with the remark."""
+        name = what or request_name(code)
+        response = await self.invoke(addr, command(code, ext, body), timeout_s, name)
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerError(response.code, response.remark or "", addr, request=name)
+        return response
+
+    async def call_quietly(
+        self,
+        addr: str,
+        code: int,
+        ext: Mapping[str, str] | None = None,
+        body: Body = b"",
+        *,
+        timeout_s: float,
+        what: str = "",
+    ) -> bool:
+        """``call`` for best-effort requests (heartbeat, unregister): True on SUCCESS; failures are logged."""
+        try:
+            await self.call(addr, code, ext, body, timeout_s=timeout_s, what=what)
+        except BrokerError as exc:
+            log.warning("%s", exc)
+            return False
+        except MQClientError as exc:
+            log.debug("%s", exc)
+            return False
+        return True
+
+    async def oneway(self, addr: str, code: int, ext: Mapping[str, str] | None = None, body: Body = b"") -> bool:
+        """Send without waiting for an answer (RocketMQ's invokeOneway); False when the connection failed."""
+        try:
+            await self.client.invoke_oneway(addr, command(code, ext, body))
+        except RemotingError as exc:
+            self.health.mark_failed(addr)
+            log.debug("%s", client_error(exc, request_name(code)))
+            return False
+        return True
+
+    def drop(self, addr: str, reason: str = "dropped by the client") -> None:
+        self.client.drop(addr, reason)
+
     async def close(self) -> None:
-        stubs, self._stubs = list(self._stubs.values()), {}
-        for s in stubs:
-            await s.close()
-
-
-async def send_ack(channels: BrokerChannels, addr: str, method: str, request: Any, timeout_s: float) -> bool:
-    """Call a Messaging RPC that answers an Ack; True on SUCCESS. Failures are logged, never raised."""
-    try:
-        ack = await getattr(channels.get(addr).messaging, method)(request, timeout=timeout_s)
-    except grpc.aio.AioRpcError as exc:
-        channels.health.mark_failed(addr)
-        log.debug("%s", transport_error(exc, addr, timeout_s, method))
-        return False
-    if ack.code != ResponseCode.SUCCESS:
-        log.warning("%s", BrokerError(ack.code, ack.remark, addr, request=method))
-        return False
-    return True
+        await self.client.close()
