@@ -4,6 +4,10 @@ The nameserver is usually run with no file at all (RocketMQ's ``sh mqnamesrv``),
 ``brokerChannelExpiredTime`` is RocketMQ's hard-coded ``BROKER_CHANNEL_EXPIRED_TIME`` made a key, so tests and
 small deployments can expire silent brokers in seconds instead of two minutes. ``scanNotActiveBrokerInterval``
 keeps the 4.x default (10 s). ``listenHost`` is pyrmq's: RocketMQ always binds every interface.
+``serverChannelMaxIdleTimeSeconds`` is RocketMQ's NettyServerConfig key: a connection that sends nothing for that
+long is closed, and a broker registered over it leaves the route (a broker registers every 30 s, so it stays).
+``kvConfigPath`` is where the KV config (``updateTopic -o``'s ORDER_TOPIC_CONFIG) is kept; the file is written
+only when a KV entry changes.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ class NamesrvConfig:
     listen_host: str = "0.0.0.0"
     scan_not_active_broker_interval: int = 10_000  # ms between scans for silent brokers
     broker_channel_expired_time: int = 120_000  # ms of silence after which a broker is dropped
-    order_message_enable: bool = False
+    order_message_enable: bool = False  # routes carry orderTopicConf from the KV config (RocketMQ's gate)
+    kv_config_path: str = "~/namesrv/kvConfig.json"
+    server_channel_max_idle_time_seconds: int = 120
     metrics_exporter_type: str = "PROM"
     metrics_prom_exporter_port: int = 5557
     metrics_prom_exporter_host: str = ""  # empty: all interfaces
@@ -39,6 +45,10 @@ class NamesrvConfig:
             raise ValueError(f"scanNotActiveBrokerInterval: {self.scan_not_active_broker_interval} must be > 0 ms")
         if self.broker_channel_expired_time <= 0:
             raise ValueError(f"brokerChannelExpiredTime: {self.broker_channel_expired_time} must be > 0 ms")
+        if self.server_channel_max_idle_time_seconds <= 0:
+            raise ValueError(
+                f"serverChannelMaxIdleTimeSeconds: {self.server_channel_max_idle_time_seconds} must be > 0 s"
+            )
         if self.metrics_exporter_type not in METRICS_EXPORTER_TYPES:
             raise ValueError(
                 f"metricsExporterType: {self.metrics_exporter_type!r} is not one of {', '.join(METRICS_EXPORTER_TYPES)}"

@@ -1,10 +1,12 @@
 """BrokerHousekeepingService: drop brokers that stopped talking (RocketMQ's ``scanNotActiveBroker``).
 
-A broker whose keep-alive stream breaks is dropped at once by the servicer. This scan is the backstop for the
-silent cases a closed connection does not reveal: a paused process, a host that vanished without a TCP reset,
-or a broker that only registers periodically. Every ``scanNotActiveBrokerInterval`` ms it drops each broker
-silent for longer than its timeout (``brokerChannelExpiredTime`` unless the broker registered its own) and logs
-the address and how long it was silent, so an operator can tell a dead broker from a slow one.
+A broker whose connection closes is dropped at once by the processors. This scan is the backstop for the silent
+cases a closed connection does not reveal: a paused process, a host that vanished without a TCP reset. Every
+``scanNotActiveBrokerInterval`` ms it drops each broker silent for longer than its timeout
+(``brokerChannelExpiredTime`` unless the broker registered its own) and logs the address and how long it was
+silent, so an operator can tell a dead broker from a slow one. Like RocketMQ it then closes the connection the
+broker registered over (unless another live broker registered over it too), so a broker that was only frozen
+notices when it wakes up and registers again at once.
 """
 
 from __future__ import annotations
@@ -41,4 +43,7 @@ class BrokerHousekeepingService(Service):
                 item.silent_ms,
                 item.timeout_ms,
             )
+            channel = item.channel
+            if channel is not None and not self.table.channel_in_use(channel):
+                channel.close(f"broker {item.broker_addr} expired")
         return expired

@@ -5,9 +5,10 @@
 - ``rocketmq_namesrv_broker_heartbeat_age_seconds{broker_cluster,broker_name,broker_id,broker_addr}``: how long
   ago each live broker last registered or pinged, also at scrape time.
 - ``rocketmq_namesrv_topics``: topics with a route.
-- counters bumped by the servicer and the housekeeping scan: ``rocketmq_namesrv_registrations_total{role,result}``,
+- ``rocketmq_namesrv_broker_connections``: open connections over which a live broker registered.
+- counters bumped by the processors and the housekeeping scan: ``rocketmq_namesrv_registrations_total{role,result}``,
   ``rocketmq_namesrv_unregistrations_total``, ``rocketmq_namesrv_broker_expiries_total{reason}`` (``silence``:
-  the scan dropped a silent broker; ``stream_break``: its keep-alive stream ended) and
+  the scan dropped a silent broker; ``channel_closed``: the connection it registered over closed) and
   ``rocketmq_namesrv_route_queries_total{result}`` (``found``, ``not_found``, ``invalid``).
 
 Common labels: ``node_type="namesrv"`` and ``node_id`` (the nameserver's listen address). The brokers' cluster is
@@ -24,7 +25,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from common.metrics import ConstLabels, ScrapeCollector
 from namesrv.route_table import MASTER_ID, RouteInfoManager
 
-EXPIRY_REASONS = ("silence", "stream_break")
+EXPIRY_REASONS = ("silence", "channel_closed")
 ROUTE_RESULTS = ("found", "not_found", "invalid")
 
 
@@ -36,22 +37,23 @@ class NamesrvMetrics:
         node_id: str,
         route_table: RouteInfoManager | None = None,
         clock_ms: Callable[[], int] | None = None,
-        open_streams: Callable[[], int] | None = None,
+        broker_connections: Callable[[], int] | None = None,
     ) -> None:
         reg = self.registry = CollectorRegistry(auto_describe=True)
         self._const = ConstLabels(reg, {"node_type": "namesrv", "node_id": node_id})
         registry.register(self._const)
         self.route_table = route_table
         self._clock_ms = clock_ms
-        self._open_streams = open_streams
-        self.registrations = Counter("rocketmq_namesrv_registrations", "RegisterBroker calls, by broker role and result.",
+        self._broker_connections = broker_connections
+        self.registrations = Counter("rocketmq_namesrv_registrations",
+                                     "REGISTER_BROKER requests, by broker role and result.",
                                      ["role", "result"], registry=reg)
-        self.unregistrations = Counter("rocketmq_namesrv_unregistrations", "UnregisterBroker calls that removed a broker.",
-                                       registry=reg)
+        self.unregistrations = Counter("rocketmq_namesrv_unregistrations",
+                                       "UNREGISTER_BROKER requests that removed a broker.", registry=reg)
         self.expiries = Counter("rocketmq_namesrv_broker_expiries",
                                 "Brokers dropped from the route table without unregistering, by reason.",
                                 ["reason"], registry=reg)
-        self.route_queries = Counter("rocketmq_namesrv_route_queries", "GetRouteInfoByTopic calls, by result.",
+        self.route_queries = Counter("rocketmq_namesrv_route_queries", "GET_ROUTEINFO_BY_TOPIC requests, by result.",
                                      ["result"], registry=reg)
         for reason in EXPIRY_REASONS:
             self.expiries.labels(reason)
@@ -65,7 +67,7 @@ class NamesrvMetrics:
         """The listen address once bound (port 0 in tests); applies from the next scrape."""
         self._const.labels["node_id"] = node_id
 
-    # counters (called by the servicer / housekeeping) ----------------------------------------------------------
+    # counters (called by the processors / housekeeping) ----------------------------------------------------------
     def on_register(self, broker_id: int, ok: bool = True) -> None:
         self.registrations.labels("MASTER" if broker_id == MASTER_ID else "SLAVE", "ok" if ok else "invalid").inc()
 
@@ -74,7 +76,7 @@ class NamesrvMetrics:
             self.unregistrations.inc()
 
     def on_expired(self, reason: str, count: int = 1) -> None:
-        """``reason``: ``silence`` (housekeeping scan) or ``stream_break`` (keep-alive stream ended)."""
+        """``reason``: ``silence`` (housekeeping scan) or ``channel_closed`` (its connection closed)."""
         if count:
             self.expiries.labels(reason).inc(count)
 
@@ -112,7 +114,8 @@ class NamesrvMetrics:
         out: list[Metric] = [live, groups, age,
                              GaugeMetricFamily("rocketmq_namesrv_topics", "Topics with a route.",
                                                len(table.topic_queue_table))]
-        if self._open_streams is not None:
-            out.append(GaugeMetricFamily("rocketmq_namesrv_keepalive_streams", "Open broker keep-alive streams.",
-                                         self._open_streams()))
+        if self._broker_connections is not None:
+            out.append(GaugeMetricFamily("rocketmq_namesrv_broker_connections",
+                                         "Open connections over which a live broker registered.",
+                                         self._broker_connections()))
         return out

@@ -1,8 +1,12 @@
 """NamesrvServer: the nameserver's composition root (RocketMQ's NamesrvController), wiring only.
 
-It owns one route table and hands it to the gRPC servicer and the housekeeping scan; both share one monotonic
-clock. ``route_table`` is public so a metrics exporter can read it later. Stop order: refuse and end keep-alive
-streams, stop the gRPC server with a 5 s grace for in-flight calls, then stop the scan.
+It owns one route table and one KV config, hands them to the remoting processors and the route table to the
+housekeeping scan; both share one monotonic clock. The remoting server listens on ``listenPort`` and tells the
+processors about every closed connection (the channel-close path). ``route_table`` is public for the metrics.
+
+Start order: load the KV config, listen (a taken port fails before anything else runs), metrics, housekeeping.
+Stop order: stop metrics, mark the processors stopping (connections closed from here on are no broker failures),
+stop the remoting server with a 5 s grace for requests in flight, then the scan.
 """
 
 from __future__ import annotations
@@ -11,13 +15,13 @@ import logging
 
 from common.metrics import MetricsServer, new_registry
 from common.service import Service
-from namesrv.metrics import NamesrvMetrics
 from namesrv.config import NamesrvConfig
 from namesrv.housekeeping import BrokerHousekeepingService
+from namesrv.kv_config import KVConfigManager
+from namesrv.metrics import NamesrvMetrics
+from namesrv.processors import NamesrvProcessors, monotonic_ms
 from namesrv.route_table import RouteInfoManager
-from namesrv.service import NameServerServicer, monotonic_ms
-from remoting import channel
-from remoting.pb import namesrv_pb2_grpc
+from remoting.server import RemotingServer
 
 log = logging.getLogger(__name__)
 
@@ -29,18 +33,31 @@ class NamesrvServer(Service):
         super().__init__("NamesrvServer")
         self.config = config
         self.route_table = RouteInfoManager(default_timeout_ms=config.broker_channel_expired_time)
+        self.kv_config = KVConfigManager(config.kv_config_path)
+        self.remoting = RemotingServer(
+            "nameserver",
+            config.listen_host,
+            config.listen_port,
+            idle_timeout_s=config.server_channel_max_idle_time_seconds,
+        )
         self.metrics_registry = new_registry()
         self.metrics = NamesrvMetrics(self.metrics_registry, node_id=f"{config.listen_host}:{config.listen_port}",
                                       route_table=self.route_table, clock_ms=monotonic_ms,
-                                      open_streams=lambda: self.servicer.open_streams)
+                                      broker_connections=self._broker_connections)
         self.metrics_server: MetricsServer | None = None
-        self.servicer = NameServerServicer(self.route_table, clock_ms=monotonic_ms, metrics=self.metrics)
+        self.processors = NamesrvProcessors(self.route_table, self.kv_config,
+                                            order_message_enable=config.order_message_enable,
+                                            clock_ms=monotonic_ms, metrics=self.metrics)
+        self.processors.register(self.remoting)
+        self.remoting.on_close(self.processors.on_connection_closed)
         self.housekeeping = BrokerHousekeepingService(
             self.route_table, scan_interval_ms=config.scan_not_active_broker_interval, clock_ms=monotonic_ms,
             metrics=self.metrics,
         )
         self.bound_port = 0
-        self._server = None
+
+    def _broker_connections(self) -> int:
+        return sum(1 for conn in self.remoting.connections if self.route_table.channel_in_use(conn))
 
     @property
     def listen_addr(self) -> str:
@@ -51,29 +68,28 @@ class NamesrvServer(Service):
         return f"{host}:{self.bound_port}"
 
     async def on_start(self) -> None:
-        self._server = channel.aio_server()
-        namesrv_pb2_grpc.add_NameServerServicer_to_server(self.servicer, self._server)
-        self.bound_port = channel.bind(self._server, self.config.listen_host, self.config.listen_port)
+        self.kv_config.load()
+        self.bound_port = await self.remoting.start()
         self.metrics.set_node_id(self.listen_addr)
         if self.config.metrics_enabled:
             self.metrics_server = MetricsServer(self.metrics_registry, host=self.config.metrics_prom_exporter_host,
                                                 port=self.config.metrics_prom_exporter_port)
             await self.metrics_server.start()
-        await self._server.start()
         await self.housekeeping.start()
         log.info(
-            "nameserver listening on %s:%d; silent brokers expire after %d ms (scan every %d ms)",
+            "nameserver listening on %s:%d (remoting); silent brokers expire after %d ms (scan every %d ms), "
+            "idle connections close after %d s",
             self.config.listen_host,
             self.bound_port,
             self.config.broker_channel_expired_time,
             self.config.scan_not_active_broker_interval,
+            self.config.server_channel_max_idle_time_seconds,
         )
 
     async def on_stop(self) -> None:
         if self.metrics_server is not None:
             await self.metrics_server.stop()
-        self.servicer.close_streams()
-        if self._server is not None:
-            await self._server.stop(STOP_GRACE_S)
+        self.processors.stopping = True
+        await self.remoting.stop(STOP_GRACE_S)
         await self.housekeeping.stop()
         log.info("nameserver stopped")

@@ -293,7 +293,7 @@ def test_namesrv_metrics_read_the_route_table_at_scrape_time():
     now = {"ms": 10_000}
     registry = new_registry(process_metrics=False)
     m = NamesrvMetrics(registry, node_id="127.0.0.1:9876", route_table=table, clock_ms=lambda: now["ms"],
-                       open_streams=lambda: 2)
+                       broker_connections=lambda: 2)
     for bid, port in ((0, 10911), (1, 10921)):
         table.register_broker(cluster="C1", broker_name="broker-a", broker_addr=f"127.0.0.1:{port}", broker_id=bid,
                               ha_server_addr="", data_version=DataVersion(1, 1), topic_configs=[TopicConfig("T")],
@@ -308,13 +308,13 @@ def test_namesrv_metrics_read_the_route_table_at_scrape_time():
     assert value(registry, "rocketmq_namesrv_broker_groups", broker_cluster="C1") == 1
     assert value(registry, "rocketmq_namesrv_broker_heartbeat_age_seconds", broker_id="1") == 3.0
     assert value(registry, "rocketmq_namesrv_topics") == 1
-    assert value(registry, "rocketmq_namesrv_keepalive_streams") == 2
+    assert value(registry, "rocketmq_namesrv_broker_connections") == 2
     assert value(registry, "rocketmq_namesrv_registrations_total", role="SLAVE", result="ok") == 1
     assert value(registry, "rocketmq_namesrv_registrations_total", role="MASTER", result="invalid") == 1
     assert value(registry, "rocketmq_namesrv_route_queries_total", result="found") == 1
     assert value(registry, "rocketmq_namesrv_route_queries_total", result="not_found") == 0
     assert value(registry, "rocketmq_namesrv_broker_expiries_total", reason="silence") == 1
-    assert value(registry, "rocketmq_namesrv_broker_expiries_total", reason="stream_break") == 0
+    assert value(registry, "rocketmq_namesrv_broker_expiries_total", reason="channel_closed") == 0
     table.on_channel_destroy("127.0.0.1:10921")
     assert value(registry, "rocketmq_namesrv_live_brokers", broker_cluster="C1", role="SLAVE") == 0
 

@@ -52,6 +52,7 @@ def test_unknown_key_names_the_file_and_the_closest_key(tmp_path):
         ("scanNotActiveBrokerInterval=-5", "scanNotActiveBrokerInterval"),
         ("metricsExporterType=OTLP", "metricsExporterType"),
         ("listenPort=abc", "listenPort"),
+        ("serverChannelMaxIdleTimeSeconds=0", "serverChannelMaxIdleTimeSeconds"),
     ],
 )
 def test_bad_value_names_the_file_and_the_key(tmp_path, line, key):
@@ -74,6 +75,8 @@ def test_print_config_renders_every_key_in_a_form_the_loader_reads_back(tmp_path
         "scanNotActiveBrokerInterval",
         "brokerChannelExpiredTime",
         "orderMessageEnable",
+        "kvConfigPath",
+        "serverChannelMaxIdleTimeSeconds",
         "metricsExporterType",
         "metricsPromExporterPort",
         "metricsPromExporterHost",
