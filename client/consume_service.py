@@ -5,10 +5,12 @@ Pull tasks ``submit`` messages; ``concurrency`` worker tasks call the listener w
 ``wait_for_space()`` before pulling, so at most ``max_inflight`` (plus one pull batch per queue) are held.
 
 Outcomes: CONSUME_SUCCESS marks the messages done in their ProcessQueue (so the committable offset can pass
-them). RECONSUME_LATER, an exception or None: in clustering mode each message is sent back to its broker
-(ConsumerSendMsgBack, delay level 0: the broker picks 3 + reconsumeTimes and moves it to the DLQ after the
-group's retryMaxTimes, or ``max_reconsume_times`` when set); a message whose send-back failed stays in flight
-and is consumed again locally after ``local_retry_delay_s``. Broadcasting messages are not retried (RocketMQ
+them). RECONSUME_LATER, an exception or None: in clustering mode each message is sent back to its broker group's
+master with CONSUMER_SEND_MSG_BACK (36; delay level 0: the broker picks 3 + reconsumeTimes and moves it to the DLQ
+after the group's retryMaxTimes, or ``max_reconsume_times`` when set). When that fails, the message is sent as a
+new message to ``%RETRY%<group>`` on any reachable master, as RocketMQ's consumer does (properties RETRY_TOPIC,
+ORIGIN_MESSAGE_ID, DELAY = 3 + reconsumeTimes; header reconsumeTimes and maxReconsumeTimes). A message whose
+send-back failed both ways stays in flight and is consumed again locally after ``local_retry_delay_s``. Broadcasting messages are not retried (RocketMQ
 drops them with a warning). Messages of a dropped queue that did not start are skipped: they stay below the
 queue's committable offset, so its next owner delivers them.
 """
@@ -19,14 +21,25 @@ import asyncio
 import enum
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
-from client.message import MessageExt
+from client.errors import BrokerError, MQClientError
+from client.message import SEND_STATUS_BY_CODE, MessageExt
 from client.process_queue import ProcessQueue
-from client.route_cache import RouteCache
-from client.rpc import BrokerChannels, send_ack
-from remoting.message_codec import PROPERTY_RETRY_TOPIC, RETRY_GROUP_TOPIC_PREFIX
-from remoting.pb import broker_pb2
+from client.route_cache import MASTER_ID, RouteCache
+from client.rpc import ClientRemoting, command
+from remoting.codes import RequestCode
+from remoting.message_codec import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    RETRY_GROUP_TOPIC_PREFIX,
+    properties_to_string,
+)
+from remoting.message_headers import DEFAULT_TOPIC, SendHeader
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +58,7 @@ class ConsumeService:
         group: str,
         listener: Listener,
         routes: RouteCache,
-        channels: BrokerChannels,
+        remoting: ClientRemoting,
         *,
         broadcasting: bool,
         concurrency: int,
@@ -58,7 +71,7 @@ class ConsumeService:
         self.group = group
         self.listener = listener
         self.routes = routes
-        self.channels = channels
+        self.remoting = remoting
         self.broadcasting = broadcasting
         self.concurrency = max(1, concurrency)
         self.batch_max_size = max(1, batch_max_size)
@@ -150,23 +163,87 @@ class ConsumeService:
                 pq.end_consume(n)
 
     async def _send_back(self, pq: ProcessQueue, msgs: list[MessageExt]) -> tuple[list[MessageExt], list[MessageExt]]:
-        addr = self.routes.find_broker_address_in_publish(pq.mq.broker_name)
-        if addr is None:
-            return [], list(msgs)
         sent: list[MessageExt] = []
         failed: list[MessageExt] = []
         for m in msgs:
-            request = broker_pb2.ConsumerSendMsgBackRequest(
-                consumer_group=self.group,
-                physical_offset=m.physical_offset,
-                delay_level=0,
-                original_topic=m.topic,
-                original_msg_id=m.msg_id,
-                max_reconsume_times=self.max_reconsume_times,
-            )
-            ok = await send_ack(self.channels, addr, "ConsumerSendMsgBack", request, self.request_timeout_s)
+            ok = await self._consumer_send_msg_back(pq, m) or await self._send_to_retry_topic(m)
             (sent if ok else failed).append(m)
         return sent, failed
+
+    async def _consumer_send_msg_back(self, pq: ProcessQueue, m: MessageExt) -> bool:
+        """CONSUMER_SEND_MSG_BACK to the master of the message's group; False when it did not take it."""
+        addr = self.routes.find_broker_address_in_publish(pq.mq.broker_name)
+        if addr is None or not self.remoting.health.healthy(addr):
+            return False
+        ext = {
+            "offset": str(m.physical_offset),
+            "group": self.group,
+            "delayLevel": "0",
+            "originMsgId": m.msg_id,
+            "originTopic": m.topic,
+            "unitMode": "false",
+            "bname": pq.mq.broker_name,
+        }
+        if self.max_reconsume_times > 0:
+            ext["maxReconsumeTimes"] = str(self.max_reconsume_times)
+        try:
+            await self.remoting.call(
+                addr,
+                RequestCode.CONSUMER_SEND_MSG_BACK,
+                ext,
+                timeout_s=self.request_timeout_s,
+                what=f"CONSUMER_SEND_MSG_BACK {pq.mq}@{m.queue_offset}",
+            )
+        except BrokerError as exc:
+            log.warning("%s; sending the message to %s%s instead", exc, RETRY_GROUP_TOPIC_PREFIX, self.group)
+            return False
+        except MQClientError as exc:
+            log.debug("%s", exc)
+            return False
+        return True
+
+    async def _send_to_retry_topic(self, m: MessageExt) -> bool:
+        """RocketMQ's fallback: a new message to ``%RETRY%<group>`` (needs its route) on any reachable master."""
+        topic = RETRY_GROUP_TOPIC_PREFIX + self.group
+        route = self.routes.cached(topic)
+        if route is None:
+            return False
+        props = dict(m.properties)
+        props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, m.msg_id)
+        props[PROPERTY_RETRY_TOPIC] = m.topic
+        props[PROPERTY_DELAY_TIME_LEVEL] = str(3 + m.reconsume_times)
+        props.setdefault(PROPERTY_UNIQ_KEY, m.msg_id)
+        for mq in route.publish_queues:
+            addr = route.broker_addrs.get(mq.broker_name, {}).get(MASTER_ID)
+            if addr is None or not self.remoting.health.healthy(addr):
+                continue
+            header = SendHeader(
+                producer_group=self.group,
+                topic=topic,
+                default_topic=DEFAULT_TOPIC,
+                default_topic_queue_nums=4,
+                queue_id=mq.queue_id,
+                sys_flag=m.sys_flag,
+                born_timestamp=int(time.time() * 1000),
+                flag=m.flag,
+                properties=properties_to_string(props),
+                reconsume_times=m.reconsume_times + 1,
+                max_reconsume_times=self.max_reconsume_times if self.max_reconsume_times > 0 else 16,
+                batch=False,
+                broker_name=mq.broker_name,
+                dedup=False,
+            )
+            request = command(RequestCode.SEND_MESSAGE_V2, header.to_v2(), m.body)
+            try:
+                resp = await self.remoting.invoke(addr, request, self.request_timeout_s, f"send to {mq}")
+            except MQClientError as exc:
+                log.debug("%s", exc)
+                continue
+            if resp.code in SEND_STATUS_BY_CODE:
+                return True
+            log.warning("%s", BrokerError(resp.code, resp.remark or "", addr, request=f"send to {mq}"))
+        return False
 
     def _retry_locally(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         def again() -> None:
@@ -178,5 +255,7 @@ class ConsumeService:
         asyncio.get_running_loop().call_later(self.local_retry_delay_s, again)
         log.warning(
             "send-back of %d messages of %s failed; consuming them again in %.1fs",
-            len(msgs), pq.mq, self.local_retry_delay_s,
+            len(msgs),
+            pq.mq,
+            self.local_retry_delay_s,
         )

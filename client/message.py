@@ -1,7 +1,10 @@
 """What applications send and receive: Message, MessageQueue, SendResult, and the client message id.
 
-``Message.to_pb()`` is on the producer's hot path: it builds one ``broker_pb2.Message`` with the RocketMQ
-properties (TAGS, KEYS space-joined, UNIQ_KEY, DELAY, WAIT=false only when asked) and nothing else.
+``Message.wire_properties()`` is on the producer's hot path: it writes the message's properties string (spec §3.3:
+``name\x01value`` pairs joined by ``\x02``, no trailing separator, as Java 4.9.7 writes it) with TAGS, KEYS
+(space-joined), DELAY and UNIQ_KEY. A message with none of those but its UNIQ_KEY takes a one-concatenation path.
+WAIT is not a message property here: it belongs to the request (a batch has one, spec §3.5), so the producer
+adds it to the send header and keeps messages that differ in it in different requests.
 
 UNIQ_KEY (RocketMQ's MessageClientIDSetter) is 32 hex characters: 20 fixed per process (IPv4 address, pid,
 4 random bytes), then 8 for milliseconds since the process's id epoch (mod 2**32) and 4 for a counter
@@ -26,9 +29,9 @@ from remoting.message_codec import (
     PROPERTY_WAIT_STORE_MSG_OK,
     StoredMessage,
     UniqIdGenerator,
+    properties_to_string,
     uniq_id_prefix,
 )
-from remoting.pb import broker_pb2
 
 # A message as delivered to consumers: the decoded commitlog record (RocketMQ MessageExt).
 MessageExt = StoredMessage
@@ -69,39 +72,28 @@ class Message:
     delay_level: int = 0
     wait_store_msg_ok: bool = True
     flag: int = 0
-    msg_id: str = ""  # UNIQ_KEY; set by to_pb() when empty
+    msg_id: str = ""  # UNIQ_KEY; set by wire_properties() when empty
 
-    def fill_pb(self, m: broker_pb2.Message, now_ms: int) -> str:
-        """Fill a wire message in place (the cheapest way to build one with upb); returns the client id.
+    def wire_properties(self, now_ms: int) -> str:
+        """The properties string this message travels with (UNIQ_KEY included).
 
-        Assigns ``msg_id`` (UNIQ_KEY) on first use, so a message sent again keeps its id.
-        """
-        m.body = self.body
-        m.born_timestamp = now_ms
-        if self.flag:
-            m.flag = self.flag
-        p = m.properties
-        if self.properties:
-            for k, v in self.properties.items():
-                p[k] = v
-        if self.tags:
-            p[PROPERTY_TAGS] = self.tags
-        if self.keys:
-            p[PROPERTY_KEYS] = self.keys if isinstance(self.keys, str) else " ".join(self.keys)
-        if self.delay_level > 0:
-            p[PROPERTY_DELAY_TIME_LEVEL] = str(self.delay_level)
-        if not self.wait_store_msg_ok:
-            p[PROPERTY_WAIT_STORE_MSG_OK] = "false"
+        Assigns ``msg_id`` (UNIQ_KEY) on first use, so a message sent again keeps its id. Raises
+        ``remoting.message_codec.MessageCodecError`` for a name or value that contains \\x01 or \\x02."""
         msg_id = self.msg_id
         if not msg_id:
             msg_id = self.msg_id = _ID_GEN.next_id(now_ms)
-        p[PROPERTY_UNIQ_KEY] = msg_id
-        return msg_id
-
-    def to_pb(self, now_ms: int) -> broker_pb2.Message:
-        m = broker_pb2.Message()
-        self.fill_pb(m, now_ms)
-        return m
+        if not (self.properties or self.tags or self.keys or self.delay_level > 0):
+            return "UNIQ_KEY\x01" + msg_id
+        props = dict(self.properties) if self.properties else {}
+        if self.tags:
+            props[PROPERTY_TAGS] = self.tags
+        if self.keys:
+            props[PROPERTY_KEYS] = self.keys if isinstance(self.keys, str) else " ".join(self.keys)
+        if self.delay_level > 0:
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(self.delay_level)
+        props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)  # a request-level property (see the module docstring)
+        props[PROPERTY_UNIQ_KEY] = msg_id
+        return properties_to_string(props)
 
 
 class MessageQueue(NamedTuple):

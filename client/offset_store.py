@@ -3,7 +3,8 @@
 Both keep offsets in memory (``update``) and write them out with ``persist_all`` (every 5 s and on stop,
 driven by the consumer).
 
-RemoteBrokerOffsetStore target (spec §6.2): the group's master while it is in the route and reachable, else
+RemoteBrokerOffsetStore: QUERY_CONSUMER_OFFSET (14; QUERY_NOT_FOUND 22 = nothing stored) and
+UPDATE_CONSUMER_OFFSET (15), sent two-way so the store knows which node took a commit. Target (spec §6.2): the group's master while it is in the route and reachable, else
 another node of the group (the slave, which accepts and persists commits). "Reachable" uses the shared
 HealthTracker, so commits move to the slave as soon as the master fails a call, not after a route refresh.
 
@@ -17,15 +18,12 @@ import asyncio
 import logging
 from pathlib import Path
 
-import grpc
-
 from client.errors import BrokerError, BrokerNotFoundError, MQClientError
 from client.message import MessageQueue
 from client.route_cache import MASTER_ID, RouteCache
-from client.rpc import BrokerChannels, transport_error
+from client.rpc import ClientRemoting, command
 from common.persist import read_json, write_json_atomic
-from remoting.codes import ResponseCode
-from remoting.pb import broker_pb2
+from remoting.codes import RequestCode, ResponseCode
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +47,11 @@ class _InMemoryOffsets:
 
 
 class RemoteBrokerOffsetStore(_InMemoryOffsets):
-    def __init__(self, group: str, routes: RouteCache, channels: BrokerChannels, *, timeout_s: float = 5.0) -> None:
+    def __init__(self, group: str, routes: RouteCache, remoting: ClientRemoting, *, timeout_s: float = 5.0) -> None:
         super().__init__()
         self.group = group
         self.routes = routes
-        self.channels = channels
+        self.remoting = remoting
         self.timeout_s = timeout_s
         self._persisted: dict[MessageQueue, int] = {}
 
@@ -69,7 +67,7 @@ class RemoteBrokerOffsetStore(_InMemoryOffsets):
             await self.routes.refresh(mq.topic)
             found = self.routes.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, True)
         out: list[str] = []
-        if found is not None and self.channels.health.healthy(found[0]):
+        if found is not None and self.remoting.health.healthy(found[0]):
             out.append(found[0])
         fallback = self.routes.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, False)
         if fallback is not None and fallback[0] not in out:
@@ -80,22 +78,25 @@ class RemoteBrokerOffsetStore(_InMemoryOffsets):
             raise BrokerNotFoundError(mq.broker_name)
         return out
 
+    def _ext(self, mq: MessageQueue) -> dict[str, str]:
+        return {"consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id)}
+
     async def commit(self, mq: MessageQueue, offset: int) -> str:
         """UPDATE_CONSUMER_OFFSET now; returns the address that took it."""
-        request = broker_pb2.UpdateConsumerOffsetRequest(
-            consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, commit_offset=offset
-        )
+        ext = self._ext(mq)
+        ext["commitOffset"] = str(offset)
+        what = f"UPDATE_CONSUMER_OFFSET {mq}={offset}"
         last: MQClientError | None = None
         for addr in await self._targets(mq):
             try:
-                ack = await self.channels.get(addr).messaging.UpdateConsumerOffset(request, timeout=self.timeout_s)
-            except grpc.aio.AioRpcError as exc:
-                self.channels.health.mark_failed(addr)
-                last = transport_error(exc, addr, self.timeout_s, f"UpdateConsumerOffset {mq}")
+                resp = await self.remoting.invoke(
+                    addr, command(RequestCode.UPDATE_CONSUMER_OFFSET, ext), self.timeout_s, what
+                )
+            except MQClientError as exc:  # transport failure: the next node
+                last = exc
                 continue
-            self.channels.health.mark_ok(addr)
-            if ack.code != ResponseCode.SUCCESS:
-                raise BrokerError(ack.code, ack.remark, addr, request=f"UpdateConsumerOffset {mq}")
+            if resp.code != ResponseCode.SUCCESS:
+                raise BrokerError(resp.code, resp.remark or "", addr, request=what)
             self._persisted[mq] = offset
             return addr
         assert last is not None
@@ -103,21 +104,24 @@ class RemoteBrokerOffsetStore(_InMemoryOffsets):
 
     async def read(self, mq: MessageQueue) -> int:
         """QUERY_CONSUMER_OFFSET: the stored offset, or -1 when the broker has none (QUERY_NOT_FOUND)."""
-        request = broker_pb2.QueryConsumerOffsetRequest(consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id)
+        what = f"QUERY_CONSUMER_OFFSET {mq}"
         last: MQClientError | None = None
         for addr in await self._targets(mq):
             try:
-                resp = await self.channels.get(addr).messaging.QueryConsumerOffset(request, timeout=self.timeout_s)
-            except grpc.aio.AioRpcError as exc:
-                self.channels.health.mark_failed(addr)
-                last = transport_error(exc, addr, self.timeout_s, f"QueryConsumerOffset {mq}")
+                resp = await self.remoting.invoke(
+                    addr, command(RequestCode.QUERY_CONSUMER_OFFSET, self._ext(mq)), self.timeout_s, what
+                )
+            except MQClientError as exc:
+                last = exc
                 continue
-            self.channels.health.mark_ok(addr)
             if resp.code == ResponseCode.QUERY_NOT_FOUND:
                 return -1
             if resp.code != ResponseCode.SUCCESS:
-                raise BrokerError(resp.code, resp.remark, addr, request=f"QueryConsumerOffset {mq}")
-            return resp.offset
+                raise BrokerError(resp.code, resp.remark or "", addr, request=what)
+            try:
+                return int((resp.ext or {})["offset"])
+            except (KeyError, ValueError):
+                raise MQClientError(f"{what}: {addr} answered SUCCESS without a numeric offset header") from None
         assert last is not None
         raise last
 

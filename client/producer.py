@@ -1,7 +1,7 @@
 """Producer: sends messages to topic queues on master brokers, coalescing concurrent sends into batches.
 
-Why batch: one grpcio call costs ~300 µs of server CPU and ~200 µs of client CPU on the 2-core test machine,
-while one more 1 KiB message in a call costs a few µs (spec/performance.md Part C). So sends are gathered:
+Why batch: a request costs the broker tens of µs (frame, header, dispatch, one store append, one answer) while
+one more 1 KiB message in a request costs a few µs (spec/performance.md Part C). So sends are gathered:
 
 - A topic has at most one *open batch*, bound to one queue. Every send joins the open batch until it holds its
   cap or ``max_batch_bytes``; it is then sealed at once, else ``linger_ms`` after it opened (0: at the end of
@@ -13,23 +13,31 @@ while one more 1 KiB message in a call costs a few µs (spec/performance.md Part
 - The next open batch takes its queue from ``client.queue_choice``: round-robin over the queues of healthy
   masters, staying on one queue for up to ``sticky_queue_bytes`` or ``sticky_queue_ms`` while requests to it
   are still in flight.
-- A sealed batch is one send request on the broker's Exchange stream (``client.exchange``). At most
-  ``max_inflight_per_queue`` requests run per queue; sealed batches beyond that wait in order and go out as
-  earlier requests of that queue finish.
+- A sealed batch is one request on the broker's remoting connection (``client.rpc``; many requests in flight
+  on one connection): SEND_BATCH_MESSAGE (320) with the body from ``remoting.message_codec.encode_batch``, or
+  SEND_MESSAGE_V2 (310) when it holds one message. The V2 header carries the batch's WAIT (messages that differ
+  in ``wait_store_msg_ok`` go in different batches) and, for a dedup producer, pyrmq's ``dedup=true`` ext field.
+  At most ``max_inflight_per_queue`` requests run per queue; sealed batches beyond that wait in order and go out
+  as earlier requests of that queue finish.
 
-Per message the hot path is: one future, one wire message filled in place in the batch's request, two list
-appends. No task per message; one task per RPC.
+Per message the hot path is: one future, one properties string (``Message.wire_properties``), one tuple and
+three list appends. No task per message; one task and one body encoding per request. A message with a delay
+level goes in a request of its own (RocketMQ refuses delays inside a batch).
 
 Outcomes, per message (all messages of a batch share one):
 - SUCCESS / FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: a SendResult with that
   SendStatus. The message is stored; it is never retried or hidden.
-- transport failure (unreachable, deadline): the broker is avoided for a few seconds and the batch is retried
+- transport failure (unreachable, no answer in time): the broker is avoided for a few seconds and the batch is retried
   on a queue of another broker group, up to ``retry_times_when_send_failed`` times within ``send_timeout_s``.
   A batch that timed out may have been stored: the retry keeps each message's UNIQ_KEY, and with
   ``dedup=True`` the broker stores a UNIQ_KEY it saw within sendDedupWindowSeconds only once; such a producer
   retries transport failures on the same queue, so a retry is idempotent (and fails if that group stays down).
-- a retriable refusal (SYSTEM_BUSY, SERVICE_NOT_AVAILABLE, NO_PERMISSION, TOPIC_NOT_EXIST): retried the same
-  way after a route refresh; other codes fail with BrokerError carrying the code and the broker's remark.
+- a refusal RocketMQ's producer retries on another broker (TOPIC_NOT_EXIST, SERVICE_NOT_AVAILABLE, SYSTEM_ERROR,
+  NO_PERMISSION, NO_BUYER_ID, NOT_IN_CURRENT_UNIT; spec §1.6 ``retryResponseCodes``) or SYSTEM_BUSY: retried the
+  same way after a route refresh; other codes fail with BrokerError carrying the code and the broker's remark.
+
+The producer heartbeats (HEART_BEAT with its group) to the masters it sends to, at its first route and every
+``heartbeat_interval_s``, and unregisters from them (UNREGISTER_CLIENT) when it stops.
 
 Not thread-safe: use from the event loop that started it.
 """
@@ -44,8 +52,6 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Self
 
-import grpc
-
 from client.batch_policy import BatchPolicy
 from client.errors import (
     BrokerError,
@@ -55,19 +61,23 @@ from client.errors import (
     ProducerClosedError,
     RequestTimeout,
 )
-from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult, local_ip
+from client.heartbeat import heartbeat_body, new_client_id, send_heartbeats, unregister
+from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult
 from client.namesrv import NamesrvClient
 from client.queue_choice import QueueChoice
-from client.route_cache import RouteCache, TopicRoute
-from client.rpc import BrokerChannels, transport_error
-from remoting.pb import broker_pb2
+from client.route_cache import MASTER_ID, RouteCache, TopicRoute
+from client.rpc import ClientRemoting, command
+from common.service import Service
+from remoting.codes import RequestCode, ResponseCode
+from remoting.message_codec import MessageCodecError, encode_batch
+from remoting.message_headers import DEFAULT_TOPIC, SendHeader
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
 class ProducerStats:
-    rpcs: int = 0  # SendMessage calls made, retries included
+    rpcs: int = 0  # send requests made (310 or 320), retries included
     messages: int = 0  # messages handed to send*/
     batches: int = 0  # sealed batches
     held: int = 0  # due batches that waited for a request to their broker to be answered (batch_policy)
@@ -75,32 +85,50 @@ class ProducerStats:
     failed: int = 0  # messages that ended in an error
 
 
-class _Batch:
-    __slots__ = ("add", "cap", "deadline", "envelope", "futures", "ids", "mq", "nbytes", "request", "sealed")
+# RocketMQ's DefaultMQProducer.retryResponseCodes, plus SYSTEM_BUSY (the broker asks to come back later).
+RETRY_CODES = frozenset(
+    {
+        ResponseCode.TOPIC_NOT_EXIST,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.NO_PERMISSION,
+        204,  # NO_BUYER_ID
+        205,  # NOT_IN_CURRENT_UNIT
+        ResponseCode.SYSTEM_BUSY,
+    }
+)
+WAIT_FALSE = "WAIT\x01false"
 
-    def __init__(
-        self, mq: MessageQueue, group: str, born_host: str, deadline: float, default_nums: int, dedup: bool, cap: int
-    ) -> None:
+
+class _Batch:
+    __slots__ = (
+        "body",
+        "cap",
+        "code",
+        "deadline",
+        "entries",
+        "ext",
+        "futures",
+        "ids",
+        "mq",
+        "nbytes",
+        "sealed",
+        "wait",
+    )
+
+    def __init__(self, mq: MessageQueue, deadline: float, cap: int, wait: bool) -> None:
         self.mq = mq
         self.cap = cap  # most messages this batch takes (batch_policy.cap at opening)
-        # Built inside the Exchange envelope, so the wire messages are filled in place and never copied.
-        self.envelope = broker_pb2.ExchangeRequest(
-            send=broker_pb2.SendMessageRequest(
-                producer_group=group,
-                topic=mq.topic,
-                queue_id=mq.queue_id,
-                born_host=born_host,
-                default_topic_queue_nums=default_nums,
-                dedup=dedup,
-            )
-        )
-        self.request = self.envelope.send
-        self.add = self.request.messages.add
+        self.wait = wait  # the request's WAIT: every message of a batch shares it
+        self.entries: list[tuple[int, bytes, bytes]] = []  # (flag, body, properties) for encode_batch
         self.ids: list[str] = []
         self.futures: list[asyncio.Future] = []
         self.nbytes = 0
         self.deadline = deadline
         self.sealed = False
+        self.code = 0  # the request code and header, built once at the first attempt (retries change queueId)
+        self.ext: dict[str, str] | None = None
+        self.body: bytes = b""
 
 
 class _QueueSlot:
@@ -147,7 +175,9 @@ class Producer:
         default_topic_queue_nums: int = 4,
         avoid_failed_broker_s: float = 5.0,
         poll_name_server_interval_s: float = 30.0,
+        heartbeat_interval_s: float = 30.0,
         dedup: bool = False,
+        instance_name: str | None = None,
     ) -> None:
         if max_batch_messages < 1 or max_batch_bytes < 1:
             raise ValueError("max_batch_messages and max_batch_bytes must be positive")
@@ -164,12 +194,13 @@ class Producer:
         self.sticky_queue_s = max(0.0, sticky_queue_ms / 1000.0)
         self.stats = ProducerStats()
         self.policy = BatchPolicy(depth=pipeline_depth, max_batch=max_batch_messages, min_batch=pipeline_min_batch)
-        self.born_host = f"{local_ip()}:0"
-        self.namesrv = NamesrvClient(namesrv_addr, timeout_s=send_timeout_s)
-        self.channels = BrokerChannels(avoid_failed_broker_s)
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.client_id = new_client_id(instance_name)
+        self.remoting = ClientRemoting(avoid_failed_s=avoid_failed_broker_s, name=f"producer.{group}")
+        self.namesrv = NamesrvClient(namesrv_addr, remoting=self.remoting, timeout_s=send_timeout_s)
         self.routes = RouteCache(
             self.namesrv,
-            self.channels.health,
+            self.remoting.health,
             poll_interval_s=poll_name_server_interval_s,
             default_topic_queue_nums=default_topic_queue_nums,
         )
@@ -178,6 +209,8 @@ class Producer:
         self._held: dict[str, list[tuple[_TopicState, _Batch]]] = {}  # broker name -> due batches waiting
         self._tasks: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._svc = Service(f"producer.{group}")
+        self._heartbeat_addrs: set[str] = set()
         self._state = "created"
 
     # lifecycle --------------------------------------------------------------------------------------------
@@ -188,6 +221,8 @@ class Producer:
             raise ClientStateError(f"producer {self.group}", "stopped")
         self._loop = asyncio.get_running_loop()
         self.routes.start()
+        await self._svc.start()
+        self._svc.run_every("heartbeat", self.heartbeat_interval_s, self._heartbeat)
         self._state = "started"
         return self
 
@@ -225,9 +260,16 @@ class Producer:
                     fut.set_exception(closed)
             ts.parked.clear()
         self._state = "stopped"
+        await self._svc.stop(timeout_s=1.0)
+        await unregister(
+            self.remoting,
+            self._master_addrs(),
+            self.client_id,
+            producer_group=self.group,
+            timeout_s=min(self.send_timeout_s, 1.0),
+        )
         await self.routes.stop()
-        await self.channels.close()
-        await self.namesrv.close()
+        await self.remoting.close()
 
     async def __aenter__(self) -> Self:
         return await self.start()
@@ -261,24 +303,41 @@ class Producer:
         if ts is None or ts.route is None:
             self._park(msg, fut)
             return fut
+        try:
+            props = msg.wire_properties(int(time.time() * 1000)).encode()
+        except MessageCodecError as exc:
+            self.stats.failed += 1
+            fut.set_exception(
+                MQClientError(
+                    f"message to {msg.topic} cannot be sent: {exc.message}",
+                    hint="remove \\x01 and \\x02 from property names and values",
+                )
+            )
+            return fut
+        wait = msg.wait_store_msg_ok
+        solo = msg.delay_level > 0
         batch = ts.open
+        if batch is not None and (solo or batch.wait is not wait):
+            self._seal(ts, batch)
+            batch = None
         if batch is None:
             try:
-                batch = self._open_batch(ts)
+                batch = self._open_batch(ts, wait)
             except MQClientError as exc:  # e.g. the route lost its last master
                 self.stats.failed += 1
                 self.routes.refresh_soon(msg.topic)
                 fut.set_exception(exc)
                 return fut
-        batch.ids.append(msg.fill_pb(batch.add(), int(time.time() * 1000)))
+        batch.entries.append((msg.flag, msg.body, props))
+        batch.ids.append(msg.msg_id)
         batch.futures.append(fut)
         batch.nbytes += len(msg.body)
-        if len(batch.futures) >= batch.cap or batch.nbytes >= self.max_batch_bytes:
+        if solo or len(batch.futures) >= batch.cap or batch.nbytes >= self.max_batch_bytes:
             self._seal(ts, batch)
         return fut
 
     # batching ---------------------------------------------------------------------------------------------
-    def _open_batch(self, ts: _TopicState) -> _Batch:
+    def _open_batch(self, ts: _TopicState, wait: bool) -> _Batch:
         cached = self.routes.cached(ts.topic)
         if cached is not None and cached is not ts.route:
             ts.route = cached
@@ -288,9 +347,7 @@ class Producer:
         mq = ts.choice.pick(route.publish_queues, self._healthy, self._queue_in_flight, self.max_inflight_per_queue)
         if mq is None:
             raise NoRouteError(ts.topic, "no writable queue on a master broker")
-        deadline = time.monotonic() + self.send_timeout_s
-        default_nums = self.default_topic_queue_nums if route.is_default else 0
-        batch = _Batch(mq, self.group, self.born_host, deadline, default_nums, self.dedup, self.policy.cap())
+        batch = _Batch(mq, time.monotonic() + self.send_timeout_s, self.policy.cap(), wait)
         ts.open = batch
         loop = self._loop
         assert loop is not None
@@ -302,7 +359,7 @@ class Producer:
 
     def _healthy(self, broker_name: str) -> bool:
         addr = self.routes.find_broker_address_in_publish(broker_name)
-        return addr is not None and self.channels.health.healthy(addr)
+        return addr is not None and self.remoting.health.healthy(addr)
 
     def _queue_in_flight(self, mq: MessageQueue) -> int:
         slot = self._slots.get(mq)
@@ -370,10 +427,47 @@ class Producer:
             if broker in self._held:  # after the senders this batch just completed had their turn to join
                 asyncio.get_running_loop().call_soon(self._release_held, broker)
 
+    def _build_request(self, batch: _Batch) -> None:
+        """The request of a sealed batch: 310 for one message, else 320 with the codec's batch body."""
+        entries = batch.entries
+        if len(entries) == 1:
+            flag, body, props = entries[0]
+            batch.code = RequestCode.SEND_MESSAGE_V2
+            batch.body = body
+            properties = props.decode() if batch.wait else f"{props.decode()}\x02{WAIT_FALSE}"
+        else:
+            flag = 0
+            batch.code = RequestCode.SEND_BATCH_MESSAGE
+            batch.body = encode_batch(entries)
+            properties = "" if batch.wait else WAIT_FALSE
+        batch.ext = SendHeader(
+            producer_group=self.group,
+            topic=batch.mq.topic,
+            default_topic=DEFAULT_TOPIC,
+            default_topic_queue_nums=self.default_topic_queue_nums,
+            queue_id=batch.mq.queue_id,
+            sys_flag=0,
+            born_timestamp=int(time.time() * 1000),
+            flag=flag,
+            properties=properties,
+            reconsume_times=0,
+            max_reconsume_times=None,
+            batch=len(entries) > 1,
+            broker_name=batch.mq.broker_name,
+            dedup=self.dedup,
+        ).to_v2()
+
     async def _send_batch(self, batch: _Batch) -> None:
         ts = self._topics[batch.mq.topic]
-        request = batch.request
         mq = batch.mq
+        try:
+            self._build_request(batch)
+        except MessageCodecError as exc:
+            self._fail(batch, MQClientError(f"batch to {mq} cannot be encoded: {exc.message}", hint=exc.hint))
+            return
+        ext = batch.ext
+        assert ext is not None
+        what = f"send of {len(batch.futures)} messages to {{}}"
         last_error: MQClientError | None = None
         for attempt in range(self.retry_times + 1):
             remaining = batch.deadline - time.monotonic()
@@ -383,59 +477,64 @@ class Producer:
             if addr is None:
                 last_error = NoRouteError(mq.topic, f"broker group {mq.broker_name} has no master in the route")
                 self.routes.refresh_soon(mq.topic)
-                mq = self._requeue(ts, request, mq)
+                mq = self._requeue(ts, mq)
                 continue
             if attempt:
                 self.stats.retries += 1
             self.stats.rpcs += 1
+            ext["e"] = str(mq.queue_id)
+            ext["n"] = mq.broker_name
+            request = what.format(mq)
             try:
-                resp = await self.channels.get(addr).exchange.call(batch.envelope, remaining)
-            except grpc.aio.AioRpcError as exc:
-                self.channels.health.mark_failed(addr)
-                last_error = transport_error(exc, addr, remaining, "SendMessage")
-                log.warning("send of %d messages to %s failed (%s); retrying elsewhere", len(batch.ids), mq, exc.code())
+                resp = await self.remoting.invoke(addr, command(batch.code, ext, batch.body), remaining, request)
+            except MQClientError as exc:  # the transport failed (the address is marked unhealthy)
+                last_error = exc
+                log.warning("%s failed (%s); retrying elsewhere", request, exc.message)
                 self.routes.refresh_soon(mq.topic)
                 if not self.dedup:  # with dedup, stay on this broker group so its dedup window applies
-                    mq = self._requeue(ts, request, mq)
+                    mq = self._requeue(ts, mq)
                 continue
-            self.channels.health.mark_ok(addr)
             status = SEND_STATUS_BY_CODE.get(resp.code)
             if status is not None:
-                self._complete(batch, mq, resp, status)
+                self._complete(batch, mq, resp.ext or {}, status)
                 return
-            last_error = BrokerError(resp.code, resp.remark, addr, request="SendMessage")
-            if not last_error.retriable:
+            last_error = BrokerError(resp.code, resp.remark or "", addr, request=request)
+            if resp.code not in RETRY_CODES:
                 break
             self.routes.refresh_soon(mq.topic)
-            mq = self._requeue(ts, request, mq)
+            mq = self._requeue(ts, mq)
         if last_error is None:
-            last_error = RequestTimeout(mq.broker_name, self.send_timeout_s, request="SendMessage")
+            last_error = RequestTimeout(mq.broker_name, self.send_timeout_s, request=what.format(mq))
         self._fail(batch, last_error)
 
-    def _requeue(self, ts: _TopicState, request: broker_pb2.SendMessageRequest, failed: MessageQueue) -> MessageQueue:
+    def _requeue(self, ts: _TopicState, failed: MessageQueue) -> MessageQueue:
         route = self.routes.cached(ts.topic) or ts.route
         if route is None or not route.publish_queues:
             return failed
         if route is not ts.route:
             ts.route = route
             ts.choice.reset()
-        mq = ts.choice.rotate(route.publish_queues, self._healthy, avoid_broker=failed.broker_name) or failed
-        request.queue_id = mq.queue_id
-        request.default_topic_queue_nums = self.default_topic_queue_nums if route.is_default else 0
-        return mq
+        return ts.choice.rotate(route.publish_queues, self._healthy, avoid_broker=failed.broker_name) or failed
 
-    def _complete(self, batch: _Batch, mq: MessageQueue, resp, status) -> None:
-        if resp.broker_name and resp.broker_name != mq.broker_name:
-            mq = MessageQueue(mq.topic, resp.broker_name, mq.queue_id)
-        if resp.queue_id != mq.queue_id:
-            mq = MessageQueue(mq.topic, mq.broker_name, resp.queue_id)
-        offset_ids = list(resp.msg_ids)
-        base = resp.queue_offset
+    def _complete(self, batch: _Batch, mq: MessageQueue, ext: dict[str, str], status) -> None:
+        """SendMessageResponseHeader (spec §3.6): ``msgId`` (offset ids, comma-joined), ``queueId``,
+        ``queueOffset`` (of the first message)."""
+        try:
+            queue_id = int(ext.get("queueId", mq.queue_id))
+            base = int(ext.get("queueOffset", -1))
+        except ValueError:
+            queue_id, base = mq.queue_id, -1
+        if queue_id != mq.queue_id:
+            mq = MessageQueue(mq.topic, mq.broker_name, queue_id)
+        raw_ids = ext.get("msgId")
+        offset_ids = raw_ids.split(",") if raw_ids else []
         n_ids = len(offset_ids)
         ids = batch.ids
         for i, fut in enumerate(batch.futures):
             if not fut.done():
-                fut.set_result(SendResult(status, ids[i], offset_ids[i] if i < n_ids else "", mq, base + i))
+                fut.set_result(
+                    SendResult(status, ids[i], offset_ids[i] if i < n_ids else "", mq, base + i if base >= 0 else -1)
+                )
 
     def _fail(self, batch: _Batch, err: MQClientError) -> None:
         for fut in batch.futures:
@@ -476,3 +575,22 @@ class Producer:
         for msg, fut in parked:
             if not fut.done():
                 self._enqueue(msg, fut)
+        if not self._master_addrs() <= self._heartbeat_addrs and self._state == "started":
+            self._svc.spawn(f"heartbeat.{ts.topic}", self._heartbeat())
+
+    # heartbeats -------------------------------------------------------------------------------------------
+    def _master_addrs(self) -> set[str]:
+        """The masters of the groups this producer sends to (the brokers that heartbeat and unregister go to)."""
+        addrs: set[str] = set()
+        for topic in self._topics:
+            route = self.routes.cached(topic)
+            if route is not None:
+                addrs.update(ids[MASTER_ID] for ids in route.broker_addrs.values() if MASTER_ID in ids)
+        return addrs
+
+    async def _heartbeat(self) -> None:
+        addrs = self._master_addrs()
+        self._heartbeat_addrs |= addrs
+        if addrs:
+            body = heartbeat_body(self.client_id, producer_groups=[self.group])
+            await send_heartbeats(self.remoting, addrs, body, self.send_timeout_s)

@@ -1,5 +1,10 @@
-"""One pull, RocketMQ's PullAPIWrapper: choose the node, send the pull (on the broker's Exchange stream, see
-``client.exchange``), decode, remember the read advice.
+"""One pull, RocketMQ's PullAPIWrapper: choose the node, send PULL_MESSAGE (11), decode, remember the read advice.
+
+The request (spec §4.1) always carries the SUBSCRIPTION flag with the subscription string, so any node of the
+group can serve it whether or not it has this client's heartbeat; SUSPEND with ``suspendTimeoutMillis`` when the
+caller long-polls (the call's timeout must be above it); COMMIT_OFFSET with ``commitOffset`` when the caller has an
+offset to commit and the target is the master. The response header carries ``nextBeginOffset``, ``minOffset``,
+``maxOffset`` and ``suggestWhichBrokerId``; on SUCCESS the body is the stored records back to back.
 
 ``pullFromWhichNodeTable`` (spec §5.4): after every pull response, ``table[mq] = suggest_which_broker_id``;
 the next pull of that queue goes to ``find_broker_address_in_subscribe(broker_name, table.get(mq, 0))``.
@@ -17,20 +22,14 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-import grpc
-
 from client.errors import BrokerError, BrokerNotFoundError, MQClientError
 from client.message import MessageExt, MessageQueue
 from client.records import decode_records
 from client.route_cache import RouteCache
-from client.rpc import BrokerChannels, transport_error
-from remoting.codes import ResponseCode
-from remoting.message_codec import TagFilter
-from remoting.pb import broker_pb2
-
-FLAG_COMMIT_OFFSET = 0x1
-FLAG_SUSPEND = 0x2
-FLAG_SUBSCRIPTION = 0x4
+from client.rpc import ClientRemoting, command
+from remoting.codes import RequestCode, ResponseCode
+from remoting.message_codec import MessageCodecError, TagFilter
+from remoting.message_headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, PullHeader
 
 
 class PullStatus(enum.Enum):
@@ -61,10 +60,11 @@ class PullResult:
 
 
 class PullAPI:
-    def __init__(self, group: str, routes: RouteCache, channels: BrokerChannels) -> None:
+    def __init__(self, group: str, routes: RouteCache, remoting: ClientRemoting, *, sub_version: int = 0) -> None:
         self.group = group
         self.routes = routes
-        self.channels = channels
+        self.remoting = remoting
+        self.sub_version = sub_version  # SubscriptionData.subVersion, as in the heartbeat
         self.pull_from_which_node: dict[MessageQueue, int] = {}
         self.pulls = 0  # pulls answered
         self.pulled = 0  # messages they returned (before the client-side tag check)
@@ -94,8 +94,9 @@ class PullAPI:
     ) -> PullResult:
         addr, is_slave = await self.target(mq)
         try:
-            return await self._pull_once(addr, is_slave, mq, offset, max_nums, subscription, timeout_s, suspend_ms,
-                                         commit_offset)
+            return await self._pull_once(
+                addr, is_slave, mq, offset, max_nums, subscription, timeout_s, suspend_ms, commit_offset
+            )
         except MQClientError as exc:
             if not exc.retriable or isinstance(exc, BrokerError):
                 raise
@@ -104,8 +105,9 @@ class PullAPI:
             other = self.routes.find_broker_address_in_subscribe(mq.broker_name, self.pull_from_which_node.get(mq, 0))
             if other is None or other[0] == addr:
                 raise
-            return await self._pull_once(other[0], other[1], mq, offset, max_nums, subscription, timeout_s,
-                                         suspend_ms, commit_offset)
+            return await self._pull_once(
+                other[0], other[1], mq, offset, max_nums, subscription, timeout_s, suspend_ms, commit_offset
+            )
 
     async def _pull_once(
         self,
@@ -119,52 +121,54 @@ class PullAPI:
         suspend_ms: int,
         commit_offset: int,
     ) -> PullResult:
-        sys_flag = FLAG_SUBSCRIPTION
+        sys_flag = PULL_SUBSCRIPTION
         if suspend_ms > 0:
-            sys_flag |= FLAG_SUSPEND
+            sys_flag |= PULL_SUSPEND
         if commit_offset > 0 and not is_slave:
-            sys_flag |= FLAG_COMMIT_OFFSET
-        envelope = broker_pb2.ExchangeRequest(
-            pull=broker_pb2.PullMessageRequest(
-                consumer_group=self.group,
-                topic=mq.topic,
-                queue_id=mq.queue_id,
-                queue_offset=offset,
-                max_msg_nums=max_nums,
-                sys_flag=sys_flag,
-                commit_offset=commit_offset if sys_flag & FLAG_COMMIT_OFFSET else 0,
-                suspend_timeout_millis=suspend_ms,
-                subscription=subscription or "*",
-            )
+            sys_flag |= PULL_COMMIT_OFFSET
+        header = PullHeader(
+            consumer_group=self.group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            queue_offset=offset,
+            max_msg_nums=max_nums,
+            sys_flag=sys_flag,
+            commit_offset=commit_offset if sys_flag & PULL_COMMIT_OFFSET else 0,
+            suspend_timeout_millis=suspend_ms,
+            subscription=subscription or "*",
+            sub_version=self.sub_version,
+            expression_type="TAG",
+            max_msg_bytes=None,
         )
-        try:
-            resp = await self.channels.get(addr).exchange.call(envelope, timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            self.channels.health.mark_failed(addr)
-            raise transport_error(exc, addr, timeout_s, f"PullMessage {mq}") from None
-        self.channels.health.mark_ok(addr)
-        self.pulls += 1
-        self.pulled += resp.message_count
-        self.pull_from_which_node[mq] = resp.suggest_which_broker_id
+        what = f"PULL_MESSAGE {mq}@{offset}"
+        resp = await self.remoting.invoke(addr, command(RequestCode.PULL_MESSAGE, header.to_ext()), timeout_s, what)
         status = _STATUS_BY_CODE.get(resp.code)
         if status is None:
-            raise BrokerError(resp.code, resp.remark, addr, request=f"PullMessage {mq}")
+            raise BrokerError(resp.code, resp.remark or "", addr, request=what)
+        ext = resp.ext or {}
+        try:
+            suggest = int(ext.get("suggestWhichBrokerId", 0))
+            next_begin = int(ext["nextBeginOffset"])
+            min_offset = int(ext.get("minOffset", 0))
+            max_offset = int(ext.get("maxOffset", 0))
+        except (KeyError, ValueError) as exc:
+            raise MQClientError(
+                f"{what}: {addr} answered without a usable {exc} in the pull response header",
+                hint="the broker must send nextBeginOffset, minOffset, maxOffset and suggestWhichBrokerId",
+            ) from None
+        self.pulls += 1
+        self.pull_from_which_node[mq] = suggest
         messages: list[MessageExt] = []
-        if status is PullStatus.FOUND and resp.records:
-            messages = decode_records(resp.records)
+        if status is PullStatus.FOUND and resp.body:
+            try:
+                messages = decode_records(resp.body_bytes())
+            except MessageCodecError as exc:
+                raise MQClientError(f"{what}: {addr} answered records that do not decode: {exc.message}") from None
+            self.pulled += len(messages)
             tag_filter = self._filter(subscription)
             if not tag_filter.match_all:
                 messages = [m for m in messages if tag_filter.match_tags(m.tags)]
-        return PullResult(
-            status,
-            resp.next_begin_offset,
-            resp.min_offset,
-            resp.max_offset,
-            messages,
-            resp.suggest_which_broker_id,
-            addr,
-            is_slave,
-        )
+        return PullResult(status, next_begin, min_offset, max_offset, messages, suggest, addr, is_slave)
 
     def _filter(self, subscription: str) -> TagFilter:
         f = self._filters.get(subscription)

@@ -6,6 +6,7 @@ offsets to the master while it is reachable, else to the slave (client/offset_st
 
 from __future__ import annotations
 
+import time
 from typing import Self
 
 from client.errors import ClientStateError
@@ -14,7 +15,7 @@ from client.namesrv import NamesrvClient
 from client.offset_store import RemoteBrokerOffsetStore
 from client.pull_api import PullAPI, PullResult, PullStatus
 from client.route_cache import RouteCache
-from client.rpc import BrokerChannels
+from client.rpc import ClientRemoting
 
 __all__ = ["PullConsumer", "PullResult", "PullStatus"]
 
@@ -30,11 +31,11 @@ class PullConsumer:
         request_timeout_s: float = 5.0,
     ) -> None:
         self.group = group
-        self.namesrv = NamesrvClient(namesrv_addr, timeout_s=request_timeout_s)
-        self.channels = BrokerChannels(avoid_failed_broker_s)
-        self.routes = RouteCache(self.namesrv, self.channels.health, poll_interval_s=poll_name_server_interval_s)
-        self.pull_api = PullAPI(group, self.routes, self.channels)
-        self.offsets = RemoteBrokerOffsetStore(group, self.routes, self.channels, timeout_s=request_timeout_s)
+        self.remoting = ClientRemoting(avoid_failed_s=avoid_failed_broker_s, name=f"pull-consumer.{group}")
+        self.namesrv = NamesrvClient(namesrv_addr, remoting=self.remoting, timeout_s=request_timeout_s)
+        self.routes = RouteCache(self.namesrv, self.remoting.health, poll_interval_s=poll_name_server_interval_s)
+        self.pull_api = PullAPI(group, self.routes, self.remoting, sub_version=int(time.time() * 1000))
+        self.offsets = RemoteBrokerOffsetStore(group, self.routes, self.remoting, timeout_s=request_timeout_s)
         self._state = "created"
 
     async def start(self) -> PullConsumer:
@@ -52,8 +53,7 @@ class PullConsumer:
         self._state = "stopped"
         await self.offsets.persist_all()
         await self.routes.stop()
-        await self.channels.close()
-        await self.namesrv.close()
+        await self.remoting.close()
 
     async def __aenter__(self) -> Self:
         return await self.start()

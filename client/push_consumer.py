@@ -1,15 +1,22 @@
 """PushConsumer: pulls the queues it owns with long polling and hands messages to a listener.
 
 Clustering (default): the group's queues are split with ``allocate_averagely`` over the sorted consumer ids
-the brokers report. Brokers cannot push a "membership changed" hint to gRPC clients, so the consumer polls
-GetConsumerIdList every ``membership_poll_interval_s`` (cheap) and rebalances at once on a change, and anyway
-every ``rebalance_interval_s``. A queue given up is stopped, its running consumption allowed to finish (up to
+the brokers report (GET_CONSUMER_LIST_BY_GROUP, 38). The consumer rebalances at once when a broker sends
+NOTIFY_CONSUMER_IDS_CHANGED (40) on its connection, when a GET_CONSUMER_LIST_BY_GROUP poll every
+``membership_poll_interval_s`` shows a change (a safety net for a lost oneway notification), and anyway every
+``rebalance_interval_s``. A queue given up is stopped, its running consumption allowed to finish (up to
 ``drop_wait_s``) and its offset committed before it is forgotten; a queue taken over while other members exist
 starts after ``takeover_delay_s``, so the previous owner has committed first. ``%RETRY%<group>`` is
 subscribed automatically. Broadcasting: every consumer takes every queue; offsets live in a local file.
 
-Per owned queue one pull task long-polls (``suspend_ms`` at the broker, RPC deadline ``pull_timeout_s``) and
-follows the broker's read advice like PullConsumer. ``pull_interval_ms`` (RocketMQ's pullInterval, default 0)
+The consumer sends HEART_BEAT (34, HeartbeatData with its subscriptions, see client/heartbeat.py) at start, every
+``heartbeat_interval_s`` and whenever its routes name a broker it has not told yet, to every node (master and
+slaves) of its topics' groups, and UNREGISTER_CLIENT (35) to them when it stops.
+
+Per owned queue one pull task long-polls (``suspend_ms`` at the broker, RPC deadline ``pull_timeout_s``, above
+the suspend time) and follows the broker's read advice like PullConsumer. A queue without a committed offset
+starts at CONSUME_FROM_WHERE: the queue's max offset (GET_MAX_OFFSET 30), 0, or SEARCH_OFFSET_BY_TIMESTAMP (29);
+a retry topic always starts at 0. ``pull_interval_ms`` (RocketMQ's pullInterval, default 0)
 pauses a queue after a pull that returned less than a full batch: one pull RPC costs about as much broker CPU
 as tens of messages, so a consumer that keeps up can trade that much latency for far fewer pulls. Messages go
 to the ConsumeService (client/consume_service.py: listener workers, send-back of RECONSUME_LATER, local
@@ -25,26 +32,33 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import itertools
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Self
 
 from client.consume_service import ConsumeService, ConsumeStatus, Listener
 from client.errors import BrokerError, ClientStateError, MQClientError
-from client.message import MessageQueue, local_ip
-from client.namesrv import NamesrvClient
+from client.heartbeat import (
+    consumer_data,
+    heartbeat_body,
+    new_client_id,
+    send_heartbeats,
+    subscription_data,
+    unregister,
+)
+from client.message import MessageQueue
+from client.namesrv import NamesrvClient, parse_body
 from client.offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
 from client.process_queue import ProcessQueue, allocate_averagely
 from client.pull_api import PullAPI, PullStatus
 from client.route_cache import RouteCache
-from client.rpc import BrokerChannels, send_ack
+from client.rpc import ClientRemoting
 from common.service import Service
-from remoting.codes import ResponseCode
+from remoting.codes import RequestCode, ResponseCode
+from remoting.connection import Connection
+from remoting.frame_codec import RemotingCommand, response_to
 from remoting.message_codec import RETRY_GROUP_TOPIC_PREFIX
-from remoting.pb import broker_pb2
 
 __all__ = ["ConsumeFromWhere", "ConsumeStatus", "MessageModel", "PushConsumer"]
 
@@ -62,7 +76,6 @@ class ConsumeFromWhere(enum.Enum):
     CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
 
 
-_INSTANCE = itertools.count()
 MISSING_ROUTE_RETRY_S = 2.0  # how often a subscribed topic without a route (yet) is looked up again
 
 
@@ -81,7 +94,7 @@ class PushConsumer:
         consume_concurrency: int = 16,
         max_inflight_messages: int = 1000,
         rebalance_interval_s: float = 20.0,
-        membership_poll_interval_s: float = 2.0,
+        membership_poll_interval_s: float = 5.0,
         heartbeat_interval_s: float = 30.0,
         persist_interval_s: float = 5.0,
         pull_retry_delay_s: float = 3.0,
@@ -118,17 +131,18 @@ class PushConsumer:
         self.drop_wait_s = drop_wait_s
         self.max_reconsume_times = max_reconsume_times
         self.request_timeout_s = request_timeout_s
-        instance = instance_name or f"{os.getpid()}#{next(_INSTANCE)}"
-        self.client_id = f"{local_ip()}@{instance}"
-        self.namesrv = NamesrvClient(namesrv_addr, timeout_s=request_timeout_s)
-        self.channels = BrokerChannels(avoid_failed_broker_s)
-        self.routes = RouteCache(self.namesrv, self.channels.health, poll_interval_s=poll_name_server_interval_s)
-        self.pull_api = PullAPI(group, self.routes, self.channels)
+        self.client_id = new_client_id(instance_name)
+        self.remoting = ClientRemoting(avoid_failed_s=avoid_failed_broker_s, name=f"consumer.{group}")
+        self.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_consumer_ids_changed)
+        self.namesrv = NamesrvClient(namesrv_addr, remoting=self.remoting, timeout_s=request_timeout_s)
+        self.routes = RouteCache(self.namesrv, self.remoting.health, poll_interval_s=poll_name_server_interval_s)
+        self.sub_version = int(time.time() * 1000)  # SubscriptionData.subVersion of every subscription
+        self.pull_api = PullAPI(group, self.routes, self.remoting, sub_version=self.sub_version)
         if message_model is MessageModel.BROADCASTING:
             base = Path(offset_store_dir) if offset_store_dir else Path.home() / ".pyrmq_offsets" / self.client_id
             self.offsets: RemoteBrokerOffsetStore | LocalFileOffsetStore = LocalFileOffsetStore(group, base)
         else:
-            self.offsets = RemoteBrokerOffsetStore(group, self.routes, self.channels, timeout_s=request_timeout_s)
+            self.offsets = RemoteBrokerOffsetStore(group, self.routes, self.remoting, timeout_s=request_timeout_s)
         self._subscriptions: dict[str, str] = {}
         self._listener: Listener | None = None
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
@@ -138,6 +152,8 @@ class PushConsumer:
         self._last_full_rebalance = 0.0
         self._heartbeat_addrs: set[str] = set()
         self._rebalance_lock = asyncio.Lock()
+        self._rebalance_now = asyncio.Event()  # set by NOTIFY_CONSUMER_IDS_CHANGED and by stop()
+        self.notifications = 0  # NOTIFY_CONSUMER_IDS_CHANGED requests received
         self._pull_tasks: set[asyncio.Task] = set()
         self._missing_route_tried: dict[str, float] = {}
         self._state = "created"
@@ -177,7 +193,7 @@ class PushConsumer:
             self.group,
             self._listener,
             self.routes,
-            self.channels,
+            self.remoting,
             broadcasting=self.message_model is MessageModel.BROADCASTING,
             concurrency=self.consume_concurrency,
             batch_max_size=self.consume_batch_max_size,
@@ -198,6 +214,7 @@ class PushConsumer:
             self._state = "stopped"
             return
         self._state = "stopping"
+        self._rebalance_now.set()
         pqs = list(self._pqs.values())
         for pq in pqs:
             pq.dropped = True
@@ -213,8 +230,7 @@ class PushConsumer:
         await self._svc.stop(timeout_s=1.0)
         self._state = "stopped"
         await self.routes.stop()
-        await self.channels.close()
-        await self.namesrv.close()
+        await self.remoting.close()
 
     async def __aenter__(self) -> Self:
         return await self.start()
@@ -232,52 +248,80 @@ class PushConsumer:
                     addrs.update(ids.values())
         return addrs
 
-    async def _heartbeat(self) -> None:
-        consumer = broker_pb2.ConsumerData(
-            group_name=self.group,
+    def _heartbeat_body(self) -> bytes:
+        subs = [subscription_data(t, e, self.sub_version) for t, e in sorted(self._subscriptions.items())]
+        consumer = consumer_data(
+            self.group,
             consume_type="CONSUME_PASSIVELY",
             message_model=self.message_model.value,
             consume_from_where=self.consume_from_where.value,
-            subscriptions=[broker_pb2.SubscriptionData(topic=t, sub_string=s) for t, s in self._subscriptions.items()],
+            subscriptions=subs,
         )
-        request = broker_pb2.HeartbeatRequest(client_id=self.client_id, consumers=[consumer])
+        return heartbeat_body(self.client_id, consumers=[consumer])
+
+    async def _heartbeat(self) -> None:
         addrs = self._all_broker_addrs()
         self._heartbeat_addrs = addrs
-        await asyncio.gather(*(self._send_ack(addr, "Heartbeat", request) for addr in addrs))
+        await send_heartbeats(self.remoting, addrs, self._heartbeat_body(), self.request_timeout_s)
 
     async def _unregister(self) -> None:
-        request = broker_pb2.UnregisterClientRequest(client_id=self.client_id, consumer_group=self.group)
-        await asyncio.gather(*(self._send_ack(addr, "UnregisterClient", request) for addr in self._all_broker_addrs()))
+        await unregister(
+            self.remoting,
+            self._all_broker_addrs(),
+            self.client_id,
+            consumer_group=self.group,
+            timeout_s=min(self.request_timeout_s, 2.0),
+        )
 
-    async def _send_ack(self, addr: str, method: str, request) -> bool:
-        return await send_ack(self.channels, addr, method, request, self.request_timeout_s)
+    def _on_consumer_ids_changed(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        """NOTIFY_CONSUMER_IDS_CHANGED (40): a member joined or left; rebalance now (RocketMQ's rebalanceImmediately)."""
+        group = (request.ext or {}).get("consumerGroup")
+        if group in (None, self.group):
+            self.notifications += 1
+            self._rebalance_now.set()
+        return None if request.is_oneway else response_to(request, ResponseCode.SUCCESS)
 
     # rebalance --------------------------------------------------------------------------------------------
     async def _consumer_ids(self, topic: str) -> list[str] | None:
         route = self.routes.cached(topic)
         if route is None:
             return None
-        request = broker_pb2.GetConsumerIdListRequest(consumer_group=self.group)
         for name in sorted(route.broker_addrs):
             addr = self.routes.find_any_address(name)
             if addr is None:
                 continue
-            stub = self.channels.get(addr).messaging
             try:
-                resp = await self.channels.call(addr, stub.GetConsumerIdList, request, self.request_timeout_s)
+                resp = await self.remoting.call(
+                    addr,
+                    RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                    {"consumerGroup": self.group},
+                    timeout_s=self.request_timeout_s,
+                )
+                body = parse_body(resp, f"consumer list of {self.group}")
             except MQClientError:
                 continue
-            if resp.code == ResponseCode.SUCCESS:
-                return sorted(resp.consumer_ids)
+            ids = body.get("consumerIdList") if isinstance(body, dict) else None
+            if isinstance(ids, list):
+                return sorted(str(i) for i in ids)
         return None
 
+    async def _wait_rebalance_due(self) -> bool:
+        """Until a notification or the next membership poll; True when the consumer is stopping."""
+        try:
+            await asyncio.wait_for(self._rebalance_now.wait(), self.membership_poll_interval_s)
+        except TimeoutError:
+            pass
+        return self._state != "started" or self._svc.stopping
+
     async def _rebalance_loop(self) -> None:
-        while not await self._svc.sleep(self.membership_poll_interval_s):
+        while not await self._wait_rebalance_due():
+            notified = self._rebalance_now.is_set()
+            self._rebalance_now.clear()
             try:
                 if self._heartbeat_addrs != self._all_broker_addrs():
                     await self._heartbeat()
-                changed = False
-                if self.message_model is MessageModel.CLUSTERING:
+                changed = notified
+                if not changed and self.message_model is MessageModel.CLUSTERING:
                     for topic in self._subscriptions:
                         cids = await self._consumer_ids(topic)
                         if cids is not None and cids != self._last_cids.get(topic):
@@ -387,28 +431,22 @@ class PushConsumer:
         cfw = self.consume_from_where
         if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or cfw is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
             return 0
+        ext = {"topic": mq.topic, "queueId": str(mq.queue_id)}
         if cfw is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
-            resp = await self._queue_rpc(
-                mq, "SearchOffsetByTime",
-                broker_pb2.SearchOffsetByTimeRequest(topic=mq.topic, queue_id=mq.queue_id,
-                                                     timestamp=self.consume_timestamp_ms),
-            )
-            return resp.offset
-        resp = await self._queue_rpc(
-            mq, "GetQueueOffsets", broker_pb2.GetQueueOffsetsRequest(topic=mq.topic, queue_id=mq.queue_id)
-        )
-        return resp.max_offset
+            ext["timestamp"] = str(self.consume_timestamp_ms)
+            return await self._queue_offset(mq, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext)
+        return await self._queue_offset(mq, RequestCode.GET_MAX_OFFSET, ext)
 
-    async def _queue_rpc(self, mq: MessageQueue, method: str, request):
+    async def _queue_offset(self, mq: MessageQueue, code: int, ext: dict[str, str]) -> int:
+        """GET_MAX_OFFSET / SEARCH_OFFSET_BY_TIMESTAMP on a node of the queue's group: the ``offset`` header."""
         addr = self.routes.find_any_address(mq.broker_name)
         if addr is None:
             raise MQClientError(f"no address for broker group {mq.broker_name}", hint="check the topic route")
-        resp = await self.channels.call(
-            addr, getattr(self.channels.get(addr).messaging, method), request, self.request_timeout_s, method
-        )
-        if resp.code != ResponseCode.SUCCESS:
-            raise BrokerError(resp.code, resp.remark, addr, request=f"{method} {mq}")
-        return resp
+        resp = await self.remoting.call(addr, code, ext, timeout_s=self.request_timeout_s)
+        try:
+            return int((resp.ext or {})["offset"])
+        except (KeyError, ValueError):
+            raise BrokerError(resp.code, "answer without a numeric offset header", addr, request=f"{code}") from None
 
     async def _pull_loop(self, pq: ProcessQueue, start_delay_s: float) -> None:
         mq = pq.mq

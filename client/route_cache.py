@@ -13,9 +13,13 @@ sibling of the same group, so consumers move to the slave when the master dies w
 nameserver's expiry, and move back when the master answers again. ``find_broker_address_in_publish`` is the
 master (id 0) only.
 
-A topic the nameserver does not know (TOPIC_NOT_EXIST) can get a *default route* (RocketMQ's TBW102 path):
-``default_topic_queue_nums`` queues on every master of the cluster, so the first send lets a broker with
-autoCreateTopicEnable create the topic. Such a route is re-read every few seconds until the real one appears.
+A topic the nameserver does not know (TOPIC_NOT_EXIST) can get a *default route* for the producer, RocketMQ's
+TBW102 path: the route of ``TBW102`` (which brokers with autoCreateTopicEnable register) with each group's write
+queues capped at ``default_topic_queue_nums``, so the first send lets such a broker create the topic. When no
+broker registers TBW102 either, the route falls back to ``default_topic_queue_nums`` queues on every master of
+the cluster (GET_BROKER_CLUSTER_INFO), so the send reaches a broker that says why it refuses (TOPIC_NOT_EXIST,
+"enable autoCreateTopicEnable") instead of failing in the client with less to go on. A default route is re-read
+every few seconds until the real one appears.
 """
 
 from __future__ import annotations
@@ -23,13 +27,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from client.errors import NoRouteError
 from client.message import MessageQueue
-from client.namesrv import NamesrvClient
+from client.namesrv import NamesrvClient, broker_addrs
 from client.rpc import HealthTracker
-from remoting.codes import ResponseCode, describe
+from remoting.message_headers import DEFAULT_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -49,17 +55,36 @@ class TopicRoute:
     fetched_at: float = field(default_factory=time.monotonic)
 
 
-def build_route(topic: str, queue_datas, broker_datas) -> TopicRoute:
-    """Pure: a TopicRoute from the nameserver's QueueData and BrokerData lists."""
-    addrs = {bd.broker_name: {int(k): v for k, v in bd.broker_addrs.items()} for bd in broker_datas}
+def build_route(
+    topic: str,
+    queue_datas: Iterable[Mapping[str, Any]],
+    broker_datas: Iterable[Mapping[str, Any]],
+    *,
+    max_write_queues: int | None = None,
+) -> TopicRoute:
+    """Pure: a TopicRoute from TopicRouteData's ``queueDatas`` and ``brokerDatas`` (spec §5.3, RocketMQ's names).
+
+    ``max_write_queues`` caps each group's publish queues (the TBW102 path's defaultTopicQueueNums)."""
+    addrs = {str(bd["brokerName"]): broker_addrs(bd) for bd in broker_datas}
     publish: list[MessageQueue] = []
     subscribe: list[MessageQueue] = []
-    for qd in sorted(queue_datas, key=lambda q: q.broker_name):
-        if qd.perm & PERM_WRITE and MASTER_ID in addrs.get(qd.broker_name, {}):
-            publish.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.write_queue_nums))
-        if qd.perm & PERM_READ:
-            subscribe.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.read_queue_nums))
+    for qd in sorted(queue_datas, key=lambda q: q["brokerName"]):
+        name, perm = str(qd["brokerName"]), int(qd.get("perm", 0))
+        if perm & PERM_WRITE and MASTER_ID in addrs.get(name, {}):
+            n = int(qd.get("writeQueueNums", 0))
+            if max_write_queues is not None:
+                n = min(n, max_write_queues)
+            publish.extend(MessageQueue(topic, name, i) for i in range(n))
+        if perm & PERM_READ:
+            subscribe.extend(MessageQueue(topic, name, i) for i in range(int(qd.get("readQueueNums", 0))))
     return TopicRoute(topic, publish, subscribe, addrs)
+
+
+def route_from_data(topic: str, data: Mapping[str, Any], *, max_write_queues: int | None = None) -> TopicRoute:
+    """A TopicRoute from a parsed TopicRouteData body."""
+    return build_route(
+        topic, data.get("queueDatas") or [], data.get("brokerDatas") or [], max_write_queues=max_write_queues
+    )
 
 
 class RouteCache:
@@ -126,25 +151,29 @@ class RouteCache:
         lock = self._locks.setdefault(topic, asyncio.Lock())
         async with lock:
             self._last_refresh[topic] = time.monotonic()
-            resp = await self.namesrv.route(topic)
-            if resp.code == ResponseCode.SUCCESS:
-                route = build_route(topic, resp.route.queue_datas, resp.route.broker_datas)
-            elif resp.code == ResponseCode.TOPIC_NOT_EXIST and allow_default:
+            try:
+                route = route_from_data(topic, await self.namesrv.topic_route_data(topic))
+            except NoRouteError:
+                if not allow_default:
+                    raise
                 route = await self._default_route(topic)
-            elif resp.code == ResponseCode.TOPIC_NOT_EXIST:
-                raise NoRouteError(topic, resp.remark or "the nameserver has no route for it")
-            else:
-                raise NoRouteError(topic, f"nameserver answered {describe(resp.code)}: {resp.remark}")
             self._install(route)
             return route
 
     async def _default_route(self, topic: str) -> TopicRoute:
+        """RocketMQ's TBW102 path, then every master of the cluster (see the module docstring)."""
+        try:
+            template = route_from_data(
+                topic,
+                await self.namesrv.topic_route_data(DEFAULT_TOPIC),
+                max_write_queues=self.default_topic_queue_nums,
+            )
+        except NoRouteError:
+            template = None
+        if template is not None and template.publish_queues:
+            return TopicRoute(topic, template.publish_queues, [], template.broker_addrs, is_default=True)
         info = await self.namesrv.cluster_info()
-        if info.code != ResponseCode.SUCCESS:
-            raise NoRouteError(topic, f"cluster info failed: {describe(info.code)}: {info.remark}")
-        addrs = {
-            name: {int(k): v for k, v in bd.broker_addrs.items()} for name, bd in info.broker_addr_table.items()
-        }
+        addrs = {name: bd["brokerAddrs"] for name, bd in info["brokerAddrTable"].items()}
         masters = sorted(name for name, ids in addrs.items() if MASTER_ID in ids)
         if not masters:
             raise NoRouteError(topic, "the topic does not exist and no master broker is registered")

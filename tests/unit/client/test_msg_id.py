@@ -8,6 +8,7 @@ import socket
 
 from client import message
 from client.message import Message, new_msg_id
+from remoting.message_codec import string_to_properties
 
 HEX = set("0123456789ABCDEF")
 
@@ -26,6 +27,6 @@ def test_generators_of_one_process_differ_in_their_random_part():
 
 def test_a_message_keeps_its_id_when_sent_again():
     msg = Message("T", b"x")
-    first = msg.to_pb(1).properties["UNIQ_KEY"]
-    assert msg.msg_id == first and msg.to_pb(2).properties["UNIQ_KEY"] == first
+    first = string_to_properties(msg.wire_properties(1))["UNIQ_KEY"]
+    assert msg.msg_id == first and string_to_properties(msg.wire_properties(2))["UNIQ_KEY"] == first
     assert new_msg_id() != new_msg_id()

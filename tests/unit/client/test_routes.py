@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from client.message import MessageQueue
 from client.route_cache import RouteCache, build_route, pick_broker_id
 from client.rpc import HealthTracker
-from remoting.pb import namesrv_pb2
 
 M, S1, S2 = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"
 
@@ -44,12 +43,21 @@ def test_pick_broker_id_always_names_a_present_id_or_none(addrs, wanted, only_th
 
 
 # find_broker_address_in_subscribe: the §5.4 choice, then a healthy sibling -----------------------------------
+def qd(name: str, read: int, write: int, perm: int) -> dict:
+    """A QueueData as the nameserver's TopicRouteData carries it (spec §5.3)."""
+    return {"brokerName": name, "perm": perm, "readQueueNums": read, "topicSysFlag": 0, "writeQueueNums": write}
+
+
+def bd(name: str, addrs: dict) -> dict:
+    return {"brokerAddrs": addrs, "brokerName": name, "cluster": "C"}
+
+
 def cache_with(groups: dict[str, dict[int, str]], health: HealthTracker | None = None) -> RouteCache:
     cache = RouteCache(namesrv=None, health=health or HealthTracker(avoid_s=60))
     route = build_route(
         "T",
-        [namesrv_pb2.QueueData(broker_name=name, read_queue_nums=2, write_queue_nums=2, perm=6) for name in groups],
-        [namesrv_pb2.BrokerData(broker_name=name, broker_addrs=ids) for name, ids in groups.items()],
+        [qd(name, 2, 2, 6) for name in groups],
+        [bd(name, ids) for name, ids in groups.items()],
     )
     cache._install(route)
     return cache
@@ -85,14 +93,14 @@ def test_publish_address_is_the_master_only():
 # build_route ---------------------------------------------------------------------------------------------
 def test_build_route_publishes_only_writable_queues_of_groups_with_a_master():
     qds = [
-        namesrv_pb2.QueueData(broker_name="b2", read_queue_nums=2, write_queue_nums=3, perm=6),
-        namesrv_pb2.QueueData(broker_name="b1", read_queue_nums=4, write_queue_nums=4, perm=4),  # read only
-        namesrv_pb2.QueueData(broker_name="b3", read_queue_nums=1, write_queue_nums=1, perm=6),  # no master
+        qd("b2", 2, 3, 6),
+        qd("b1", 4, 4, 4),  # read only
+        qd("b3", 1, 1, 6),  # no master
     ]
     bds = [
-        namesrv_pb2.BrokerData(broker_name="b1", broker_addrs={0: M}),
-        namesrv_pb2.BrokerData(broker_name="b2", broker_addrs={0: S1, 1: S2}),
-        namesrv_pb2.BrokerData(broker_name="b3", broker_addrs={1: S2}),
+        bd("b1", {"0": M}),  # quoted ids, as standard JSON carries them
+        bd("b2", {0: S1, 1: S2}),  # bare ids, as fastjson writes them
+        bd("b3", {1: S2}),
     ]
     route = build_route("T", qds, bds)
     assert route.publish_queues == [MessageQueue("T", "b2", i) for i in range(3)]
@@ -119,12 +127,21 @@ def test_build_route_publishes_only_writable_queues_of_groups_with_a_master():
     )
 )
 def test_build_route_queue_counts_follow_perm_and_master_presence(groups):
-    qds = [
-        namesrv_pb2.QueueData(broker_name=n, read_queue_nums=r, write_queue_nums=w, perm=p) for n, r, w, p, _ in groups
-    ]
-    bds = [namesrv_pb2.BrokerData(broker_name=n, broker_addrs={0 if m else 1: f"{n}:1"}) for n, _, _, _, m in groups]
+    qds = [qd(n, r, w, p) for n, r, w, p, _ in groups]
+    bds = [bd(n, {0 if m else 1: f"{n}:1"}) for n, _, _, _, m in groups]
     route = build_route("T", qds, bds)
     assert len(route.publish_queues) == sum(w for _, _, w, p, m in groups if p & 2 and m)
     assert len(route.subscribe_queues) == sum(r for _, r, _, p, _ in groups if p & 4)
     names = [q.broker_name for q in route.publish_queues]
     assert names == sorted(names)  # groups in name order, queue ids ascending within a group
+
+
+def test_a_tbw102_route_caps_each_groups_write_queues_at_default_topic_queue_nums():
+    route = build_route(
+        "T", [qd("b1", 8, 8, 7), qd("b2", 2, 2, 7)], [bd("b1", {0: M}), bd("b2", {0: S1})], max_write_queues=4
+    )
+    assert route.publish_queues == [
+        *(MessageQueue("T", "b1", i) for i in range(4)),
+        MessageQueue("T", "b2", 0),
+        MessageQueue("T", "b2", 1),
+    ]
