@@ -7,8 +7,9 @@ Its one real user is namespace ``ORDER_TOPIC_CONFIG``: ``mqadmin updateTopic -o 
 It is the only state the nameserver persists (routes are rebuilt from registrations). File format, RocketMQ's
 ``kvConfig.json``: ``{"configTable":{"<namespace>":{"<key>":"<value>"}}}``, written atomically (common.persist: tmp,
 fsync, rename, ``.bak`` kept) after each change, never before one, so a nameserver that is never asked to store a
-key never creates the file. A damaged file falls back to its ``.bak``; a file of the wrong shape is logged and
-ignored until the next change replaces it (the old content stays in ``.bak``).
+key never creates the file. A damaged file falls back to its ``.bak``; a file of the wrong shape or one that cannot
+be read is logged and ignored until the next change replaces it (the old content stays in ``.bak``); the
+nameserver's main job, routing, does not depend on it.
 
 Not thread-safe: the event loop calls it; the write itself runs in a worker thread, one write at a time.
 """
@@ -35,7 +36,11 @@ class KVConfigManager:
     def load(self) -> None:
         if self.path is None:
             return
-        data = read_json(self.path, default=None)
+        try:
+            data = read_json(self.path, default=None)
+        except OSError as exc:
+            log.error("cannot read the KV config %s (%s); starting with none: fix kvConfigPath", self.path, exc)
+            return
         if data is None:
             return
         table = data.get("configTable") if isinstance(data, dict) else None

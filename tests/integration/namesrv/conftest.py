@@ -1,19 +1,23 @@
-"""Fixtures for nameserver integration tests: a real ``python -m namesrv`` process and a gRPC client acting as
-brokers and clients. Tests that share the module-scoped nameserver use unique broker names, addresses and topics
-(``Names``), so they never see each other's registrations."""
+"""Fixtures for nameserver integration tests: a real ``python -m namesrv`` process and raw remoting peers that
+register like a broker does (REGISTER_BROKER with a RegisterBrokerBody, over one connection kept open) or ask like a
+client. Tests that share the module-scoped nameserver use unique broker names, addresses and topics (``Names``), so
+they never see each other's registrations."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
+from typing import Any
 
 import pytest
 
-from remoting.channel import aio_channel
-from remoting.pb import common_pb2, namesrv_pb2, namesrv_pb2_grpc
+from remoting import fastjson
+from remoting.client import RemotingClient
+from remoting.codes import CURRENT_VERSION, RequestCode
+from remoting.frame_codec import RemotingCommand
 from tests.support.procs import Namesrv
 
 _unique = itertools.count(1)
+TIMEOUT_S = 5.0
 
 
 class Names:
@@ -30,60 +34,86 @@ class Names:
         self.slave_ha = f"10.1.{n}.2:10912"
 
 
-def register_request(names: Names, *, slave: bool = False, topics=(), counter: int = 1, timeout_ms: int = 0):
-    return namesrv_pb2.RegisterBrokerRequest(
-        cluster_name=names.cluster,
-        broker_name=names.broker_name,
-        broker_addr=names.slave_addr if slave else names.master_addr,
-        broker_id=1 if slave else 0,
-        ha_server_addr=names.slave_ha if slave else names.master_ha,
-        data_version=common_pb2.DataVersion(timestamp=1_700_000_000_000, counter=counter),
-        topic_configs=[
-            common_pb2.TopicConfig(topic_name=t, read_queue_nums=4, write_queue_nums=4, perm=6) for t in topics
-        ],
-        heartbeat_timeout_millis=timeout_ms,
-        broker_permission=6,
-    )
+def topic_config(topic: str, queues: int = 4, perm: int = 6) -> dict[str, Any]:
+    """A TopicConfig as a 4.9.7 Java broker writes it."""
+    return {"order": False, "perm": perm, "readQueueNums": queues, "topicFilterType": "SINGLE_TAG",
+            "topicName": topic, "topicSysFlag": 0, "writeQueueNums": queues}
 
 
-async def route_addrs(stub, topic: str) -> dict[int, str] | None:
+def register_body(topics=(), counter: int = 1) -> bytes:
+    return fastjson.dumps({
+        "filterServerList": [],
+        "topicConfigSerializeWrapper": {
+            "dataVersion": {"counter": counter, "stateVersion": 0, "timestamp": 1_700_000_000_000},
+            "topicConfigTable": {t: topic_config(t) for t in topics},
+        },
+    })
+
+
+def register_command(names: Names, *, slave: bool = False, topics=(), counter: int = 1, timeout_ms: int = 0,
+                     body: bytes | None = None, **ext: str) -> RemotingCommand:
+    header = {
+        "brokerName": names.broker_name,
+        "brokerAddr": names.slave_addr if slave else names.master_addr,
+        "clusterName": names.cluster,
+        "haServerAddr": names.slave_ha if slave else names.master_ha,
+        "brokerId": "1" if slave else "0",
+        "compressed": "false",
+        "bodyCrc32": "0",
+    }
+    if timeout_ms:
+        header["heartbeatTimeoutMillis"] = str(timeout_ms)
+    header.update(ext)
+    return RemotingCommand(RequestCode.REGISTER_BROKER, ext=header,
+                           body=register_body(topics, counter) if body is None else body)
+
+
+async def register(client: RemotingClient, addr: str, names: Names, **kwargs) -> RemotingCommand:
+    return await client.invoke(addr, register_command(names, **kwargs), TIMEOUT_S)
+
+
+async def request(client: RemotingClient, addr: str, code: int, ext: dict[str, str] | None = None,
+                  body: bytes = b"", version: int = CURRENT_VERSION) -> RemotingCommand:
+    return await client.invoke(addr, RemotingCommand(code, ext=ext, body=body, version=version), TIMEOUT_S)
+
+
+async def route(client: RemotingClient, addr: str, topic: str, version: int = CURRENT_VERSION, **ext: str):
+    return await request(client, addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, **ext}, version=version)
+
+
+async def route_addrs(client: RemotingClient, addr: str, topic: str) -> dict[int, str] | None:
     """The brokerAddrs of the topic's route (one group), or None when the topic has no route."""
-    resp = await stub.GetRouteInfoByTopic(namesrv_pb2.GetRouteInfoRequest(topic=topic), timeout=5)
+    resp = await route(client, addr, topic)
     if resp.code != 0:
         return None
-    return {bid: addr for bd in resp.route.broker_datas for bid, addr in bd.broker_addrs.items()}
+    data = fastjson.loads(resp.body_bytes())
+    return {int(bid): a for bd in data["brokerDatas"] for bid, a in bd["brokerAddrs"].items()}
 
 
-async def route_is(stub, topic: str, expected: dict[int, str] | None) -> bool:
-    return await route_addrs(stub, topic) == expected
+async def route_is(client: RemotingClient, addr: str, topic: str, expected: dict[int, str] | None) -> bool:
+    return await route_addrs(client, addr, topic) == expected
 
 
-@contextlib.asynccontextmanager
-async def keepalive_stream(namesrv_addr: str, broker_addr: str):
-    """An open KeepAlive stream on its own channel, after the first answer (kept as ``call.first_response``)."""
-    channel = aio_channel(namesrv_addr)
-    call = namesrv_pb2_grpc.NameServerStub(channel).KeepAlive()
-    try:
-        await call.write(namesrv_pb2.KeepAliveRequest(broker_addr=broker_addr))
-        call.first_response = await call.read()
-        yield call
-    finally:
-        call.cancel()
-        await channel.close()
+async def cluster_info(client: RemotingClient, addr: str) -> dict[str, Any]:
+    resp = await request(client, addr, RequestCode.GET_BROKER_CLUSTER_INFO)
+    assert resp.code == 0, resp.remark
+    return fastjson.loads(resp.body_bytes())
 
 
 @pytest.fixture(scope="module")
 def namesrv(tmp_path_factory):
-    ns = Namesrv(tmp_path_factory.mktemp("namesrv")).start()
+    workdir = tmp_path_factory.mktemp("namesrv")
+    ns = Namesrv(workdir, kvConfigPath=workdir / "kvConfig.json").start()
     yield ns
     ns.stop()
 
 
 @pytest.fixture
-async def stub(namesrv):
-    channel = aio_channel(namesrv.addr)
-    yield namesrv_pb2_grpc.NameServerStub(channel)
-    await channel.close()
+async def client():
+    """A client's connection (asks routes, admin); brokers get their own ``RemotingClient`` each."""
+    c = RemotingClient(name="test-client")
+    yield c
+    await c.close()
 
 
 @pytest.fixture

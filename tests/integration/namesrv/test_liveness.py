@@ -1,11 +1,11 @@
-"""Brokers leave the route when they go silent (expiry scan) or when their keep-alive stream breaks (spec §2.4)."""
+"""Brokers leave the route when the connection they registered over closes (RocketMQ's channel-close path), when it
+stays idle past ``serverChannelMaxIdleTimeSeconds``, or when they go silent on an open connection (expiry scan)
+(spec rocketmq-replication.md §2.4)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -13,10 +13,8 @@ import time
 
 import pytest
 
-from remoting.channel import aio_channel
-from remoting.codes import ResponseCode
-from remoting.pb import namesrv_pb2, namesrv_pb2_grpc
-from tests.integration.namesrv.conftest import Names, keepalive_stream, register_request, route_addrs, route_is
+from remoting.client import RemotingClient
+from tests.integration.namesrv.conftest import Names, register, route_addrs, route_is
 from tests.support.procs import REPO_ROOT, Namesrv
 from tests.support.waiting import async_wait_until
 
@@ -27,11 +25,12 @@ SCAN_MS = 300
 
 
 @contextlib.contextmanager
-def keepalive_peer_process(namesrv_addr: str, broker_addr: str, out_path):
+def broker_peer_process(namesrv_addr: str, names: Names, out_path, period_ms: int = 200):
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
     with open(out_path, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.namesrv.keepalive_peer", namesrv_addr, broker_addr],
+            [sys.executable, "-m", "tests.integration.namesrv.broker_peer", namesrv_addr, names.cluster,
+             names.broker_name, names.master_addr, names.topic, str(period_ms)],
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=str(REPO_ROOT),
@@ -41,91 +40,149 @@ def keepalive_peer_process(namesrv_addr: str, broker_addr: str, out_path):
         yield proc
     finally:
         if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
             proc.kill()
         proc.wait(timeout=10)
 
 
-async def test_broker_silent_beyond_the_expiry_is_dropped_while_a_pinging_one_stays(tmp_path):
+async def wait_registered(out_path) -> None:
+    await async_wait_until(
+        lambda: "registered 0" in out_path.read_text(),
+        timeout_s=10,
+        err_msg=lambda: f"the broker peer did not register: {out_path.read_text()!r}",
+    )
+
+
+async def test_broker_silent_beyond_the_expiry_is_dropped_while_a_registering_one_stays(tmp_path):
     ns = Namesrv(tmp_path, brokerChannelExpiredTime=EXPIRY_MS, scanNotActiveBrokerInterval=SCAN_MS).start()
-    channel = aio_channel(ns.addr)
+    silent_client, live_client, reader = RemotingClient(), RemotingClient(), RemotingClient()
     try:
-        stub = namesrv_pb2_grpc.NameServerStub(channel)
-        silent, pinging = Names(), Names()
-        await stub.RegisterBroker(register_request(silent, topics=[silent.topic]), timeout=5)
+        silent, live = Names(), Names()
+        await register(silent_client, ns.addr, silent, topics=[silent.topic])
         registered_at = time.monotonic()
-        await stub.RegisterBroker(register_request(pinging, topics=[pinging.topic]), timeout=5)
+        await register(live_client, ns.addr, live, topics=[live.topic])
 
-        async with keepalive_stream(ns.addr, pinging.master_addr) as call:
+        async def dropped_while_live_registers() -> bool:
+            await register(live_client, ns.addr, live, topics=[live.topic])
+            return await route_is(reader, ns.addr, silent.topic, None)
 
-            async def ping_forever():
-                while True:
-                    await asyncio.sleep(0.2)
-                    await call.write(namesrv_pb2.KeepAliveRequest(broker_addr=pinging.master_addr))
-                    await call.read()
-
-            pinger = asyncio.ensure_future(ping_forever())
-            try:
-                await async_wait_until(
-                    lambda: route_is(stub, silent.topic, None),
-                    timeout_s=5,
-                    err_msg=lambda: f"silent broker still routed after 5 s:\n{ns.log_tail()}",
-                )
-                silent_for_s = time.monotonic() - registered_at
-                assert await route_addrs(stub, pinging.topic) == {0: pinging.master_addr}
-            finally:
-                pinger.cancel()
+        await async_wait_until(
+            dropped_while_live_registers,
+            timeout_s=5,
+            err_msg=lambda: f"silent broker still routed after 5 s:\n{ns.log_tail()}",
+            interval_s=0.2,
+        )
+        silent_for_s = time.monotonic() - registered_at
+        assert await route_addrs(reader, ns.addr, live.topic) == {0: live.master_addr}
         assert silent_for_s >= EXPIRY_MS / 1000 - 0.05, f"dropped after {silent_for_s:.2f}s, before the expiry"
         assert f"broker {silent.master_addr} silent for" in ns.output()
+        # like RocketMQ, the expired broker's connection is closed, so a broker that was only frozen notices
+        await async_wait_until(lambda: silent_client.cached(ns.addr) is None, 5,
+                               "the nameserver kept the expired broker's connection open")
     finally:
-        await channel.close()
+        for c in (silent_client, live_client, reader):
+            await c.close()
         ns.stop()
 
 
-async def test_keepalive_stream_broken_by_a_killed_process_drops_the_broker_within_a_second(
-    namesrv, stub, names, tmp_path
-):
-    await stub.RegisterBroker(register_request(names, topics=[names.topic]), timeout=5)
-    await stub.RegisterBroker(register_request(names, slave=True), timeout=5)
+async def test_a_killed_broker_process_leaves_the_route_at_once(namesrv, client, names, tmp_path):
+    await register(client, namesrv.addr, names, slave=True)
     out = tmp_path / "peer.out"
-    with keepalive_peer_process(namesrv.addr, names.master_addr, out) as peer:
-        await async_wait_until(
-            lambda: "open 0" in out.read_text(),
-            timeout_s=10,
-            err_msg=lambda: f"keep-alive peer did not open its stream: {out.read_text()!r}",
-        )
+    with broker_peer_process(namesrv.addr, names, out) as peer:
+        await wait_registered(out)
+        assert await route_addrs(client, namesrv.addr, names.topic) == {0: names.master_addr, 1: names.slave_addr}
         peer.send_signal(signal.SIGKILL)
-        killed_at = time.monotonic()
         await async_wait_until(
-            lambda: route_is(stub, names.topic, {1: names.slave_addr}),
-            timeout_s=1.5,
-            err_msg=lambda: f"master still routed after its keep-alive peer was killed:\n{namesrv.log_tail()}",
+            lambda: route_is(client, namesrv.addr, names.topic, {1: names.slave_addr}),
+            timeout_s=3,
+            err_msg=lambda: f"master still routed after its process was killed:\n{namesrv.log_tail()}",
             interval_s=0.02,
         )
-    assert time.monotonic() - killed_at < 1.5
+    assert f"of broker {names.master_addr} closed; dropped {names.broker_name} id 0" in namesrv.output()
 
 
-async def test_old_stream_ending_keeps_a_broker_whose_newer_stream_is_open(namesrv, stub, names):
-    await stub.RegisterBroker(register_request(names, topics=[names.topic]), timeout=5)
-    async with keepalive_stream(namesrv.addr, names.master_addr) as old:
-        async with keepalive_stream(namesrv.addr, names.master_addr) as new:
-            old.cancel()
+async def test_a_frozen_broker_expires_after_the_timeout_and_returns_when_it_wakes(tmp_path):
+    ns = Namesrv(tmp_path, brokerChannelExpiredTime=EXPIRY_MS, scanNotActiveBrokerInterval=SCAN_MS).start()
+    reader = RemotingClient()
+    names = Names()
+    out = tmp_path / "peer.out"
+    try:
+        with broker_peer_process(ns.addr, names, out) as peer:
+            await wait_registered(out)
+            os.kill(peer.pid, signal.SIGSTOP)  # the connection stays open, the broker goes silent
+            stopped_at = time.monotonic()
             await async_wait_until(
-                lambda: re.search(rf"of {re.escape(names.master_addr)} ended \(.*\); a newer stream is open",
-                                  namesrv.new_output()),
-                timeout_s=5,
-                err_msg=lambda: f"the nameserver never noticed the old stream ending:\n{namesrv.log_tail()}",
+                lambda: route_is(reader, ns.addr, names.topic, None),
+                timeout_s=10,
+                err_msg=lambda: f"the frozen broker is still routed:\n{ns.log_tail()}",
             )
-            assert await route_addrs(stub, names.topic) == {0: names.master_addr}
-
-            await new.done_writing()  # a clean close by the broker drops it too
+            assert time.monotonic() - stopped_at >= EXPIRY_MS / 1000 - 0.25, "dropped before the expiry"
+            assert f"broker {names.master_addr} silent for" in ns.output()
+            os.kill(peer.pid, signal.SIGCONT)
             await async_wait_until(
-                lambda: route_is(stub, names.topic, None),
-                timeout_s=5,
-                err_msg=lambda: f"broker still routed after its only stream closed:\n{namesrv.log_tail()}",
+                lambda: route_is(reader, ns.addr, names.topic, {0: names.master_addr}),
+                timeout_s=10,
+                err_msg=lambda: f"the woken broker did not come back:\n{out.read_text()}\n{ns.log_tail()}",
             )
+    finally:
+        await reader.close()
+        ns.stop()
 
 
-async def test_keepalive_from_an_unregistered_broker_is_told_to_register(namesrv, names):
-    async with keepalive_stream(namesrv.addr, names.master_addr) as call:
-        assert call.first_response.code == ResponseCode.QUERY_NOT_FOUND
-        assert "send RegisterBroker" in call.first_response.remark
+async def test_the_late_close_of_an_old_connection_keeps_a_broker_that_registered_over_a_new_one(namesrv, names):
+    """A restarted broker registers over a new connection before the old one's close is noticed. The old
+    connection also carried another broker, whose disappearance shows the close was processed."""
+    old, new, reader = RemotingClient(), RemotingClient(), RemotingClient()
+    witness = Names()
+    try:
+        await register(old, namesrv.addr, names, topics=[names.topic])
+        await register(old, namesrv.addr, witness, topics=[witness.topic])
+        await register(new, namesrv.addr, names, topics=[names.topic])
+        await old.close()
+        await async_wait_until(
+            lambda: route_is(reader, namesrv.addr, witness.topic, None),
+            timeout_s=5,
+            err_msg=lambda: f"the close of the old connection was not processed:\n{namesrv.log_tail()}",
+        )
+        assert await route_addrs(reader, namesrv.addr, names.topic) == {0: names.master_addr}
+
+        await new.close()  # a clean close by the broker drops it too
+        await async_wait_until(
+            lambda: route_is(reader, namesrv.addr, names.topic, None),
+            timeout_s=5,
+            err_msg=lambda: f"broker still routed after its only connection closed:\n{namesrv.log_tail()}",
+        )
+    finally:
+        for c in (old, new, reader):
+            await c.close()
+
+
+async def test_an_idle_connection_is_closed_and_drops_its_broker_but_a_registering_broker_keeps_its_own(tmp_path):
+    ns = Namesrv(tmp_path, serverChannelMaxIdleTimeSeconds=2).start()
+    idle_client, live_client, reader = RemotingClient(), RemotingClient(), RemotingClient()
+    try:
+        idle, live = Names(), Names()
+        await register(idle_client, ns.addr, idle, topics=[idle.topic])
+        live_conn = None
+
+        async def idle_dropped_while_live_registers() -> bool:
+            nonlocal live_conn
+            await register(live_client, ns.addr, live, topics=[live.topic])
+            conn = live_client.cached(ns.addr)
+            assert live_conn is None or conn is live_conn, "the registering broker's connection was closed"
+            live_conn = conn
+            return await route_is(reader, ns.addr, idle.topic, None)
+
+        await async_wait_until(
+            idle_dropped_while_live_registers,
+            timeout_s=10,
+            err_msg=lambda: f"the idle broker's connection was not closed:\n{ns.log_tail()}",
+            interval_s=0.5,
+        )
+        assert idle_client.cached(ns.addr) is None
+        assert await route_addrs(reader, ns.addr, live.topic) == {0: live.master_addr}
+        assert "idle for 2 s" in ns.output()
+    finally:
+        for c in (idle_client, live_client, reader):
+            await c.close()
+        ns.stop()

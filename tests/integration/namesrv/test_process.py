@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.integration.namesrv.conftest import keepalive_stream
+from remoting.client import RemotingClient
+from tests.integration.namesrv.conftest import Names, register
 from tests.support.procs import NAMESRV_READY, REPO_ROOT, Namesrv
 
 pytestmark = pytest.mark.integration
@@ -18,7 +20,8 @@ pytestmark = pytest.mark.integration
 def run_namesrv(*args: str, cwd) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     return subprocess.run(
-        [sys.executable, "-m", "namesrv", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=30
+        [sys.executable, "-m", "namesrv", *args], check=False, cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=30,
     )
 
 
@@ -40,20 +43,36 @@ def test_print_config_shows_the_effective_values_and_exits_0(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "listenPort=19999" in lines and "brokerChannelExpiredTime=120000" in lines
+    assert "serverChannelMaxIdleTimeSeconds=120" in lines and "kvConfigPath=~/namesrv/kvConfig.json" in lines
     assert all("=" in line for line in lines)
 
 
-async def test_sigterm_stops_cleanly_with_exit_0_even_with_an_open_keepalive_stream(tmp_path):
+async def test_sigterm_stops_cleanly_with_exit_0_even_with_a_registered_brokers_connection_open(tmp_path):
     ns = Namesrv(tmp_path).start()
+    broker = RemotingClient(name="broker")
     try:
         ready = NAMESRV_READY.search(ns.output())
         assert ready and ready.group(1) == ns.addr
-        async with keepalive_stream(ns.addr, "10.9.9.9:10911"):
-            started = time.monotonic()
-            code = ns.stop(timeout_s=10)
-            stop_s = time.monotonic() - started
+        assert (await register(broker, ns.addr, Names(), topics=["T"])).code == 0
+        started = time.monotonic()
+        code = ns.stop(timeout_s=10)
+        stop_s = time.monotonic() - started
     finally:
+        await broker.close()
         ns.kill()
     assert code == 0, ns.log_tail()
-    assert stop_s < 4, f"stop took {stop_s:.1f}s: the open stream held up the 5 s grace"
+    assert stop_s < 4, f"stop took {stop_s:.1f}s: the open connection held up the 5 s grace"
     assert "nameserver stopped" in ns.output()
+    assert "dropped" not in ns.output(), "closing connections at shutdown is no broker failure"
+
+
+def test_a_taken_port_exits_with_a_line_naming_it(tmp_path):
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        conf = tmp_path / "namesrv.conf"
+        conf.write_text(f"listenPort={port}\nmetricsExporterType=DISABLE\n")
+        result = run_namesrv("-c", str(conf), cwd=tmp_path)
+    assert result.returncode != 0
+    assert f"cannot listen on 0.0.0.0:{port}" in result.stdout + result.stderr

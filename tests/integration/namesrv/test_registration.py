@@ -1,4 +1,5 @@
-"""Brokers register with a real nameserver process; clients read routes (spec §2.2, §2.5, §2.7)."""
+"""Brokers register with a real nameserver process over remoting; clients read routes and cluster info
+(spec remoting.md §2.1, §5.3-§5.5; rocketmq-replication.md §2.2, §2.5, §2.7)."""
 
 from __future__ import annotations
 
@@ -6,117 +7,206 @@ import time
 
 import pytest
 
-from remoting.channel import aio_channel
-from remoting.codes import ResponseCode
-from remoting.pb import namesrv_pb2, namesrv_pb2_grpc
-from tests.integration.namesrv.conftest import Names, register_request, route_addrs
+from namesrv.bodies import body_crc32, encode_register_body_compressed
+from namesrv.route_table import DataVersion, TopicConfig
+from remoting import fastjson
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from tests.integration.namesrv.conftest import (
+    Names,
+    cluster_info,
+    register,
+    register_body,
+    request,
+    route,
+    route_addrs,
+)
 from tests.support.procs import Namesrv
 
 pytestmark = pytest.mark.integration
 
 
-async def test_route_holds_master_and_slave_addresses_and_the_masters_queue_data(stub, names):
-    master = await stub.RegisterBroker(register_request(names, topics=[names.topic]), timeout=5)
-    slave = await stub.RegisterBroker(register_request(names, slave=True, topics=["OnlyOnSlave"]), timeout=5)
+async def test_route_holds_master_and_slave_addresses_and_the_masters_queue_data(namesrv, client, names):
+    master = await register(client, namesrv.addr, names, topics=[names.topic])
+    slave = await register(client, namesrv.addr, names, slave=True, topics=["OnlyOnSlave"])
     assert (master.code, slave.code) == (0, 0), (master.remark, slave.remark)
 
-    resp = await stub.GetRouteInfoByTopic(namesrv_pb2.GetRouteInfoRequest(topic=names.topic), timeout=5)
+    resp = await route(client, namesrv.addr, names.topic)
     assert resp.code == ResponseCode.SUCCESS
-    assert [(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm) for q in resp.route.queue_datas] == [
-        (names.broker_name, 4, 4, 6)
+    data = fastjson.loads(resp.body_bytes())
+    assert data["queueDatas"] == [
+        {"brokerName": names.broker_name, "perm": 6, "readQueueNums": 4, "topicSysFlag": 0, "writeQueueNums": 4}
     ]
-    (broker_data,) = resp.route.broker_datas
-    assert (broker_data.cluster, broker_data.broker_name) == (names.cluster, names.broker_name)
-    assert dict(broker_data.broker_addrs) == {0: names.master_addr, 1: names.slave_addr}
+    assert data["brokerDatas"] == [{
+        "brokerAddrs": {"0": names.master_addr, "1": names.slave_addr},
+        "brokerName": names.broker_name,
+        "cluster": names.cluster,
+        "enableActingMaster": False,
+    }]
+    assert data["filterServerTable"] == {} and "orderTopicConf" not in data
     # A slave's topics never reach the route table.
-    assert await route_addrs(stub, "OnlyOnSlave") is None
+    assert await route_addrs(client, namesrv.addr, "OnlyOnSlave") is None
 
 
-async def test_slave_learns_the_masters_ha_and_broker_address_once_the_master_registered(stub, names):
-    before = await stub.RegisterBroker(register_request(names, slave=True), timeout=5)
-    assert (before.code, before.ha_server_addr, before.master_addr) == (0, "", "")
+async def test_route_body_form_follows_the_callers_version(namesrv, client, names):
+    await register(client, namesrv.addr, names, topics=[names.topic])
+    await register(client, namesrv.addr, names, slave=True)
+    quoted = f'"brokerAddrs":{{"0":"{names.master_addr}","1":"{names.slave_addr}"}}'.encode()
+    bare = f'"brokerAddrs":{{0:"{names.master_addr}",1:"{names.slave_addr}"}}'.encode()
+    for version, ext, form in ((407, {}, quoted), (401, {}, quoted), (317, {}, bare), (63, {}, bare),
+                               (317, {"acceptStandardJsonOnly": "true"}, quoted)):
+        resp = await route(client, namesrv.addr, names.topic, version=version, **ext)
+        assert form in resp.body_bytes(), (version, ext, resp.body_bytes())
+
+
+async def test_slave_learns_the_masters_ha_and_broker_address_once_the_master_registered(namesrv, client, names):
+    before = await register(client, namesrv.addr, names, slave=True)
+    assert before.code == 0 and not (before.ext or {}).get("masterAddr")
     assert "no master" in before.remark
 
-    await stub.RegisterBroker(register_request(names), timeout=5)
-    after = await stub.RegisterBroker(register_request(names, slave=True), timeout=5)
-    assert (after.code, after.ha_server_addr, after.master_addr) == (0, names.master_ha, names.master_addr)
+    await register(client, namesrv.addr, names)
+    after = await register(client, namesrv.addr, names, slave=True)
+    assert after.code == 0
+    assert (after.ext["haServerAddr"], after.ext["masterAddr"]) == (names.master_ha, names.master_addr)
 
 
-async def test_unregister_removes_the_broker_and_finally_the_topic(stub, names):
-    await stub.RegisterBroker(register_request(names, topics=[names.topic]), timeout=5)
-    await stub.RegisterBroker(register_request(names, slave=True), timeout=5)
+async def test_queue_data_changes_only_with_a_new_data_version(namesrv, client, names):
+    async def write_queues() -> int:
+        data = fastjson.loads((await route(client, namesrv.addr, names.topic)).body_bytes())
+        return data["queueDatas"][0]["writeQueueNums"]
 
-    def unregister(addr, broker_id):
-        return namesrv_pb2.UnregisterBrokerRequest(
-            cluster_name=names.cluster, broker_name=names.broker_name, broker_addr=addr, broker_id=broker_id
-        )
+    body = fastjson.loads(register_body([names.topic], counter=1))
+    await register(client, namesrv.addr, names, topics=[names.topic], counter=1)
+    body["topicConfigSerializeWrapper"]["topicConfigTable"][names.topic]["writeQueueNums"] = 8
+    await register(client, namesrv.addr, names, body=fastjson.dumps(body))
+    assert await write_queues() == 4
+    body["topicConfigSerializeWrapper"]["dataVersion"]["counter"] = 2
+    await register(client, namesrv.addr, names, body=fastjson.dumps(body))
+    assert await write_queues() == 8
 
-    ack = await stub.UnregisterBroker(unregister(names.master_addr, 0), timeout=5)
+
+async def test_unregister_removes_the_broker_and_finally_the_topic(namesrv, client, names):
+    await register(client, namesrv.addr, names, topics=[names.topic])
+    await register(client, namesrv.addr, names, slave=True)
+
+    async def unregister(addr: str, broker_id: int):
+        return await request(client, namesrv.addr, RequestCode.UNREGISTER_BROKER, {
+            "clusterName": names.cluster, "brokerName": names.broker_name, "brokerAddr": addr,
+            "brokerId": str(broker_id),
+        })
+
+    ack = await unregister(names.master_addr, 0)
     assert ack.code == 0 and "unregistered" in ack.remark
-    assert await route_addrs(stub, names.topic) == {1: names.slave_addr}
+    assert await route_addrs(client, namesrv.addr, names.topic) == {1: names.slave_addr}
 
-    await stub.UnregisterBroker(unregister(names.slave_addr, 1), timeout=5)
-    assert await route_addrs(stub, names.topic) is None
-    info = await stub.GetBrokerClusterInfo(namesrv_pb2.GetBrokerClusterInfoRequest(), timeout=5)
-    assert names.broker_name not in info.broker_addr_table and names.cluster not in info.cluster_addr_table
+    await unregister(names.slave_addr, 1)
+    assert await route_addrs(client, namesrv.addr, names.topic) is None
+    info = await cluster_info(client, namesrv.addr)
+    assert names.broker_name not in info["brokerAddrTable"] and names.cluster not in info["clusterAddrTable"]
 
 
-async def test_unknown_topic_answers_topic_not_exist_with_what_to_do(stub):
-    resp = await stub.GetRouteInfoByTopic(namesrv_pb2.GetRouteInfoRequest(topic="NoSuchTopic"), timeout=5)
+async def test_unknown_topic_answers_topic_not_exist_with_what_to_do(namesrv, client):
+    resp = await route(client, namesrv.addr, "NoSuchTopic")
     assert resp.code == ResponseCode.TOPIC_NOT_EXIST
-    assert "NoSuchTopic" in resp.remark and "mqctl updateTopic" in resp.remark
-    assert "autoCreateTopicEnable" in resp.remark
+    assert "No topic route info in name server for the topic: NoSuchTopic" in resp.remark
+    assert "mqctl updateTopic" in resp.remark and "autoCreateTopicEnable" in resp.remark
 
 
-async def test_invalid_registration_is_refused_with_the_field_and_the_fix(stub, names):
-    request = register_request(names)
-    request.broker_addr = "no-port"
-    resp = await stub.RegisterBroker(request, timeout=5)
-    assert resp.code == ResponseCode.INVALID_PARAMETER
-    assert "broker_addr" in resp.remark and "listenPort" in resp.remark
+async def test_cluster_info_lists_groups_clusters_and_live_brokers_with_wall_clock_timestamps(namesrv, client, names):
+    await register(client, namesrv.addr, names, topics=[names.topic], counter=7)
+    await register(client, namesrv.addr, names, slave=True)
+    info = await cluster_info(client, namesrv.addr)
+    assert info["clusterAddrTable"][names.cluster] == [names.broker_name]
+    assert info["brokerAddrTable"][names.broker_name] == {
+        "brokerAddrs": {"0": names.master_addr, "1": names.slave_addr},
+        "brokerName": names.broker_name,
+        "cluster": names.cluster,
+        "enableActingMaster": False,
+    }
+    live = info["brokerLiveTable"][names.master_addr]
+    assert live["haServerAddr"] == names.master_ha and live["dataVersion"]["counter"] == 7
+    assert abs(live["lastUpdateTimestamp"] - time.time() * 1000) < 60_000
+    assert info["brokerLiveTable"][names.slave_addr]["haServerAddr"] == names.slave_ha
+    # an old caller gets fastjson's bare ids, as from a Java namesrv
+    old = await request(client, namesrv.addr, RequestCode.GET_BROKER_CLUSTER_INFO, version=317)
+    assert f'{{0:"{names.master_addr}",1:"{names.slave_addr}"}}'.encode() in old.body_bytes()
 
 
-async def test_cluster_info_lists_live_brokers_with_wall_clock_timestamps(stub, names):
-    await stub.RegisterBroker(register_request(names, topics=[names.topic], counter=7), timeout=5)
-    info = await stub.GetBrokerClusterInfo(namesrv_pb2.GetBrokerClusterInfoRequest(), timeout=5)
-    assert list(info.cluster_addr_table[names.cluster].broker_names) == [names.broker_name]
-    (live,) = [b for b in info.live_brokers if b.broker_addr == names.master_addr]
-    assert (live.broker_name, live.broker_id, live.ha_server_addr, live.data_version.counter) == (
-        names.broker_name,
-        0,
-        names.master_ha,
-        7,
-    )
-    assert abs(live.last_update_timestamp - time.time() * 1000) < 60_000
-    topics = await stub.GetAllTopicList(namesrv_pb2.GetAllTopicListRequest(), timeout=5)
-    assert names.topic in topics.topics
+async def test_topic_lists_all_and_by_cluster(namesrv, client, names):
+    other = Names()
+    await register(client, namesrv.addr, names, topics=[names.topic, "Shared"])
+    await register(client, namesrv.addr, other, topics=[other.topic, "Shared"])
+    resp = await request(client, namesrv.addr, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+    assert {names.topic, other.topic, "Shared"} <= set(fastjson.loads(resp.body_bytes())["topicList"])
+    resp = await request(client, namesrv.addr, RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": names.cluster})
+    assert sorted(fastjson.loads(resp.body_bytes())["topicList"]) == sorted([names.topic, "Shared"])
 
 
-async def test_wipe_write_perm_and_delete_topic_change_the_route(stub, names):
-    await stub.RegisterBroker(register_request(names, topics=[names.topic]), timeout=5)
-    wiped = await stub.WipeWritePerm(namesrv_pb2.WipeWritePermRequest(broker_name=names.broker_name), timeout=5)
-    assert (wiped.code, wiped.wiped_topic_count) == (0, 1)
-    resp = await stub.GetRouteInfoByTopic(namesrv_pb2.GetRouteInfoRequest(topic=names.topic), timeout=5)
-    assert resp.route.queue_datas[0].perm == 4
+async def test_wipe_and_add_write_perm_and_delete_topic_change_the_route(namesrv, client, names):
+    await register(client, namesrv.addr, names, topics=[names.topic])
 
-    ack = await stub.DeleteTopic(namesrv_pb2.DeleteTopicRequest(topic=names.topic), timeout=5)
+    async def perm() -> int:
+        return fastjson.loads((await route(client, namesrv.addr, names.topic)).body_bytes())["queueDatas"][0]["perm"]
+
+    wiped = await request(client, namesrv.addr, RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+                          {"brokerName": names.broker_name})
+    assert (wiped.code, wiped.ext["wipeTopicCount"]) == (0, "1")
+    assert await perm() == 4
+    added = await request(client, namesrv.addr, RequestCode.ADD_WRITE_PERM_OF_BROKER,
+                          {"brokerName": names.broker_name})
+    assert (added.code, added.ext["addTopicCount"]) == (0, "1")
+    assert await perm() == 6
+
+    ack = await request(client, namesrv.addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": names.topic})
     assert ack.code == 0
-    assert await route_addrs(stub, names.topic) is None
+    assert await route_addrs(client, namesrv.addr, names.topic) is None
 
 
-async def test_two_nameservers_hold_registrations_independently(namesrv, stub, tmp_path):
+async def test_query_data_version_says_changed_and_refreshes_an_unchanged_broker(namesrv, client, names):
+    await register(client, namesrv.addr, names, counter=3)
+    header = {"clusterName": names.cluster, "brokerName": names.broker_name, "brokerAddr": names.master_addr,
+              "brokerId": "0"}
+    same = await request(client, namesrv.addr, RequestCode.QUERY_DATA_VERSION, header,
+                         body=b'{"counter":3,"timestamp":1700000000000}')
+    assert (same.code, same.ext["changed"]) == (0, "false")
+    assert fastjson.loads(same.body_bytes())["counter"] == 3
+    newer = await request(client, namesrv.addr, RequestCode.QUERY_DATA_VERSION, header,
+                          body=b'{"counter":4,"timestamp":1700000000000}')
+    assert (newer.code, newer.ext["changed"]) == (0, "true")
+
+
+async def test_a_compressed_registration_as_java_brokers_send_it_is_accepted(namesrv, client, names):
+    body = encode_register_body_compressed(DataVersion(1, 1), [TopicConfig(names.topic, 2, 2, 6)])
+    resp = await register(client, namesrv.addr, names, body=body, compressed="true", bodyCrc32=str(body_crc32(body)))
+    assert resp.code == 0, resp.remark
+    data = fastjson.loads((await route(client, namesrv.addr, names.topic)).body_bytes())
+    assert data["queueDatas"][0]["writeQueueNums"] == 2
+
+
+async def test_two_nameservers_hold_registrations_independently(namesrv, client, tmp_path):
     other = Namesrv(tmp_path / "ns2").start()
-    channel = aio_channel(other.addr)
     try:
-        other_stub = namesrv_pb2_grpc.NameServerStub(channel)
         a, b = Names(), Names()
-        await stub.RegisterBroker(register_request(a, topics=[a.topic]), timeout=5)
-        await other_stub.RegisterBroker(register_request(b, topics=[b.topic]), timeout=5)
+        await register(client, namesrv.addr, a, topics=[a.topic])
+        await register(client, other.addr, b, topics=[b.topic])
 
-        assert await route_addrs(stub, a.topic) == {0: a.master_addr}
-        assert await route_addrs(other_stub, b.topic) == {0: b.master_addr}
-        assert await route_addrs(stub, b.topic) is None
-        assert await route_addrs(other_stub, a.topic) is None
+        assert await route_addrs(client, namesrv.addr, a.topic) == {0: a.master_addr}
+        assert await route_addrs(client, other.addr, b.topic) == {0: b.master_addr}
+        assert await route_addrs(client, namesrv.addr, b.topic) is None
+        assert await route_addrs(client, other.addr, a.topic) is None
     finally:
-        await channel.close()
+        await client.close()
         assert other.stop() == 0
+
+
+async def test_a_broker_registered_from_another_connection_is_not_touched_when_a_client_disconnects(namesrv, names):
+    broker, reader = RemotingClient(name="broker"), RemotingClient(name="reader")
+    try:
+        await register(broker, namesrv.addr, names, topics=[names.topic])
+        assert await route_addrs(reader, namesrv.addr, names.topic) == {0: names.master_addr}
+        await reader.close()
+        reader = RemotingClient(name="reader2")
+        assert await route_addrs(reader, namesrv.addr, names.topic) == {0: names.master_addr}
+    finally:
+        await broker.close()
+        await reader.close()
