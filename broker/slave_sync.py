@@ -1,35 +1,44 @@
 """SlaveSynchronize: a slave's periodic copy of its master's metadata, and a restarted master's reverse pull.
 
-Slave direction (RocketMQ SlaveSynchronize.syncAll; spec §4), every ``slaveSynchronizeInterval`` (10 s, first
-after 3 s), from the master's BrokerAdmin service at the registration reply's ``master_addr``:
-1. topics: ``GetAllTopicConfig``; replaced when the DataVersion differs;
-2. consumer offsets: ``GetAllConsumerOffset``; merged MONOTONICALLY per queue (larger wins unless the master's
-   entry carries a newer reset version) so a master that came back stale never rolls consumers back (#1094);
-3. delay offsets: ``GetAllDelayOffset``; replaced;
-4. subscription groups: ``GetAllSubscriptionGroupConfig``; replaced when the DataVersion differs.
-Each step catches and logs its own error; the round is skipped while no master address is known or it is our
-own address. Changed managers are persisted at once.
+Slave direction (RocketMQ SlaveSynchronize.syncAll; spec remoting.md §2.5), every ``slaveSynchronizeInterval``
+(10 s, first after 3 s), over remoting to the master's address from the registration reply (``masterAddr``, made
+group-internal by ``group_internal_addr``), in RocketMQ's order, no request header:
+1. GET_ALL_TOPIC_CONFIG (21): the table is replaced when the DataVersion differs;
+2. GET_ALL_CONSUMER_OFFSET (43): merged MONOTONICALLY per queue (the larger wins unless the master's entry carries
+   a newer reset version, pyrmq's ``resetVersion`` field) so a master that came back stale never rolls consumers
+   back (RocketMQ #1094);
+3. GET_ALL_DELAY_OFFSET (45): replaced;
+4. GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): replaced when the DataVersion differs.
+Bodies are parsed with ``remoting.fastjson`` (a Java master's bare numeric keys read too; ``stateVersion`` is
+ignored: DataVersion equality is timestamp and counter, as in RocketMQ 4). Each step catches and logs its own
+error; the round is skipped while no master address is known or it is our own. Changed managers are persisted at
+once. Our slave asks the master's ``listenPort``, not RocketMQ's VIP port (``listenPort - 2``), which a pyrmq
+master may run without.
 
 Master direction (DESIGN §4): ``pull_offsets_from_slaves`` is called once by a master at start, before it
-registers, with its slaves' broker addresses (``slave_addrs_from_cluster_info`` over the nameserver's cluster
-info): it merges each slave's offsets with ``merge_from_slave``, so commits the slave accepted while the master
-was down survive the master's return.
+registers, with its slaves' addresses (``fetch_slave_addrs``: GET_BROKER_CLUSTER_INFO (106) from the
+nameservers): it sends GET_ALL_CONSUMER_OFFSET to each slave and merges with ``merge_from_slave``, so commits the
+slave accepted while the master was down survive the master's return.
 
-Task-safety: event loop only. One gRPC channel per master address, closed when the address changes or on stop.
+Task-safety: event loop only. One ``RemotingClient`` per SlaveSynchronize (one connection to the master), closed
+at stop; a connection to an address no longer in use is dropped.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-import grpc
-
-from broker.grpc import convert
+from broker.metadata.data_version import DataVersion
+from broker.metadata.subscription_groups import SubscriptionGroupConfig
+from broker.metadata.topics import TopicConfig
 from common.service import Service
-from remoting.channel import aio_channel
-from remoting.codes import ResponseCode
-from remoting.pb import admin_pb2, admin_pb2_grpc
+from remoting import fastjson
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode, describe
+from remoting.frame_codec import RemotingCommand
 
 log = logging.getLogger(__name__)
 
@@ -37,21 +46,64 @@ RPC_TIMEOUT_S = 3.0
 INITIAL_DELAY_S = 3.0
 
 
-def _check(resp, what: str, addr: str) -> None:
+class SyncError(Exception):
+    """One sync request that failed: transport, a non-success code, or a body of the wrong shape."""
+
+
+async def fetch(client: RemotingClient, addr: str, code: RequestCode, timeout_s: float) -> dict[str, Any]:
+    """Send ``code`` (no header) to ``addr`` and return the body as a JSON object."""
+    resp = await client.invoke(addr, RemotingCommand(int(code)), timeout_s)
     if resp.code != ResponseCode.SUCCESS:
-        raise RuntimeError(f"{what} from {addr} answered code {resp.code}: {resp.remark}")
+        raise SyncError(f"{code.name} from {addr} answered {describe(resp.code)}: {resp.remark or '(no remark)'}")
+    body = resp.body_bytes()
+    try:
+        obj = fastjson.loads(body) if body else {}
+    except (fastjson.JsonBodyError, UnicodeDecodeError) as exc:
+        raise SyncError(f"{code.name} from {addr}: the body is not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise SyncError(f"{code.name} from {addr}: the body is a JSON {type(obj).__name__}, not an object")
+    return obj
 
 
-def offsets_from_pb(resp: admin_pb2.AllConsumerOffset) -> tuple[dict[str, dict[int, int]], dict[str, int]]:
-    table = {key: {int(q): int(o) for q, o in qo.offsets.items()} for key, qo in resp.offset_table.items()}
-    versions = {key: int(qo.reset_version) for key, qo in resp.offset_table.items() if qo.reset_version}
+def _table(obj: Mapping[str, Any], key: str, what: str) -> dict:
+    value = obj.get(key) or {}
+    if not isinstance(value, dict):
+        raise SyncError(f"{what}: {key} is a {type(value).__name__}, not an object")
+    return value
+
+
+def parse_topic_configs(obj: Mapping[str, Any]) -> tuple[list[TopicConfig], DataVersion]:
+    """A TopicConfigSerializeWrapper (21)."""
+    table = _table(obj, "topicConfigTable", "GET_ALL_TOPIC_CONFIG")
+    configs = [TopicConfig.from_json({"topicName": name, **(cfg or {})}) for name, cfg in table.items()]
+    return configs, DataVersion.from_json(obj.get("dataVersion"))
+
+
+def parse_subscription_groups(obj: Mapping[str, Any]) -> tuple[list[SubscriptionGroupConfig], DataVersion]:
+    """A SubscriptionGroupWrapper (201); RocketMQ 5's extra fields are ignored."""
+    table = _table(obj, "subscriptionGroupTable", "GET_ALL_SUBSCRIPTIONGROUP_CONFIG")
+    groups = [SubscriptionGroupConfig.from_json({"groupName": name, **(cfg or {})}) for name, cfg in table.items()]
+    return groups, DataVersion.from_json(obj.get("dataVersion"))
+
+
+def parse_consumer_offsets(obj: Mapping[str, Any]) -> tuple[dict[str, dict[int, int]], dict[str, int]]:
+    """GET_ALL_CONSUMER_OFFSET (43): ``offsetTable`` plus pyrmq's ``resetVersion`` (absent from a Java broker)."""
+    table = {
+        str(key): {int(q): int(o) for q, o in (queues or {}).items()}
+        for key, queues in _table(obj, "offsetTable", "GET_ALL_CONSUMER_OFFSET").items()
+    }
+    versions = {str(k): int(v) for k, v in _table(obj, "resetVersion", "GET_ALL_CONSUMER_OFFSET").items() if v}
     return table, versions
+
+
+def parse_delay_offsets(obj: Mapping[str, Any]) -> dict[int, int]:
+    return {int(k): int(v) for k, v in _table(obj, "offsetTable", "GET_ALL_DELAY_OFFSET").items()}
 
 
 class SlaveSynchronize(Service):
     def __init__(self, *, topics, groups, offsets, delay_offsets, own_addr: str = "", interval_ms: int = 10_000,
                  initial_delay_s: float = INITIAL_DELAY_S, rpc_timeout_s: float = RPC_TIMEOUT_S,
-                 channel_factory: Callable[[str], grpc.aio.Channel] = aio_channel) -> None:
+                 client: RemotingClient | None = None) -> None:
         super().__init__("slave-sync")
         self.topics = topics
         self.groups = groups
@@ -61,54 +113,41 @@ class SlaveSynchronize(Service):
         self.interval_s = interval_ms / 1000.0
         self.initial_delay_s = initial_delay_s
         self.rpc_timeout_s = rpc_timeout_s
-        self._channel_factory = channel_factory
+        self.client = client or RemotingClient(connect_timeout_s=rpc_timeout_s, name="slave-sync")
         self.master_addr = ""
-        self._channel: grpc.aio.Channel | None = None
-        self._channel_addr = ""
         self.rounds = 0
         self.failures = 0
         self.last_sync_ms = 0
         self.metrics = None  # broker.metrics.BrokerMetrics, set by the server
 
     def update_master_addr(self, addr: str) -> None:
-        """The registration reply's ``master_addr`` (empty when the nameserver knows no master: sync pauses)."""
+        """The registration reply's ``masterAddr`` (empty when the nameserver knows no master: sync pauses)."""
         if addr != self.master_addr:
             log.info("slave sync: master address %s -> %s", self.master_addr or "(none)", addr or "(none)")
+            if self.master_addr:
+                self.client.drop(self.master_addr, "the master address changed")
             self.master_addr = addr
 
     async def on_start(self) -> None:
         self.run_every("sync", self.interval_s, self.sync_all, initial_delay_s=self.initial_delay_s)
 
     async def on_stop(self) -> None:
-        await self._close_channel()
-
-    async def _close_channel(self) -> None:
-        if self._channel is not None:
-            ch, self._channel = self._channel, None
-            await ch.close()
-
-    async def _stub(self, addr: str) -> admin_pb2_grpc.BrokerAdminStub:
-        if self._channel is None or self._channel_addr != addr:
-            await self._close_channel()
-            self._channel = self._channel_factory(addr)
-            self._channel_addr = addr
-        return admin_pb2_grpc.BrokerAdminStub(self._channel)
+        await self.client.close()
 
     async def sync_all(self) -> bool:
         """One round; False when skipped (no master) or when any step failed."""
         addr = self.master_addr
         if not addr or addr == self.own_addr:
             return False
-        stub = await self._stub(addr)
         ok = True
         for name, step in (("topic config", self.sync_topic_config), ("consumer offsets", self.sync_consumer_offset),
                            ("delay offsets", self.sync_delay_offset),
                            ("subscription groups", self.sync_subscription_group_config)):
             try:
-                await step(stub, addr)
+                await step(addr)
                 if self.metrics is not None:
                     self.metrics.on_slave_sync(name.replace(" ", "_"), True)
-            except Exception as exc:  # each step logs its own failure; the others still run
+            except Exception as exc:  # noqa: BLE001 - each step logs its own failure; the others still run
                 if self.metrics is not None:
                     self.metrics.on_slave_sync(name.replace(" ", "_"), False)
                 ok = False
@@ -119,51 +158,43 @@ class SlaveSynchronize(Service):
         if self.metrics is not None:
             self.metrics.on_slave_sync("all", ok)
         if ok:
-            import time
-
             self.last_sync_ms = int(time.time() * 1000)
         return ok
 
-    async def sync_topic_config(self, stub, addr: str) -> None:
-        resp = await stub.GetAllTopicConfig(admin_pb2.Empty(), timeout=self.rpc_timeout_s)
-        _check(resp, "GetAllTopicConfig", addr)
-        configs = [convert.topic_config_from_pb(pb) for pb in resp.topic_configs]
-        if self.topics.replace_all(configs, convert.data_version_from_pb(resp.data_version)):
+    async def _fetch(self, addr: str, code: RequestCode) -> dict[str, Any]:
+        return await fetch(self.client, addr, code, self.rpc_timeout_s)
+
+    async def sync_topic_config(self, addr: str) -> None:
+        configs, version = parse_topic_configs(await self._fetch(addr, RequestCode.GET_ALL_TOPIC_CONFIG))
+        if self.topics.replace_all(configs, version):
             log.info("slave sync: took %d topic configs from master %s", len(configs), addr)
             await self.topics.persist()
 
-    async def sync_consumer_offset(self, stub, addr: str) -> None:
-        resp = await stub.GetAllConsumerOffset(admin_pb2.Empty(), timeout=self.rpc_timeout_s)
-        _check(resp, "GetAllConsumerOffset", addr)
-        table, versions = offsets_from_pb(resp)
+    async def sync_consumer_offset(self, addr: str) -> None:
+        table, versions = parse_consumer_offsets(await self._fetch(addr, RequestCode.GET_ALL_CONSUMER_OFFSET))
         changed = self.offsets.merge_from_master(table, versions)
         if changed:
             log.info("slave sync: consumer offsets of %d topic@group keys advanced from master %s", len(changed), addr)
             await self.offsets.persist()
 
-    async def sync_delay_offset(self, stub, addr: str) -> None:
-        resp = await stub.GetAllDelayOffset(admin_pb2.Empty(), timeout=self.rpc_timeout_s)
-        _check(resp, "GetAllDelayOffset", addr)
-        if self.delay_offsets.replace_all({int(k): int(v) for k, v in resp.offset_table.items()}):
+    async def sync_delay_offset(self, addr: str) -> None:
+        table = parse_delay_offsets(await self._fetch(addr, RequestCode.GET_ALL_DELAY_OFFSET))
+        if self.delay_offsets.replace_all(table):
             await self.delay_offsets.persist()
 
-    async def sync_subscription_group_config(self, stub, addr: str) -> None:
-        resp = await stub.GetAllSubscriptionGroupConfig(admin_pb2.Empty(), timeout=self.rpc_timeout_s)
-        _check(resp, "GetAllSubscriptionGroupConfig", addr)
-        groups = [convert.group_config_from_pb(pb) for pb in resp.groups]
-        if self.groups.replace_all(groups, convert.data_version_from_pb(resp.data_version)):
+    async def sync_subscription_group_config(self, addr: str) -> None:
+        groups, version = parse_subscription_groups(await self._fetch(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+        if self.groups.replace_all(groups, version):
             log.info("slave sync: took %d subscription groups from master %s", len(groups), addr)
             await self.groups.persist()
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, grpc.aio.AioRpcError):
-        return f"{exc.code().name}: {exc.details()}"
     return str(exc) or repr(exc)
 
 
 def group_internal_addr(broker_addr: str, ha_server_addr: str) -> str:
-    """How one broker of a group reaches another's admin service: the HA host (brokerIP2), the listen port.
+    """How one broker of a group reaches another's remoting port: the HA host (brokerIP2), the listen port.
 
     ``brokerIP1`` is what clients outside the network are told (in the compose cluster 127.0.0.1, which inside
     a container is the container itself; RocketMQ issue #4140 is the same trap with a public address). Traffic
@@ -177,62 +208,66 @@ def group_internal_addr(broker_addr: str, ha_server_addr: str) -> str:
     return f"{ha_host}:{port}"
 
 
-def slave_addrs_from_cluster_info(resp, broker_name: str) -> list[str]:
-    """Group-internal admin addresses of ``broker_name``'s slaves (ids >= 1) from GetBrokerClusterInfo."""
-    data = resp.broker_addr_table.get(broker_name)
-    if data is None:
+def slave_addrs_from_cluster_info(info: Mapping[str, Any], broker_name: str) -> list[str]:
+    """Group-internal addresses of ``broker_name``'s slaves (ids >= 1) from a ClusterInfo body (106).
+
+    The HA host comes from pyrmq's ``brokerLiveTable`` (``{brokerAddr: {"haServerAddr": ...}}``); a slave without
+    a live entry there (or a RocketMQ nameserver, which sends none) keeps its registered address.
+    """
+    data = (info.get("brokerAddrTable") or {}).get(broker_name)
+    if not isinstance(data, dict):
         return []
-    ha_by_addr = {live.broker_addr: live.ha_server_addr for live in resp.live_brokers}
-    return [
-        group_internal_addr(addr, ha_by_addr.get(addr, ""))
-        for bid, addr in sorted(data.broker_addrs.items())
-        if bid > 0 and addr
-    ]
+    live = info.get("brokerLiveTable") or {}
+    ha_by_addr = {addr: (entry or {}).get("haServerAddr", "") for addr, entry in live.items() if isinstance(entry, dict)}
+    addrs = {int(bid): str(addr) for bid, addr in (data.get("brokerAddrs") or {}).items()}
+    return [group_internal_addr(addr, ha_by_addr.get(addr, "")) for bid, addr in sorted(addrs.items()) if bid > 0 and addr]
 
 
 async def pull_offsets_from_slaves(offsets, slave_addrs: Iterable[str], *, timeout_s: float = RPC_TIMEOUT_S,
-                                   channel_factory: Callable[[str], grpc.aio.Channel] = aio_channel) -> dict[str, int]:
+                                   client: RemotingClient | None = None) -> dict[str, int]:
     """A restarting master takes the offsets its slaves accepted while it was down (``merge_from_slave``).
 
     Returns ``{slave_addr: keys changed}``, -1 for a slave that could not be asked (logged; the master starts
     anyway: the slave's newer offsets then reach the master through consumers' regular commits).
     """
+    own = client is None
+    client = client or RemotingClient(connect_timeout_s=timeout_s, name="offset-pull")
     result: dict[str, int] = {}
-    for addr in slave_addrs:
-        channel = channel_factory(addr)
-        try:
-            stub = admin_pb2_grpc.BrokerAdminStub(channel)
-            resp = await stub.GetAllConsumerOffset(admin_pb2.Empty(), timeout=timeout_s)
-            _check(resp, "GetAllConsumerOffset", addr)
-            table, versions = offsets_from_pb(resp)
-            changed = offsets.merge_from_slave(table, versions)
-            result[addr] = len(changed)
-            log.info("master start: merged consumer offsets from slave %s (%d topic@group keys advanced)", addr,
-                     len(changed))
-        except Exception as exc:
-            result[addr] = -1
-            log.warning("master start: cannot pull consumer offsets from slave %s: %s; consumers may re-read "
-                        "messages they committed on the slave while this master was down", addr, _describe(exc))
-        finally:
-            await channel.close()
+    try:
+        for addr in slave_addrs:
+            try:
+                table, versions = parse_consumer_offsets(
+                    await fetch(client, addr, RequestCode.GET_ALL_CONSUMER_OFFSET, timeout_s)
+                )
+                changed = offsets.merge_from_slave(table, versions)
+                result[addr] = len(changed)
+                log.info("master start: merged consumer offsets from slave %s (%d topic@group keys advanced)", addr,
+                         len(changed))
+            except Exception as exc:  # noqa: BLE001 - one unreachable or odd slave must not stop the master's start
+                result[addr] = -1
+                log.warning("master start: cannot pull consumer offsets from slave %s: %s; consumers may re-read "
+                            "messages they committed on the slave while this master was down", addr, _describe(exc))
+    finally:
+        if own:
+            await client.close()
     if any(v > 0 for v in result.values()):
         await offsets.persist()
     return result
 
 
 async def fetch_slave_addrs(namesrv_addrs: Iterable[str], broker_name: str, *, timeout_s: float = RPC_TIMEOUT_S,
-                            channel_factory: Callable[[str], grpc.aio.Channel] = aio_channel) -> list[str]:
-    """Ask the nameservers (first that answers) for the slave addresses of ``broker_name``."""
-    from remoting.pb import namesrv_pb2, namesrv_pb2_grpc
-
-    for ns in namesrv_addrs:
-        channel = channel_factory(ns)
-        try:
-            stub = namesrv_pb2_grpc.NameServerStub(channel)
-            resp = await stub.GetBrokerClusterInfo(namesrv_pb2.GetBrokerClusterInfoRequest(), timeout=timeout_s)
-            return slave_addrs_from_cluster_info(resp, broker_name)
-        except Exception as exc:
-            log.warning("cannot read cluster info from nameserver %s: %s", ns, _describe(exc))
-        finally:
-            await channel.close()
+                            client: RemotingClient | None = None) -> list[str]:
+    """Ask the nameservers (first that answers) for the slave addresses of ``broker_name`` (GET_BROKER_CLUSTER_INFO)."""
+    own = client is None
+    client = client or RemotingClient(connect_timeout_s=timeout_s, name="cluster-info")
+    try:
+        for ns in namesrv_addrs:
+            try:
+                info = await fetch(client, ns, RequestCode.GET_BROKER_CLUSTER_INFO, timeout_s)
+                return slave_addrs_from_cluster_info(info, broker_name)
+            except Exception as exc:  # noqa: BLE001 - try the next nameserver
+                log.warning("cannot read cluster info from nameserver %s: %s", ns, _describe(exc))
+    finally:
+        if own:
+            await client.close()
     return []

@@ -1,4 +1,4 @@
-"""SlaveSynchronize against the real BrokerAdmin servicer over real gRPC on loopback."""
+"""SlaveSynchronize against the master's real GET_ALL_* processors over real remoting on loopback."""
 
 from __future__ import annotations
 
@@ -8,15 +8,25 @@ from pathlib import Path
 import pytest
 
 from broker.config import BrokerRole
-from broker.grpc.admin import BrokerAdminServicer
 from broker.context import BrokerContext
 from broker.metadata.consumer_offsets import ConsumerOffsetManager
 from broker.metadata.delay_offsets import DelayOffsetManager
 from broker.metadata.subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from broker.metadata.topics import TopicConfig, TopicConfigManager
-from broker.slave_sync import SlaveSynchronize, pull_offsets_from_slaves
-from remoting.channel import aio_server, bind
-from remoting.pb import admin_pb2_grpc
+from broker.processors import slave_sync_serve
+from broker.slave_sync import (
+    SlaveSynchronize,
+    fetch_slave_addrs,
+    group_internal_addr,
+    parse_consumer_offsets,
+    pull_offsets_from_slaves,
+    slave_addrs_from_cluster_info,
+)
+from remoting import fastjson
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode
+from remoting.frame_codec import RemotingCommand, response_to
+from remoting.server import RemotingServer
 from tests.support.waiting import async_wait_until
 from tests.unit.ha.harness import free_port, settings
 
@@ -32,16 +42,17 @@ class Managers:
         self.delay_offsets = DelayOffsetManager(cfg)
 
     def kw(self) -> dict:
-        return dict(topics=self.topics, groups=self.groups, offsets=self.offsets, delay_offsets=self.delay_offsets)
+        return {"topics": self.topics, "groups": self.groups, "offsets": self.offsets,
+                "delay_offsets": self.delay_offsets}
 
 
-async def admin_server(root: Path, managers: Managers, role: BrokerRole):
+async def sync_server(root: Path, managers: Managers, role: BrokerRole) -> tuple[RemotingServer, str]:
+    """A remoting server with only the GET_ALL_* processors, over the managers (no store, no HA)."""
     ctx = BrokerContext(settings=settings(root, role, broker_id=0 if role.is_master else 1), store=None,
                         clients=None, hold=None, **managers.kw())
-    server = aio_server()
-    admin_pb2_grpc.add_BrokerAdminServicer_to_server(BrokerAdminServicer(ctx), server)
-    port = bind(server, "127.0.0.1", 0)
-    await server.start()
+    server = RemotingServer("broker", "127.0.0.1", 0)
+    slave_sync_serve.register(server, ctx)
+    port = await server.start()
     return server, f"127.0.0.1:{port}"
 
 
@@ -53,9 +64,39 @@ async def master(tmp_path):
     m.offsets.commit("G1", "OrderTopic", 0, 100)
     m.offsets.commit("G1", "OrderTopic", 1, 50)
     m.delay_offsets.set(3, 42)
-    server, addr = await admin_server(tmp_path / "m", m, BrokerRole.SYNC_MASTER)
+    server, addr = await sync_server(tmp_path / "m", m, BrokerRole.SYNC_MASTER)
     yield m, addr
     await server.stop(0)
+
+
+async def test_the_sync_answers_are_rocketmq_bodies_with_state_version_and_the_reset_versions(master):
+    m, addr = master
+    m.offsets.reset("G1", "OrderTopic", {0: 7})
+    client = RemotingClient()
+    try:
+        topics = await client.invoke(addr, RemotingCommand(RequestCode.GET_ALL_TOPIC_CONFIG), 5)
+        body = fastjson.loads(topics.body_bytes())
+        assert topics.code == 0 and set(body) == {"dataVersion", "topicConfigTable"}
+        assert body["dataVersion"] == {"counter": m.topics.data_version.counter, "stateVersion": 0,
+                                       "timestamp": m.topics.data_version.timestamp}
+        assert body["topicConfigTable"]["OrderTopic"] == {
+            "order": False, "perm": 6, "readQueueNums": 4, "topicFilterType": "SINGLE_TAG",
+            "topicName": "OrderTopic", "topicSysFlag": 0, "writeQueueNums": 4}
+        groups = fastjson.loads((await client.invoke(
+            addr, RemotingCommand(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), 5)).body_bytes())
+        assert groups["subscriptionGroupTable"]["G1"]["brokerId"] == 1
+        assert groups["subscriptionGroupTable"]["G1"]["whichBrokerWhenConsumeSlowly"] == 1
+        assert set(groups["dataVersion"]) == {"counter", "stateVersion", "timestamp"}
+        offsets = await client.invoke(addr, RemotingCommand(RequestCode.GET_ALL_CONSUMER_OFFSET), 5)
+        raw = offsets.body_bytes()
+        assert raw.startswith(b'{"offsetTable":{"OrderTopic@G1":{"0":7}}')  # quoted keys, fastjson reads them
+        table, versions = parse_consumer_offsets(fastjson.loads(raw))
+        assert table == {"OrderTopic@G1": {0: 7}} and versions["OrderTopic@G1"] == m.offsets.reset_versions[
+            "OrderTopic@G1"]
+        delay = await client.invoke(addr, RemotingCommand(RequestCode.GET_ALL_DELAY_OFFSET), 5)
+        assert fastjson.loads(delay.body_bytes()) == {"offsetTable": {"3": 42}}
+    finally:
+        await client.close()
 
 
 async def test_one_round_copies_topics_groups_delay_offsets_and_merges_offsets_monotonically(tmp_path, master):
@@ -69,16 +110,40 @@ async def test_one_round_copies_topics_groups_delay_offsets_and_merges_offsets_m
         assert s.topics.get("OrderTopic").write_queue_nums == 4
         assert s.topics.data_version == m.topics.data_version
         assert s.groups.get("G1").broker_id == 1
+        assert s.groups.data_version == m.groups.data_version
         assert s.delay_offsets.get(3) == 42
         assert s.offsets.queues_of("G1", "OrderTopic") == {0: 150, 1: 50}  # larger wins; never rolled back
         assert (tmp_path / "s" / "config" / "consumerOffset.json").exists()
         assert (tmp_path / "s" / "config" / "topics.json").exists()
-        # an explicit reset on the master does move the slave back
+        # an explicit reset on the master does move the slave back: its reset version travels in resetVersion
         m.offsets.reset("G1", "OrderTopic", {0: 10, 1: 10})
         assert await sync.sync_all()
         assert s.offsets.queues_of("G1", "OrderTopic") == {0: 10, 1: 10}
+        # a deleted topic disappears from the slave at the next round (the DataVersion moved)
+        m.topics.delete("OrderTopic")
+        assert await sync.sync_all()
+        assert s.topics.get("OrderTopic") is None
     finally:
         await sync.stop()
+
+
+async def test_a_java_masters_bare_numeric_keys_are_read_too(tmp_path):
+    s = Managers(tmp_path / "s")
+
+    def java_offsets(conn, req):
+        return response_to(req, 0, body=b'{"offsetTable":{"T@G":{0:12,1:3}}}')
+
+    server = RemotingServer("java-broker", "127.0.0.1", 0)
+    server.register(RequestCode.GET_ALL_CONSUMER_OFFSET, java_offsets)
+    addr = f"127.0.0.1:{await server.start()}"
+    sync = SlaveSynchronize(**s.kw())
+    sync.update_master_addr(addr)
+    try:
+        await sync.sync_consumer_offset(addr)
+        assert s.offsets.queues_of("G", "T") == {0: 12, 1: 3}
+    finally:
+        await sync.stop()
+        await server.stop(0)
 
 
 async def test_each_step_logs_its_own_failure_and_no_master_skips_the_round(tmp_path, caplog):
@@ -92,6 +157,22 @@ async def test_each_step_logs_its_own_failure_and_no_master_skips_the_round(tmp_
     for step in ("topic config", "consumer offsets", "delay offsets", "subscription groups"):
         assert f"slave sync of {step} from master" in caplog.text
     await sync.stop()
+
+
+async def test_a_refusing_master_is_logged_with_its_code_and_remark(tmp_path, caplog):
+    server = RemotingServer("odd-broker", "127.0.0.1", 0)  # serves nothing: every code answers 3 with a remark
+    addr = f"127.0.0.1:{await server.start()}"
+    s = Managers(tmp_path / "s")
+    sync = SlaveSynchronize(**s.kw())
+    sync.update_master_addr(addr)
+    caplog.set_level(logging.WARNING)
+    try:
+        assert await sync.sync_all() is False
+        assert "GET_ALL_TOPIC_CONFIG from" in caplog.text and "REQUEST_CODE_NOT_SUPPORTED" in caplog.text
+        assert "request type 21 not supported" in caplog.text
+    finally:
+        await sync.stop()
+        await server.stop(0)
 
 
 async def test_the_service_runs_its_first_round_after_the_initial_delay(tmp_path, master):
@@ -113,7 +194,7 @@ async def test_a_restarting_master_takes_the_offsets_its_slave_accepted_while_it
     slave = Managers(tmp_path / "s")
     slave.offsets.commit("G1", "OrderTopic", 0, 180)
     slave.offsets.commit("G2", "Other", 3, 7)
-    server, slave_addr = await admin_server(tmp_path / "s", slave, BrokerRole.SLAVE)
+    server, slave_addr = await sync_server(tmp_path / "s", slave, BrokerRole.SLAVE)
     try:
         dead = f"127.0.0.1:{free_port()}"
         result = await pull_offsets_from_slaves(stale.offsets, [slave_addr, dead], timeout_s=0.5)
@@ -124,26 +205,43 @@ async def test_a_restarting_master_takes_the_offsets_its_slave_accepted_while_it
         await server.stop(0)
 
 
-def test_slaves_are_reached_over_the_group_internal_address_not_the_client_address():
-    from broker.slave_sync import group_internal_addr, slave_addrs_from_cluster_info
-    from remoting.pb import namesrv_pb2
+# The compose cluster: brokerIP1=127.0.0.1 (for clients on the host), brokerIP2=<service name> (for the group).
+CLUSTER_INFO = {
+    "brokerAddrTable": {
+        "broker-a": {
+            "brokerAddrs": {0: "127.0.0.1:10911", 1: "127.0.0.1:10921", 2: "10.0.0.9:10951"},
+            "brokerName": "broker-a",
+            "cluster": "DefaultCluster",
+        }
+    },
+    "brokerLiveTable": {
+        "127.0.0.1:10921": {"haServerAddr": "broker-a-s:10922"},
+        "127.0.0.1:10911": {"haServerAddr": "broker-a:10912"},
+    },
+    "clusterAddrTable": {"DefaultCluster": ["broker-a"]},
+}
 
-    # The compose cluster: brokerIP1=127.0.0.1 (for clients on the host), brokerIP2=<service name> (for the group).
-    resp = namesrv_pb2.GetBrokerClusterInfoResponse(
-        broker_addr_table={
-            "broker-a": namesrv_pb2.BrokerData(
-                cluster="DefaultCluster",
-                broker_name="broker-a",
-                broker_addrs={0: "127.0.0.1:10911", 1: "127.0.0.1:10921", 2: "10.0.0.9:10951"},
-            )
-        },
-        live_brokers=[
-            namesrv_pb2.LiveBroker(broker_addr="127.0.0.1:10921", ha_server_addr="broker-a-s:10922"),
-            namesrv_pb2.LiveBroker(broker_addr="127.0.0.1:10911", ha_server_addr="broker-a:10912"),
-        ],
-    )
+
+def test_slaves_are_reached_over_the_group_internal_address_not_the_client_address():
     # A slave without live info keeps its registered address; a master is never listed.
-    assert slave_addrs_from_cluster_info(resp, "broker-a") == ["broker-a-s:10921", "10.0.0.9:10951"]
-    assert slave_addrs_from_cluster_info(resp, "broker-b") == []
+    assert slave_addrs_from_cluster_info(CLUSTER_INFO, "broker-a") == ["broker-a-s:10921", "10.0.0.9:10951"]
+    assert slave_addrs_from_cluster_info(CLUSTER_INFO, "broker-b") == []
     assert group_internal_addr("127.0.0.1:10911", "broker-a:10912") == "broker-a:10911"
     assert group_internal_addr("10.0.0.1:10911", "") == "10.0.0.1:10911"
+    rocketmq_info = {k: v for k, v in CLUSTER_INFO.items() if k != "brokerLiveTable"}  # a Java nameserver's
+    assert slave_addrs_from_cluster_info(rocketmq_info, "broker-a") == ["127.0.0.1:10921", "10.0.0.9:10951"]
+
+
+async def test_the_slave_list_comes_from_the_first_nameserver_that_answers_cluster_info():
+    def cluster_info(conn, req):
+        return response_to(req, 0, body=fastjson.dumps(CLUSTER_INFO))
+
+    ns = RemotingServer("namesrv", "127.0.0.1", 0)
+    ns.register(RequestCode.GET_BROKER_CLUSTER_INFO, cluster_info)
+    addr = f"127.0.0.1:{await ns.start()}"
+    try:
+        dead = f"127.0.0.1:{free_port()}"
+        assert await fetch_slave_addrs([dead, addr], "broker-a", timeout_s=0.5) == ["broker-a-s:10921",
+                                                                                    "10.0.0.9:10951"]
+    finally:
+        await ns.stop(0)
