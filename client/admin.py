@@ -1,37 +1,69 @@
-"""AdminClient: thin async wrappers over the nameserver and broker admin RPCs, for mqctl and tests.
+"""AdminClient: RocketMQ's admin requests over remoting (what mqadmin's DefaultMQAdminExt sends), for mqctl and tests.
 
-Every method returns the response message (or its useful part) and raises BrokerError on a non-success code,
-BrokerUnreachableError / RequestTimeout when the broker does not answer, NoNameserverError when no nameserver
-does.
+One ``ClientRemoting`` per AdminClient carries its nameserver and broker requests. Methods send the request codes
+of spec remoting.md §2.1/§2.4 with RocketMQ's header fields and bodies, and return the answer's useful part as the
+small dataclasses of ``client.admin_bodies`` (attribute names in snake_case, as pyrmq's admin API always had).
+A code other than SUCCESS raises ``BrokerError`` with the server's remark (the few codes that mean "nothing there"
+are answered as such, e.g. ``query_consumer_offset`` -> -1); a server that does not answer raises
+``BrokerUnreachableError`` / ``RequestTimeout``; no nameserver answering raises ``NoNameserverError``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+from dataclasses import dataclass
 from typing import Any, Self
 
-from client.errors import BrokerError, NoRouteError
-from client.namesrv import NamesrvClient
-from client.route_cache import TopicRoute, build_route
-from client.rpc import BrokerChannels
-from remoting.codes import ResponseCode
-from remoting.pb import admin_pb2, broker_pb2, common_pb2, namesrv_pb2
+from client import admin_bodies as bodies
+from client.errors import BrokerError
+from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult
+from client.namesrv import NamesrvClient, parse_body
+from client.route_cache import TopicRoute, route_from_data
+from client.rpc import ClientRemoting, request_name
+from remoting import fastjson
+from remoting.codes import RequestCode, ResponseCode
+from remoting.frame_codec import RemotingCommand
+from remoting.message_headers import DEFAULT_TOPIC, SendHeader
 
 PERM_RW = 6
+MASTER_ID = 0
+# The KV namespace whose entries are routes' orderTopicConf ("brokerName:queueNums;..."), RocketMQ's NamesrvUtil.
+ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
+
+
+@dataclass(slots=True)
+class BrokerData:
+    cluster: str
+    broker_name: str
+    broker_addrs: dict[int, str]  # brokerId -> addr; 0 is the master
+
+
+@dataclass(slots=True)
+class ClusterInfo:
+    broker_addr_table: dict[str, BrokerData]  # brokerName -> its addresses
+    cluster_addr_table: dict[str, list[str]]  # cluster -> brokerNames
+
+
+@dataclass(slots=True)
+class QueueRange:
+    min_offset: int
+    max_offset: int  # the next offset to be written (0 for an empty queue)
 
 
 class AdminClient:
     def __init__(self, namesrv_addr: str, *, timeout_s: float = 5.0) -> None:
-        self.namesrv = NamesrvClient(namesrv_addr, timeout_s=timeout_s) if namesrv_addr else None
-        self.channels = BrokerChannels()
         self.timeout_s = timeout_s
+        self.remoting = ClientRemoting(name="pyrmq-admin")
+        self.namesrv = (
+            NamesrvClient(namesrv_addr, remoting=self.remoting, timeout_s=timeout_s) if namesrv_addr else None
+        )
 
     async def start(self) -> AdminClient:
         return self
 
     async def stop(self) -> None:
-        await self.channels.close()
-        if self.namesrv is not None:
-            await self.namesrv.close()
+        await self.remoting.close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -45,54 +77,79 @@ class AdminClient:
             raise ValueError("this AdminClient has no nameserver address")
         return self.namesrv
 
-    async def _ns_call(self, method: str, request: Any) -> Any:
-        resp = await self._ns().call(method, request, self.timeout_s)
-        _check(resp, self._ns().addrs[0] if len(self._ns().addrs) == 1 else ";".join(self._ns().addrs), method)
-        return resp
+    async def _call(
+        self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes = b"", what: str = ""
+    ) -> RemotingCommand:
+        """One request to a broker; BrokerError unless it answers SUCCESS."""
+        return await self.remoting.call(addr, code, ext, body, timeout_s=self.timeout_s, what=what)
 
-    async def _broker(self, addr: str, service: str, method: str, request: Any) -> Any:
-        stubs = self.channels.get(addr)
-        resp = await self.channels.call(addr, getattr(getattr(stubs, service), method), request, self.timeout_s, method)
-        _check(resp, addr, method)
-        return resp
+    async def _invoke(self, addr: str, code: int, ext: dict[str, str] | None = None, what: str = "") -> RemotingCommand:
+        """One request to a broker, answered whatever its code."""
+        request = RemotingCommand(code, ext=ext)
+        return await self.remoting.invoke(addr, request, self.timeout_s, what or request_name(code))
 
     # nameserver -------------------------------------------------------------------------------------------
-    async def cluster_info(self) -> namesrv_pb2.GetBrokerClusterInfoResponse:
-        return await self._ns_call("GetBrokerClusterInfo", namesrv_pb2.GetBrokerClusterInfoRequest())
+    async def cluster_info(self) -> ClusterInfo:
+        data = await self._ns().cluster_info()
+        table = {
+            name: BrokerData(str(bd.get("cluster", "")), str(bd.get("brokerName") or name), dict(bd["brokerAddrs"]))
+            for name, bd in data["brokerAddrTable"].items()
+        }
+        return ClusterInfo(table, {c: sorted(names) for c, names in data["clusterAddrTable"].items()})
 
     async def topic_route(self, topic: str) -> TopicRoute:
-        request = namesrv_pb2.GetRouteInfoRequest(topic=topic)
-        resp = await self._ns().call("GetRouteInfoByTopic", request, self.timeout_s)
-        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
-            raise NoRouteError(topic, resp.remark)
-        _check(resp, ";".join(self._ns().addrs), "GetRouteInfoByTopic")
-        return build_route(topic, resp.route.queue_datas, resp.route.broker_datas)
+        """The topic's route as the SDK uses it; NoRouteError when the nameserver knows none."""
+        return route_from_data(topic, await self._ns().topic_route_data(topic))
 
-    async def topic_route_raw(self, topic: str) -> namesrv_pb2.GetRouteInfoResponse:
-        return await self._ns_call("GetRouteInfoByTopic", namesrv_pb2.GetRouteInfoRequest(topic=topic))
+    async def topic_route_raw(self, topic: str) -> dict[str, Any]:
+        """TopicRouteData with RocketMQ's field names (``queueDatas``, ``brokerDatas``, ``orderTopicConf``...)."""
+        return await self._ns().topic_route_data(topic)
 
     async def all_topics(self) -> list[str]:
-        resp = await self._ns_call("GetAllTopicList", namesrv_pb2.GetAllTopicListRequest())
-        return sorted(resp.topics)
+        response = await self._ns().call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        data = parse_body(response, "topic list")
+        return sorted(str(t) for t in (data.get("topicList") or []))
 
     async def delete_topic_in_namesrv(self, topic: str, cluster: str = "") -> None:
-        await self._ns_call("DeleteTopic", namesrv_pb2.DeleteTopicRequest(topic=topic, cluster_name=cluster))
+        ext = {"topic": topic, **({"clusterName": cluster} if cluster else {})}
+        await self._ns().call(RequestCode.DELETE_TOPIC_IN_NAMESRV, ext)
 
     async def wipe_write_perm(self, broker_name: str) -> int:
-        resp = await self._ns_call("WipeWritePerm", namesrv_pb2.WipeWritePermRequest(broker_name=broker_name))
-        return resp.wiped_topic_count
+        """WIPE_WRITE_PERM_OF_BROKER (205): the number of topics whose write permission was removed."""
+        response = await self._ns().call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": broker_name})
+        return int((response.ext or {}).get("wipeTopicCount", 0))
+
+    async def add_write_perm(self, broker_name: str) -> int:
+        """ADD_WRITE_PERM_OF_BROKER (327): the number of topics whose write permission was restored."""
+        response = await self._ns().call(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": broker_name})
+        return int((response.ext or {}).get("addTopicCount", 0))
+
+    async def get_kv_config(self, namespace: str, key: str) -> str | None:
+        """GET_KV_CONFIG (101); None when the nameserver has no such entry (QUERY_NOT_FOUND)."""
+        response = await self._ns().invoke(RequestCode.GET_KV_CONFIG, {"namespace": namespace, "key": key})
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerError(response.code, response.remark or "", self._ns().current, request="GET_KV_CONFIG (101)")
+        return (response.ext or {}).get("value")
+
+    async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
+        await self._ns().call(RequestCode.PUT_KV_CONFIG, {"namespace": namespace, "key": key, "value": value})
+
+    async def delete_kv_config(self, namespace: str, key: str) -> None:
+        await self._ns().call(RequestCode.DELETE_KV_CONFIG, {"namespace": namespace, "key": key})
 
     async def masters(self, cluster: str | None = None) -> dict[str, str]:
         """brokerName -> master address, for one cluster or all."""
         info = await self.cluster_info()
         names = set(info.broker_addr_table)
         if cluster is not None:
-            names = set(info.cluster_addr_table[cluster].broker_names) if cluster in info.cluster_addr_table else set()
+            names = set(info.cluster_addr_table.get(cluster, ()))
         out = {}
         for name in sorted(names):
-            addrs = info.broker_addr_table[name].broker_addrs
-            if 0 in addrs:
-                out[name] = addrs[0]
+            data = info.broker_addr_table.get(name)
+            if data is not None and MASTER_ID in data.broker_addrs:
+                out[name] = data.broker_addrs[MASTER_ID]
         return out
 
     # topics and groups on a broker ------------------------------------------------------------------------
@@ -107,15 +164,18 @@ class AdminClient:
         topic_sys_flag: int = 0,
         order: bool = False,
     ) -> None:
-        config = common_pb2.TopicConfig(
-            topic_name=topic,
-            read_queue_nums=read_queue_nums,
-            write_queue_nums=write_queue_nums,
-            perm=perm,
-            topic_sys_flag=topic_sys_flag,
-            order=order,
-        )
-        await self._broker(broker_addr, "admin", "UpdateAndCreateTopic", config)
+        """UPDATE_AND_CREATE_TOPIC (17), CreateTopicRequestHeader."""
+        ext = {
+            "topic": topic,
+            "defaultTopic": DEFAULT_TOPIC,
+            "readQueueNums": str(read_queue_nums),
+            "writeQueueNums": str(write_queue_nums),
+            "perm": str(perm),
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": str(topic_sys_flag),
+            "order": "true" if order else "false",
+        }
+        await self._call(broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, ext, what=f"UPDATE_AND_CREATE_TOPIC {topic}")
 
     async def create_topic_on_cluster(self, topic: str, cluster: str | None = None, **fields: Any) -> list[str]:
         """update_topic on every master of ``cluster`` (all clusters when None); returns the brokers used."""
@@ -125,7 +185,7 @@ class AdminClient:
         return sorted(masters)
 
     async def delete_topic(self, broker_addr: str, topic: str) -> None:
-        await self._broker(broker_addr, "admin", "DeleteTopic", admin_pb2.DeleteTopicRequest(topic=topic))
+        await self._call(broker_addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
 
     async def update_subscription_group(
         self,
@@ -141,7 +201,8 @@ class AdminClient:
         which_broker_when_consume_slowly: int = 1,
         notify_consumer_ids_changed_enable: bool = True,
     ) -> None:
-        config = admin_pb2.SubscriptionGroupConfig(
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): the body is the whole SubscriptionGroupConfig."""
+        config = bodies.SubscriptionGroupConfig(
             group_name=group,
             consume_enable=consume_enable,
             consume_from_min_enable=consume_from_min_enable,
@@ -152,69 +213,140 @@ class AdminClient:
             which_broker_when_consume_slowly=which_broker_when_consume_slowly,
             notify_consumer_ids_changed_enable=notify_consumer_ids_changed_enable,
         )
-        await self._broker(broker_addr, "admin", "UpdateAndCreateSubscriptionGroup", config)
+        await self._call(
+            broker_addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, fastjson.dumps(config.to_json())
+        )
 
     async def delete_subscription_group(self, broker_addr: str, group: str, *, remove_offset: bool = False) -> None:
-        request = admin_pb2.DeleteSubscriptionGroupRequest(group_name=group, remove_offset=remove_offset)
-        await self._broker(broker_addr, "admin", "DeleteSubscriptionGroup", request)
+        """DELETE_SUBSCRIPTIONGROUP (207); the offsets flag under 4.9's name and 5.x's (``cleanOffset``)."""
+        flag = "true" if remove_offset else "false"
+        ext = {"groupName": group, "removeOffset": flag, "cleanOffset": flag}
+        await self._call(broker_addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, ext)
 
     # broker state -----------------------------------------------------------------------------------------
     async def broker_runtime_info(self, addr: str) -> dict[str, str]:
-        return dict((await self._broker(addr, "admin", "GetBrokerRuntimeInfo", admin_pb2.Empty())).table)
+        response = await self._call(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        return bodies.parse_kv_table(response.body_bytes(), "GET_BROKER_RUNTIME_INFO")
 
     async def broker_config(self, addr: str) -> dict[str, str]:
-        return dict((await self._broker(addr, "admin", "GetBrokerConfig", admin_pb2.Empty())).table)
+        return bodies.parse_properties((await self._call(addr, RequestCode.GET_BROKER_CONFIG)).body_bytes())
 
-    async def ha_status(self, addr: str) -> admin_pb2.HAStatus:
-        return await self._broker(addr, "admin", "GetHAStatus", admin_pb2.Empty())
+    async def ha_status(self, addr: str) -> bodies.HAStatus:
+        return bodies.parse_ha_status((await self._call(addr, RequestCode.GET_BROKER_HA_STATUS)).body_bytes())
 
-    async def consume_stats(self, addr: str, group: str, topic: str = "") -> admin_pb2.ConsumeStats:
-        request = admin_pb2.GetConsumeStatsRequest(consumer_group=group, topic=topic)
-        return await self._broker(addr, "admin", "GetConsumeStats", request)
+    async def consume_stats(self, addr: str, group: str, topic: str = "") -> bodies.ConsumeStats:
+        """GET_CONSUME_STATS (208): per read queue of ``topic``, or of every topic the group has offsets for."""
+        ext = {"consumerGroup": group, **({"topic": topic} if topic else {})}
+        response = await self._call(addr, RequestCode.GET_CONSUME_STATS, ext, what=f"GET_CONSUME_STATS {group}")
+        return bodies.parse_consume_stats(response.body_bytes(), group)
 
-    async def topic_stats(self, addr: str, topic: str) -> admin_pb2.TopicStats:
-        return await self._broker(addr, "admin", "GetTopicStats", admin_pb2.GetTopicStatsRequest(topic=topic))
+    async def topic_stats(self, addr: str, topic: str) -> bodies.TopicStats:
+        """GET_TOPIC_STATS_INFO (202): min/max offset and last store time of every write queue."""
+        response = await self._call(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+        return bodies.parse_topic_stats(response.body_bytes(), topic)
 
-    async def all_consumer_offsets(self, addr: str) -> admin_pb2.AllConsumerOffset:
-        return await self._broker(addr, "admin", "GetAllConsumerOffset", admin_pb2.Empty())
+    async def all_consumer_offsets(self, addr: str) -> bodies.AllConsumerOffset:
+        response = await self._call(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+        return bodies.parse_all_consumer_offsets(response.body_bytes())
 
-    async def all_subscription_groups(self, addr: str) -> admin_pb2.AllSubscriptionGroupConfig:
-        return await self._broker(addr, "admin", "GetAllSubscriptionGroupConfig", admin_pb2.Empty())
+    async def all_delay_offsets(self, addr: str) -> dict[int, int]:
+        return bodies.parse_all_delay_offsets((await self._call(addr, RequestCode.GET_ALL_DELAY_OFFSET)).body_bytes())
 
-    async def all_topic_configs(self, addr: str) -> admin_pb2.AllTopicConfig:
-        return await self._broker(addr, "admin", "GetAllTopicConfig", admin_pb2.Empty())
+    async def all_subscription_groups(self, addr: str) -> bodies.AllSubscriptionGroupConfig:
+        response = await self._call(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        return bodies.parse_all_subscription_groups(response.body_bytes())
+
+    async def all_topic_configs(self, addr: str) -> bodies.AllTopicConfig:
+        return bodies.parse_all_topic_config((await self._call(addr, RequestCode.GET_ALL_TOPIC_CONFIG)).body_bytes())
+
+    async def consumer_connection(self, addr: str, group: str) -> bodies.ConsumerConnection:
+        """GET_CONSUMER_CONNECTION_LIST (203): the group's clients on this broker and their subscriptions;
+        BrokerError with CONSUMER_NOT_ONLINE (206) when none is connected."""
+        response = await self._call(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+        return bodies.parse_consumer_connection(response.body_bytes(), group)
 
     # queues and offsets -----------------------------------------------------------------------------------
-    async def queue_offsets(self, addr: str, topic: str, queue_id: int) -> broker_pb2.GetQueueOffsetsResponse:
-        request = broker_pb2.GetQueueOffsetsRequest(topic=topic, queue_id=queue_id)
-        return await self._broker(addr, "messaging", "GetQueueOffsets", request)
+    async def queue_offsets(self, addr: str, topic: str, queue_id: int) -> QueueRange:
+        """GET_MIN_OFFSET (31) and GET_MAX_OFFSET (30) of one queue, asked together."""
+        ext = {"topic": topic, "queueId": str(queue_id)}
+        low, high = await asyncio.gather(
+            self._call(addr, RequestCode.GET_MIN_OFFSET, ext), self._call(addr, RequestCode.GET_MAX_OFFSET, ext)
+        )
+        return QueueRange(_long(low, "offset", addr), _long(high, "offset", addr))
 
     async def query_consumer_offset(self, addr: str, group: str, topic: str, queue_id: int) -> int:
-        """The committed offset, or -1 when none is stored."""
-        request = broker_pb2.QueryConsumerOffsetRequest(consumer_group=group, topic=topic, queue_id=queue_id)
-        stubs = self.channels.get(addr)
-        resp = await self.channels.call(addr, stubs.messaging.QueryConsumerOffset, request, self.timeout_s)
-        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+        """The committed offset, or -1 when none is stored (QUERY_NOT_FOUND)."""
+        ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id)}
+        response = await self._invoke(addr, RequestCode.QUERY_CONSUMER_OFFSET, ext)
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
             return -1
-        _check(resp, addr, "QueryConsumerOffset")
-        return resp.offset
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerError(response.code, response.remark or "", addr, request="QUERY_CONSUMER_OFFSET (14)")
+        return _long(response, "offset", addr)
 
     async def update_consumer_offset(self, addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
-        request = broker_pb2.UpdateConsumerOffsetRequest(
-            consumer_group=group, topic=topic, queue_id=queue_id, commit_offset=offset
-        )
-        await self._broker(addr, "messaging", "UpdateConsumerOffset", request)
+        """UPDATE_CONSUMER_OFFSET (15), answered (RocketMQ clients often send it oneway)."""
+        ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "commitOffset": str(offset)}
+        await self._call(addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext)
 
     async def consumer_ids(self, addr: str, group: str) -> list[str]:
-        request = broker_pb2.GetConsumerIdListRequest(consumer_group=group)
-        return sorted((await self._broker(addr, "messaging", "GetConsumerIdList", request)).consumer_ids)
+        """GET_CONSUMER_LIST_BY_GROUP (38); [] when no consumer of the group is connected to this broker (Java
+        answers that with SYSTEM_ERROR "no consumer for this group", RocketMQ 5 with CONSUMER_NOT_ONLINE)."""
+        response = await self._invoke(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+        if response.code == ResponseCode.CONSUMER_NOT_ONLINE or (
+            response.code == ResponseCode.SYSTEM_ERROR and "no consumer" in (response.remark or "")
+        ):
+            return []
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerError(response.code, response.remark or "", addr, request="GET_CONSUMER_LIST_BY_GROUP (38)")
+        data = bodies.load_object(response.body_bytes(), "GET_CONSUMER_LIST_BY_GROUP")
+        return sorted(str(c) for c in data.get("consumerIdList") or [])
 
     async def view_message(self, addr: str, physical_offset: int) -> bytes:
-        request = broker_pb2.ViewMessageRequest(physical_offset=physical_offset)
-        return (await self._broker(addr, "messaging", "ViewMessage", request)).record
+        """VIEW_MESSAGE_BY_ID (33): the stored record at a commitlog offset (decode with remoting.message_codec)."""
+        response = await self._call(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(physical_offset)})
+        return response.body_bytes()
+
+    async def send_message(
+        self, addr: str, mq: MessageQueue, message: Message, *, producer_group: str = "TOOLS_PRODUCER"
+    ) -> SendResult:
+        """SEND_MESSAGE_V2 (310) of one message to one queue of the master at ``addr`` (mqadmin sendMessage with
+        -b/-i). Any of the four stored codes gives a SendResult; another raises BrokerError."""
+        now_ms = int(time.time() * 1000)
+        header = SendHeader(
+            producer_group=producer_group,
+            topic=mq.topic,
+            default_topic=DEFAULT_TOPIC,
+            default_topic_queue_nums=4,
+            queue_id=mq.queue_id,
+            sys_flag=0,
+            born_timestamp=now_ms,
+            flag=message.flag,
+            properties=message.wire_properties(now_ms),
+            reconsume_times=0,
+            max_reconsume_times=None,
+            batch=False,
+            broker_name=mq.broker_name,
+            dedup=False,
+        )
+        request = RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext=header.to_v2(), body=message.body)
+        response = await self.remoting.invoke(addr, request, self.timeout_s, "SEND_MESSAGE_V2 (310)")
+        return _send_result(response, addr, mq, message.msg_id)
 
 
-def _check(resp: Any, addr: str, method: str) -> None:
-    code = getattr(resp, "code", ResponseCode.SUCCESS)
-    if code != ResponseCode.SUCCESS:
-        raise BrokerError(code, getattr(resp, "remark", ""), addr, request=method)
+def _send_result(response: RemotingCommand, addr: str, mq: MessageQueue, msg_id: str) -> SendResult:
+    status = SEND_STATUS_BY_CODE.get(response.code)
+    if status is None:
+        raise BrokerError(response.code, response.remark or "", addr, request="SEND_MESSAGE_V2 (310)")
+    ext = response.ext or {}
+    queue = MessageQueue(mq.topic, mq.broker_name, int(ext.get("queueId", mq.queue_id)))
+    return SendResult(status, msg_id, ext.get("msgId", ""), queue, int(ext.get("queueOffset", -1)))
+
+
+def _long(response: RemotingCommand, field: str, addr: str) -> int:
+    """A number from the answer's header; BrokerError naming the field when it is missing or not a number."""
+    value = (response.ext or {}).get(field)
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise BrokerError(ResponseCode.SYSTEM_ERROR, f"the answer's {field} header is {value!r}", addr) from None
