@@ -347,6 +347,11 @@ class BrokerMetrics:
         if suggested_slave:
             self.pull_slave_suggestions.inc()
 
+    def pulled_messages(self, topic: str, group: str) -> int:
+        """Messages pulled by ``group`` from ``topic`` since start (GET_CONSUME_STATS derives consumeTps from it)."""
+        cells = self._out_cells.get((topic, group))
+        return int(cells[0][0]) if cells is not None else 0
+
     def on_sync_wait(self, seconds: float, status: object) -> None:
         """A SYNC_MASTER batch finished waiting for its slave ack (PUT_OK) or gave up (FLUSH_SLAVE_TIMEOUT)."""
         self.sync_wait.observe(seconds)

@@ -1,0 +1,131 @@
+"""Admin: topics (RocketMQ AdminBrokerProcessor; spec remoting.md §2.4, §5.8).
+
+- UPDATE_AND_CREATE_TOPIC (17), header ``CreateTopicRequestHeader``: ``topic``, ``readQueueNums``,
+  ``writeQueueNums``, ``perm`` (required), ``topicSysFlag``, ``order`` (optional). Java clients also send
+  ``defaultTopic`` and ``topicFilterType``; both are accepted and unused (pyrmq topics are SINGLE_TAG). Creates or
+  replaces the topic, persists ``topics.json`` and registers with the nameservers at once, so routes show it.
+- DELETE_TOPIC_IN_BROKER (215), ``topic``: drops the topic, its consume queues and its consumer offsets. A topic
+  this broker does not have answers SUCCESS with a remark saying so, as RocketMQ does: ``mqadmin deleteTopic``
+  sends 215 to every master of the cluster and stops at the first error.
+- GET_TOPIC_STATS_INFO (202), ``topic``: TopicStatsTable, one entry per write queue,
+  ``{"offsetTable":{{"brokerName":S,"queueId":I,"topic":S}:{"lastUpdateTimestamp":L,"maxOffset":L,"minOffset":L}}}``
+  with the MessageQueue keys written inline as fastjson writes them; 17 for an unknown topic.
+
+Writes are refused on a slave (it copies the master's table; spec §2.5) with code 1 and RocketMQ's remark. A bad
+name, a system topic, queue counts outside 1..1024 or an invalid perm answer 1 with a remark that says what to
+change (RocketMQ answers 1 for each of these).
+"""
+
+from __future__ import annotations
+
+from broker.context import BrokerContext
+from broker.metadata.topics import TopicConfig, perm_valid
+from broker.processors import validate
+from remoting import fastjson
+from remoting.codes import RequestCode, ResponseCode
+from remoting.frame_codec import RemotingCommand, response_to
+from remoting.headers import Fields
+
+# RocketMQ's text (AdminBrokerProcessor#validateSlave), followed by ours naming the broker.
+SLAVE_REFUSAL = "Can't modify topic or subscription group from slave broker, please execute it from master broker"
+
+
+def slave_refusal(ctx: BrokerContext, request: RemotingCommand) -> RemotingCommand | None:
+    """Code 1 for a topic or group write sent to a slave; None on a master."""
+    if not ctx.is_slave:
+        return None
+    return response_to(
+        request, ResponseCode.SYSTEM_ERROR, f"{SLAVE_REFUSAL}; {ctx.slave_refusal('modify on the master')}"
+    )
+
+
+def message_queue(topic: str, broker_name: str, queue_id: int) -> fastjson.FrozenObject:
+    """A MessageQueue as a map key (written inline: ``{"brokerName":S,"queueId":I,"topic":S}``)."""
+    return fastjson.FrozenObject.of({"brokerName": broker_name, "queueId": queue_id, "topic": topic})
+
+
+def update(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
+    refused = slave_refusal(ctx, request)
+    if refused is not None:
+        return refused
+    f = Fields(request.ext, "UPDATE_AND_CREATE_TOPIC")
+    topic = f.req_str("topic")
+    read_nums, write_nums, perm = f.req_int("readQueueNums"), f.req_int("writeQueueNums"), f.req_int("perm")
+    bad = validate.admin_topic(topic) or validate.queue_nums(read_nums, write_nums)
+    if bad:
+        return response_to(request, ResponseCode.SYSTEM_ERROR, bad.remark)
+    if topic == ctx.settings.broker.broker_cluster_name:
+        return response_to(
+            request,
+            ResponseCode.SYSTEM_ERROR,
+            f"topic {topic} is the cluster's name, which RocketMQ reserves as a system topic; choose another name",
+        )
+    if not perm_valid(perm):
+        return response_to(
+            request, ResponseCode.SYSTEM_ERROR, f"perm {perm} is invalid; use 2 (W), 4 (R) or 6 (RW), plus 1 (inherit)"
+        )
+    cfg = TopicConfig(
+        topic_name=topic,
+        read_queue_nums=read_nums,
+        write_queue_nums=write_nums,
+        perm=perm,
+        topic_sys_flag=f.int("topicSysFlag", 0),
+        order=f.bool("order", False),
+    )
+    ctx.topics.update(cfg)
+    ctx.topics_changed()
+    return response_to(request, ResponseCode.SUCCESS, f"topic {topic} saved on {ctx.broker_name}")
+
+
+def delete(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
+    refused = slave_refusal(ctx, request)
+    if refused is not None:
+        return refused
+    topic = Fields(request.ext, "DELETE_TOPIC_IN_BROKER").req_str("topic")
+    bad = validate.admin_topic(topic)
+    if bad:
+        return response_to(request, ResponseCode.SYSTEM_ERROR, bad.remark)
+    existed = ctx.topics.delete(topic)
+    ctx.store.delete_topic(topic)
+    dropped = ctx.offsets.remove_topic(topic)
+    ctx.topics_changed()
+    if dropped:
+        ctx.spawn(ctx.offsets.persist(), "persist-offsets")
+    if not existed:
+        return response_to(
+            request, ResponseCode.SUCCESS, f"topic {topic} does not exist on {ctx.broker_name}; nothing to delete"
+        )
+    return response_to(
+        request,
+        ResponseCode.SUCCESS,
+        f"topic {topic} deleted from {ctx.broker_name} with {dropped} consumer offset entries",
+    )
+
+
+def stats(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
+    topic = Fields(request.ext, "GET_TOPIC_STATS_INFO").req_str("topic")
+    cfg = ctx.topics.get(topic)
+    if cfg is None:
+        return response_to(
+            request,
+            ResponseCode.TOPIC_NOT_EXIST,
+            f"topic[{topic}] not exist on broker {ctx.broker_name}; create it with updateTopic or check the name",
+        )
+    store = ctx.store
+    table = {}
+    for qid in range(cfg.write_queue_nums):
+        lo = max(0, store.min_offset_in_queue(topic, qid))
+        hi = max(0, store.max_offset_in_queue(topic, qid))
+        last = store.store_timestamp_at(topic, qid, hi - 1) if hi > 0 else 0
+        table[message_queue(topic, ctx.broker_name, qid)] = {
+            "lastUpdateTimestamp": max(0, last or 0),
+            "maxOffset": hi,
+            "minOffset": lo,
+        }
+    return response_to(request, ResponseCode.SUCCESS, body=fastjson.dumps({"offsetTable": table}))
+
+
+def register(server, ctx: BrokerContext) -> None:
+    server.register(RequestCode.UPDATE_AND_CREATE_TOPIC, lambda conn, req: update(ctx, conn, req))
+    server.register(RequestCode.DELETE_TOPIC_IN_BROKER, lambda conn, req: delete(ctx, conn, req))
+    server.register(RequestCode.GET_TOPIC_STATS_INFO, lambda conn, req: stats(ctx, conn, req))
