@@ -5,8 +5,6 @@ to results); behaviour against real processes is in tests/integration/client/.""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Self
 
 import pytest
 
@@ -20,72 +18,7 @@ from remoting.frame_codec import RemotingCommand, response_to
 from remoting.message_codec import decode_batch, java_string_hash, string_to_properties
 from remoting.server import RemotingServer
 from tests.support.procs import free_port
-
-
-class FakeCluster:
-    """A nameserver and a broker named ``b`` in one RemotingServer. ``topics`` maps a topic to its queue count
-    (absent: 17 from the nameserver); ``send_code`` decides each send's response code."""
-
-    def __init__(self) -> None:
-        self.server = RemotingServer("fake", "127.0.0.1", 0)
-        self.addr = ""
-        self.topics: dict[str, int] = {}
-        self.requests: list[RemotingCommand] = []
-        self.send_code: Callable[[RemotingCommand], int] = lambda _req: ResponseCode.SUCCESS
-        self.offsets: dict[tuple[str, int], int] = {}
-        for code in (RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO):
-            self.server.register(code, self._namesrv)
-        for code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-            self.server.register(code, self._send)
-        for code in (RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT):
-            self.server.register(code, self._ok)
-
-    async def __aenter__(self) -> Self:
-        self.addr = f"127.0.0.1:{await self.server.start()}"
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.server.stop(0.1)
-
-    def of(self, code: int) -> list[RemotingCommand]:
-        return [r for r in self.requests if r.code == code]
-
-    def _ok(self, conn, request: RemotingCommand) -> RemotingCommand:
-        self.requests.append(request)
-        return response_to(request, ResponseCode.SUCCESS)
-
-    def _namesrv(self, conn, request: RemotingCommand) -> RemotingCommand:
-        self.requests.append(request)
-        if request.code == RequestCode.GET_BROKER_CLUSTER_INFO:
-            body = (
-                b'{"brokerAddrTable":{"b":{"brokerAddrs":{0:"%s"},"brokerName":"b","cluster":"C"}},'
-                % (self.addr.encode())
-                + b'"clusterAddrTable":{"C":["b"]}}'
-            )
-            return response_to(request, ResponseCode.SUCCESS, body=body)
-        topic = request.ext["topic"]
-        if topic not in self.topics:
-            return response_to(request, ResponseCode.TOPIC_NOT_EXIST, f"No topic route info for {topic}")
-        n = self.topics[topic]
-        # fastjson's dialect: a bare numeric key in brokerAddrs (what a Java namesrv answers old clients)
-        body = (
-            b'{"brokerDatas":[{"brokerAddrs":{0:"%s"},"brokerName":"b","cluster":"C"}],"filterServerTable":{},'
-            b'"queueDatas":[{"brokerName":"b","perm":6,"readQueueNums":%d,"topicSysFlag":0,"writeQueueNums":%d}]}'
-        ) % (self.addr.encode(), n, n)
-        return response_to(request, ResponseCode.SUCCESS, body=body)
-
-    def _send(self, conn, request: RemotingCommand) -> RemotingCommand:
-        self.requests.append(request)
-        code = self.send_code(request)
-        if code not in (0, 10, 11, 12):
-            return response_to(request, code, "refused by the fake")
-        qid = int(request.ext["e"])
-        n = len(decode_batch(request.body, 1000, 1 << 20)) if request.code == RequestCode.SEND_BATCH_MESSAGE else 1
-        base = self.offsets.get((request.ext["b"], qid), 0)
-        self.offsets[(request.ext["b"], qid)] = base + n
-        ids = ",".join(f"{'0' * 16}{base + i:016X}" for i in range(n))
-        ext = {"msgId": ids, "queueId": str(qid), "queueOffset": str(base), "MSG_REGION": "DefaultRegion"}
-        return response_to(request, code, ext=ext)
+from tests.unit.client.fake_cluster import FakeCluster
 
 
 async def test_concurrent_sends_travel_as_one_320_whose_body_is_the_codecs_batch():
