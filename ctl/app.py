@@ -1,9 +1,9 @@
 """mqctl: the operator CLI. This module only composes the command groups and maps errors.
 
 Commands keep mqadmin's camelCase names and letters (clusterList -n ..., updateTopic -c ... -t ...); chaos and
-dev commands are pyrmq's own. Any known exception (pyrmq errors, gRPC transport errors, Docker errors) becomes
+dev commands are pyrmq's own. Any known exception (pyrmq errors, remoting transport errors, Docker errors) becomes
 ``error: <what failed>; <what to do>`` on stderr with exit code 1; usage errors are Typer's, exit code 2.
-Command modules import grpc and docker inside their functions, so ``mqctl --help`` stays fast.
+Command modules import the SDK and docker inside their functions, so ``mqctl --help`` stays fast.
 """
 
 from __future__ import annotations

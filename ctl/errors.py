@@ -2,7 +2,7 @@
 
 Every message names what failed and ends with what to do next (``PyrmqError`` joins message and hint with
 ``; ``). ``describe()`` returns None for an exception it does not know, so real bugs keep their traceback.
-grpc and docker are looked up in ``sys.modules`` instead of imported: if a command never imported them, no
+The SDK and docker are looked up in ``sys.modules`` instead of imported: if a command never imported them, no
 exception of theirs can be in flight, and ``mqctl --help`` stays free of both imports.
 """
 
@@ -96,16 +96,26 @@ def _from_sdk(exc: BaseException) -> CtlError | None:
     if isinstance(exc, sdk.NoNameserverError):
         return NamesrvUnreachable(";".join(exc.addrs), "")
     if isinstance(exc, sdk.BrokerUnreachableError):
-        return BrokerUnreachable(exc.addr, _request_of(exc), exc.status)
+        return BrokerUnreachable(exc.addr, _request_of(exc), TRANSPORT_WORDS.get(exc.status, exc.status))
     if isinstance(exc, sdk.RequestTimeout):
         return BrokerUnreachable(exc.addr, _request_of(exc), f"no answer within {exc.timeout_s:.1f}s")
     return None
 
 
+# The SDK's transport statuses (client/rpc.py) in an operator's words.
+TRANSPORT_WORDS = {
+    "CONNECT_FAILED": "cannot connect",
+    "CONNECTION_CLOSED": "the connection closed before the answer",
+    "TOO_MANY_REQUESTS": "too many requests waiting on the connection",
+}
+
+
 def _request_of(exc: PyrmqError) -> str:
-    """The SDK puts the request first: "GetHAStatus to 127.0.0.1:10911 failed ..." -> "GetHAStatus"."""
+    """The SDK puts the request first: "GET_BROKER_RUNTIME_INFO (28) to 127.0.0.1:10911 failed ..." ->
+    "GET_BROKER_RUNTIME_INFO"."""
     head, sep, _ = exc.message.partition(" to ")
-    return head if sep and " " not in head else "the request"
+    name = head.split(" ", 1)[0]
+    return name if sep and name.isupper() else "the request"
 
 
 def describe(exc: BaseException) -> str | None:
@@ -115,12 +125,6 @@ def describe(exc: BaseException) -> str | None:
         return str(translated)
     if isinstance(exc, PyrmqError):
         return str(exc)
-    grpc = sys.modules.get("grpc")
-    if grpc is not None and isinstance(exc, grpc.RpcError):
-        code = exc.code() if hasattr(exc, "code") else None
-        details = exc.details() if hasattr(exc, "details") else str(exc)
-        name = code.name if code is not None else "UNKNOWN"
-        return f"gRPC call failed: {name}: {details}; retry, or check the server's log"
     docker_errors = sys.modules.get("docker.errors")
     if docker_errors is not None and isinstance(exc, docker_errors.DockerException):
         explanation = getattr(exc, "explanation", None) or str(exc)

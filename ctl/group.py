@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from ctl.options import BrokerAddrOpt, ClusterOpt, GroupOpt, JsonOpt, NamesrvOpt, one_target, truthy
-from ctl.output import Column, Output, human_time
+from ctl.output import Column, Output, format_table, human_time
 from remoting.codes import ResponseCode
 
 app = typer.Typer()
@@ -48,7 +48,9 @@ def group_config_json(cfg) -> dict:
 
 def _fields(cfg) -> dict:
     """The config as AdminClient.update_subscription_group's keyword arguments."""
-    return {f.name: getattr(cfg, f.name) for f in cfg.DESCRIPTOR.fields if f.name != "group_name"}
+    import dataclasses
+
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "group_name"}
 
 
 def group_config_text(cfg) -> str:
@@ -74,11 +76,11 @@ def update_sub_group(
 ):
     """Update or create a subscription group on one broker (-b) or every master of a cluster (-c)."""
     one_target(broker_addr, cluster_name)
+    from client.admin_bodies import SubscriptionGroupConfig
     from client.errors import MQClientError
     from ctl.rpc import Cluster
-    from remoting.pb import admin_pb2
 
-    cfg = admin_pb2.SubscriptionGroupConfig(
+    cfg = SubscriptionGroupConfig(
         group_name=group,
         consume_enable=truthy(consume_enable),
         consume_from_min_enable=truthy(consume_from_min),
@@ -137,9 +139,20 @@ def delete_sub_group(
 GROUPS_COLUMNS = [
     Column("Group", "group"),
     Column("Count", "count"),
+    Column("Version", "version"),
+    Column("Type", "consumeType"),
+    Column("Model", "messageModel"),
     Column("TPS", "consumeTps"),
     Column("Diff Total", "diffTotal"),
 ]
+CONNECTION_COLUMNS = [
+    Column("ClientId", "clientId"),
+    Column("ClientAddr", "clientAddr"),
+    Column("Language", "language"),
+    Column("Version", "version"),
+]
+SUBSCRIPTION_COLUMNS = [Column("Topic", "topic"), Column("SubExpression", "subExpression")]
+RETRY_PREFIX = "%RETRY%"
 # A broker that never saw the group or topic answers one of these: "nothing here", not a failure.
 NOT_FOUND_CODES = (
     ResponseCode.QUERY_NOT_FOUND,
@@ -156,7 +169,7 @@ def progress_rows(cluster, group: str, topic: str | None) -> tuple[list[dict], f
 
     rows, tps = [], 0.0
     for name in cluster.broker_names():
-        _, addr = read_addr(cluster.broker_group(name))
+        _, addr = read_addr(cluster.broker_group(name).broker_addrs)
         try:
             stats = cluster.run(cluster.client.consume_stats(addr, group, topic or ""))
         except BrokerError as exc:
@@ -181,27 +194,74 @@ def progress_rows(cluster, group: str, topic: str | None) -> tuple[list[dict], f
     return rows, tps
 
 
-def all_groups_rows(cluster) -> list[dict]:
-    """mqadmin's consumerProgress without -g: one row per subscription group that has committed offsets."""
+def known_groups(cluster) -> set[str]:
+    """Every consumer group the cluster knows of: subscription groups, groups with committed offsets, and the
+    groups of ``%RETRY%<group>`` topics (what mqadmin looks at). A RocketMQ client that only heartbeats and
+    commits offsets shows up in the last two even where no subscription group was created for it."""
     from ctl.rpc import read_addr
 
     groups: set[str] = set()
     for name in cluster.broker_names():
-        _, addr = read_addr(cluster.broker_group(name))
+        _, addr = read_addr(cluster.broker_group(name).broker_addrs)
         groups.update(g.group_name for g in cluster.run(cluster.client.all_subscription_groups(addr)).groups)
+        groups.update(cluster.run(cluster.client.all_consumer_offsets(addr)).groups())
+    groups.update(
+        t.removeprefix(RETRY_PREFIX) for t in cluster.run(cluster.client.all_topics()) if t.startswith(RETRY_PREFIX)
+    )
+    return groups
+
+
+def connections(cluster, group: str):
+    """The group's consumer connections on every broker group, merged by clientId (mqadmin reads one broker;
+    a client connects to every broker it consumes from, so the union is the same set, robust to one being down).
+    None when no broker knows a connected client of the group."""
+    from client.errors import BrokerError
+    from ctl.rpc import read_addr
+
+    merged = None
+    for name in cluster.broker_names():
+        _, addr = read_addr(cluster.broker_group(name).broker_addrs)
+        try:
+            found = cluster.run(cluster.client.consumer_connection(addr, group))
+        except BrokerError as exc:
+            if exc.code == ResponseCode.CONSUMER_NOT_ONLINE:
+                continue
+            raise
+        if merged is None:
+            merged = found
+            continue
+        have = {c.client_id for c in merged.connections}
+        merged.connections += [c for c in found.connections if c.client_id not in have]
+        merged.subscriptions.update(found.subscriptions)
+    return merged
+
+
+def all_groups_rows(cluster) -> list[dict]:
+    """mqadmin's consumerProgress without -g: one row per group that has committed offsets."""
     rows = []
-    for group in sorted(groups):
+    for group in sorted(known_groups(cluster)):
         queues, tps = progress_rows(cluster, group, None)
         if not queues:
             continue
-        consumers: set[str] = set()
-        for name in cluster.broker_names():
-            _, addr = read_addr(cluster.broker_group(name))
-            consumers.update(cluster.run(cluster.client.consumer_ids(addr, group)))
+        conn = connections(cluster, group)
+        first = conn.connections[0] if conn is not None and conn.connections else None
         rows.append(
-            {"group": group, "count": len(consumers), "consumeTps": tps, "diffTotal": sum(q["diff"] for q in queues)}
+            {
+                "group": group,
+                "count": len(conn.connections) if conn is not None else 0,
+                "version": f"{first.language}:{first.version}" if first is not None else "OFFLINE",
+                "consumeType": _consume_type(conn.consume_type) if conn is not None else "",
+                "messageModel": conn.message_model if conn is not None else "",
+                "consumeTps": tps,
+                "diffTotal": sum(q["diff"] for q in queues),
+            }
         )
     return rows
+
+
+def _consume_type(wire: str) -> str:
+    """ConsumeType as mqadmin prints it: CONSUME_PASSIVELY is a push consumer, CONSUME_ACTIVELY a pull one."""
+    return {"CONSUME_PASSIVELY": "PUSH", "CONSUME_ACTIVELY": "PULL"}.get(wire, wire)
 
 
 @app.command("consumerProgress")
@@ -234,3 +294,56 @@ def consumer_progress(
         out.show({"group": group, "consumeTps": tps, "diffTotal": diff_total, "queues": rows}, [])
         return
     out.table(PROGRESS_COLUMNS, rows, footer=["", f"Consume TPS: {tps:.2f}", f"Diff Total: {diff_total}"])
+
+
+@app.command("consumerConnection")
+def consumer_connection(
+    group: GroupOpt,
+    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    broker_addr: BrokerAddrOpt = None,
+    json: JsonOpt = False,
+):
+    """Query a consumer group's connected clients and their subscriptions (all broker groups, or -b one broker)."""
+    from client.errors import BrokerError
+    from ctl.errors import CtlError
+    from ctl.rpc import Cluster
+
+    with Cluster(namesrv) as cluster:
+        if broker_addr:
+            try:
+                conn = cluster.run(cluster.client.consumer_connection(broker_addr, group))
+            except BrokerError as exc:
+                if exc.code != ResponseCode.CONSUMER_NOT_ONLINE:
+                    raise
+                conn = None
+        else:
+            conn = connections(cluster, group)
+    if conn is None or not conn.connections:
+        raise CtlError(
+            f"no consumer of group {group} is connected" + (f" to {broker_addr}" if broker_addr else ""),
+            hint="start a consumer of the group, or check the name with `mqctl consumerProgress`",
+        )
+    clients = [
+        {"clientId": c.client_id, "clientAddr": c.client_addr, "language": c.language, "version": c.version}
+        for c in conn.connections
+    ]
+    subs = [{"topic": t, "subExpression": e} for t, e in conn.subscriptions.items()]
+    data = {
+        "group": group,
+        "connections": clients,
+        "subscriptions": subs,
+        "consumeType": conn.consume_type,
+        "messageModel": conn.message_model,
+        "consumeFromWhere": conn.consume_from_where,
+    }
+    lines = [
+        *format_table(CONNECTION_COLUMNS, clients),
+        "",
+        "Below is subscription:",
+        *format_table(SUBSCRIPTION_COLUMNS, subs),
+        "",
+        f"ConsumeType: {conn.consume_type}",
+        f"MessageModel: {conn.message_model}",
+        f"ConsumeFromWhere: {conn.consume_from_where}",
+    ]
+    Output(json).show(data, lines)

@@ -1,4 +1,4 @@
-"""haStatus: replication state per master (5.x HAStatusSubCommand), from BrokerAdmin.GetHAStatus.
+"""haStatus: replication state per master (5.x HAStatusSubCommand), from GET_BROKER_HA_STATUS (907).
 
 On a master: a header block (#MasterAddr, #MasterCommitLogMaxOffset, #SlaveNum, #InSyncSlaveNum) and one row
 per slave connection with RocketMQ's status words, "OK" and "Fall Behind", plus "Disconnected" for a slave the

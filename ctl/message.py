@@ -1,18 +1,18 @@
 """Smoke-test commands: sendMessage and consumeMessage (mqadmin's message/ package).
 
 sendMessage sends one message to a writable queue of a master, the one given with -b/-i or a random one, and
-shows the SDK's SendResult; it builds the message with the SDK (client.message.Message, so UNIQ_KEY is
-RocketMQ's) and sends it on the AdminClient's broker channel, because the SDK Producer picks queues itself.
+shows the SendResult; it builds the message with the SDK (client.message.Message, so UNIQ_KEY is RocketMQ's) and
+sends it with AdminClient.send_message (SEND_MESSAGE_V2 to that queue), because the SDK Producer picks queues itself.
 consumeMessage is the SDK PullConsumer: it follows the brokers' read advice (--from-slave starts each queue on
 the slave), starts at the group's committed offset (or the queue's minimum) and commits what it printed, to
 the master while it answers, else to the slave, so consumerProgress shows the group caught up afterwards.
-With -o it reads from that offset and commits nothing.
+With -o it reads from that offset and commits nothing. queryMsgById reads one message by its offset msgId
+(VIEW_MESSAGE_BY_ID to the store host inside the id, as mqadmin does).
 """
 
 from __future__ import annotations
 
 import random
-import time
 from typing import Annotated
 
 import typer
@@ -47,17 +47,17 @@ MESSAGE_COLUMNS = [
 ]
 
 
-def _queue_data(route, broker_name: str):
-    for q in route.queue_datas:
-        if q.broker_name == broker_name:
+def _queue_data(route: dict, broker_name: str) -> dict | None:
+    for q in route["queueDatas"]:
+        if q["brokerName"] == broker_name:
             return q
     return None
 
 
-def _master_addr(route, broker_name: str) -> str | None:
-    for data in route.broker_datas:
-        if data.broker_name == broker_name:
-            return data.broker_addrs.get(MASTER_ID) or None
+def _master_addr(route: dict, broker_name: str) -> str | None:
+    for data in route["brokerDatas"]:
+        if data["brokerName"] == broker_name:
+            return data["brokerAddrs"].get(MASTER_ID) or None
     return None
 
 
@@ -65,13 +65,13 @@ def _pick_broker(cluster, route, broker_name: str | None, perm: int) -> list[str
     """Broker names of the route allowing ``perm``; UnknownName when -b names no broker of the route."""
     from ctl.errors import CtlError, UnknownName
 
-    names = sorted(q.broker_name for q in route.queue_datas)
+    names = sorted(q["brokerName"] for q in route["queueDatas"])
     if broker_name is not None:
         if broker_name not in names:
             known = names or cluster.broker_names()
             raise UnknownName("broker", broker_name, known, hint="pass -b with a broker name of the topic's route")
         names = [broker_name]
-    usable = [n for n in names if _queue_data(route, n).perm & perm]
+    usable = [n for n in names if int(_queue_data(route, n).get("perm", 0)) & perm]
     if not usable:
         what = "writable" if perm == PERM_WRITE else "readable"
         raise CtlError(
@@ -93,11 +93,9 @@ def send_message(
     json: JsonOpt = False,
 ):
     """Send one message to a topic and print where it went."""
-    from client.errors import BrokerError
-    from client.message import SEND_STATUS_BY_CODE, Message, local_ip
+    from client.message import Message, MessageQueue
     from ctl.errors import CtlError
     from ctl.rpc import Cluster
-    from remoting.pb import broker_pb2
 
     if queue_id is not None and broker_name is None:
         raise typer.BadParameter("-i needs -b <brokerName>", param_hint="-i")
@@ -111,35 +109,24 @@ def send_message(
                 hint="start the master, or send to another broker (-b)",
             )
         name = random.choice(with_master)
-        write_queues = _queue_data(route, name).write_queue_nums
+        write_queues = int(_queue_data(route, name).get("writeQueueNums", 0))
         if queue_id is not None and queue_id >= write_queues:
             raise typer.BadParameter(
                 f"{name} has {write_queues} write queues for {topic} (0..{write_queues - 1})", param_hint="-i"
             )
         qid = queue_id if queue_id is not None else random.randrange(write_queues)
-        addr = _master_addr(route, name)
         message = Message(topic, body.encode(), tags=tags or "", keys=keys or "")
-        request = broker_pb2.SendMessageRequest(
-            producer_group=TOOLS_PRODUCER_GROUP,
-            topic=topic,
-            queue_id=qid,
-            messages=[message.to_pb(int(time.time() * 1000))],
-            born_host=f"{local_ip()}:0",
+        mq = MessageQueue(topic, name, qid)
+        result = cluster.run(
+            cluster.client.send_message(_master_addr(route, name), mq, message, producer_group=TOOLS_PRODUCER_GROUP)
         )
-        channels = cluster.client.channels
-        response = cluster.run(
-            channels.call(addr, channels.get(addr).messaging.SendMessage, request, cluster.timeout_s, "SendMessage")
-        )
-        status = SEND_STATUS_BY_CODE.get(response.code)
-        if status is None:
-            raise BrokerError(response.code, response.remark, addr, request="SendMessage")
     row = {
-        "brokerName": response.broker_name or name,
-        "queueId": response.queue_id,
-        "sendResult": status.value,
-        "msgId": message.msg_id,
-        "offsetMsgId": response.msg_ids[0] if response.msg_ids else "",
-        "queueOffset": response.queue_offset,
+        "brokerName": result.message_queue.broker_name,
+        "queueId": result.message_queue.queue_id,
+        "sendResult": result.status.value,
+        "msgId": result.msg_id,
+        "offsetMsgId": result.offset_msg_id,
+        "queueOffset": result.queue_offset,
     }
     Output(json).table(SEND_COLUMNS, [row])
 
@@ -230,3 +217,74 @@ async def _consume(cluster, topic, group, names, queue_id, offset, count, from_s
                 if next_offset != committed:
                     await consumer.commit_offset(mq, next_offset)
     return rows
+
+
+def message_lines(msg, msg_id: str) -> tuple[dict, list[str]]:
+    """mqadmin queryMsgById's ``%-20s %s`` block for one stored message, and the same as a JSON object."""
+    props = msg.properties
+    data = {
+        "offsetMsgId": msg_id,
+        "topic": msg.topic,
+        "tags": props.get("TAGS", ""),
+        "keys": props.get("KEYS", ""),
+        "queueId": msg.queue_id,
+        "queueOffset": msg.queue_offset,
+        "commitLogOffset": msg.physical_offset,
+        "reconsumeTimes": msg.reconsume_times,
+        "bornTimestamp": human_time(msg.born_timestamp),
+        "storeTimestamp": human_time(msg.store_timestamp),
+        "bornHost": "{}:{}".format(*msg.born_host),
+        "storeHost": "{}:{}".format(*msg.store_host),
+        "sysFlag": msg.sys_flag,
+        "properties": props,
+        "body": msg.body.decode("utf-8", "replace"),
+    }
+    labels = [
+        ("OffsetID:", "offsetMsgId"),
+        ("Topic:", "topic"),
+        ("Tags:", "tags"),
+        ("Keys:", "keys"),
+        ("Queue ID:", "queueId"),
+        ("Queue Offset:", "queueOffset"),
+        ("CommitLog Offset:", "commitLogOffset"),
+        ("Reconsume Times:", "reconsumeTimes"),
+        ("Born Timestamp:", "bornTimestamp"),
+        ("Store Timestamp:", "storeTimestamp"),
+        ("Born Host:", "bornHost"),
+        ("Store Host:", "storeHost"),
+        ("System Flag:", "sysFlag"),
+        ("Properties:", "properties"),
+        ("Message Body:", "body"),
+    ]
+    lines = []
+    for label, key in labels:
+        value = data[key]
+        if key == "tags" or key == "keys":
+            value = f"[{value}]"
+        elif key == "properties":
+            value = "{" + ", ".join(f"{k}={v}" for k, v in sorted(value.items())) + "}"
+        lines.append(f"{label:<20} {value}")
+    return data, lines
+
+
+@app.command("queryMsgById")
+def query_msg_by_id(
+    msg_id: Annotated[str, typer.Option("-i", "--msgId", help="Offset message id (SendResult's offsetMsgId).")],
+    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    json: JsonOpt = False,
+):
+    """Query a message by its offset msgId: the store host inside the id is asked for the record."""
+    from ctl.rpc import Cluster
+    from remoting.message_codec import MessageCodecError, decode, parse_offset_msg_id
+
+    try:
+        (host, port), offset = parse_offset_msg_id(msg_id.strip())
+    except MessageCodecError as exc:
+        raise typer.BadParameter(
+            f"{exc.message}; pass the offsetMsgId of a SendResult (mqctl sendMessage --json prints it)",
+            param_hint="-i",
+        ) from None
+    with Cluster(namesrv) as cluster:
+        record = cluster.run(cluster.client.view_message(f"{host}:{port}", offset))
+    data, lines = message_lines(decode(record), msg_id.strip().upper())
+    Output(json).show(data, lines)

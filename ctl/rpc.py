@@ -6,7 +6,7 @@ On top of the SDK it adds what only an operator tool needs: the list of register
 slaves), ``-c`` resolved to the masters of a cluster, broker names checked against the nameserver with an
 error listing the known ones, and a route look-up whose error says how to create the topic.
 
-Imported only inside command functions: it pulls in grpc and the generated stubs.
+Imported only inside command functions: it pulls in the SDK and its event loop.
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
-from client.admin import AdminClient
-from client.errors import NoNameserverError
+from client.admin import AdminClient, BrokerData, ClusterInfo
+from client.errors import BrokerError, NoNameserverError, NoRouteError
 from client.namesrv import NamesrvClient
-from ctl.errors import NamesrvUnreachable, Refused, TopicNotFound, UnknownName
-from remoting.codes import ResponseCode
-from remoting.pb import namesrv_pb2
+from ctl.errors import TRANSPORT_WORDS, NamesrvUnreachable, Refused, TopicNotFound, UnknownName
+from remoting.frame_codec import RemotingCommand
 
 CALL_TIMEOUT_S = 5.0
 MASTER_ID = 0
@@ -54,7 +53,7 @@ class Cluster:
         except ValueError as exc:  # an address that is not host:port
             self._runner.close()
             raise NamesrvUnreachable(namesrv, str(exc)) from None
-        self._info: namesrv_pb2.GetBrokerClusterInfoResponse | None = None
+        self._info: ClusterInfo | None = None
 
     def __enter__(self) -> Self:
         return self
@@ -73,10 +72,10 @@ class Cluster:
         try:
             return self._runner.run(coro)
         except NoNameserverError as exc:
-            raise NamesrvUnreachable(";".join(self.namesrv_addrs), _status_of(exc.last_error)) from None
+            raise NamesrvUnreachable(";".join(self.namesrv_addrs), _reason_of(exc.last_error)) from None
 
     # nameserver ---------------------------------------------------------------------------------------------
-    def cluster_info(self) -> namesrv_pb2.GetBrokerClusterInfoResponse:
+    def cluster_info(self) -> ClusterInfo:
         if self._info is None:
             self._info = self.run(self.client.cluster_info())
         return self._info
@@ -95,7 +94,7 @@ class Cluster:
         for cluster_name, names in info.cluster_addr_table.items():
             if cluster is not None and cluster_name != cluster:
                 continue
-            for name in names.broker_names:
+            for name in names:
                 data = info.broker_addr_table.get(name)
                 for broker_id, addr in data.broker_addrs.items() if data is not None else ():
                     refs.append(BrokerRef(cluster_name, name, int(broker_id), addr))
@@ -111,7 +110,7 @@ class Cluster:
     def broker_names(self) -> list[str]:
         return sorted(self.cluster_info().broker_addr_table)
 
-    def broker_group(self, broker_name: str) -> namesrv_pb2.BrokerData:
+    def broker_group(self, broker_name: str) -> BrokerData:
         """The BrokerData of ``broker_name``; UnknownName listing the known broker names otherwise."""
         info = self.cluster_info()
         data = info.broker_addr_table.get(broker_name)
@@ -121,46 +120,56 @@ class Cluster:
             )
         return data
 
-    def route(self, topic: str) -> namesrv_pb2.TopicRouteData:
-        response = self.run(self.client.namesrv.route(topic))
-        if response.code == ResponseCode.TOPIC_NOT_EXIST or (response.code == 0 and not response.route.broker_datas):
+    def route(self, topic: str) -> dict[str, Any]:
+        """TopicRouteData (RocketMQ's field names); TopicNotFound when the nameserver has none."""
+        try:
+            route = self.run(self.client.topic_route_raw(topic))
+        except NoRouteError:
+            raise TopicNotFound(topic) from None
+        except BrokerError as exc:
+            raise Refused("nameserver", "GET_ROUTEINFO_BY_TOPIC", exc.code, exc.remark) from None
+        if not route["brokerDatas"]:
             raise TopicNotFound(topic)
-        if response.code != ResponseCode.SUCCESS:
-            raise Refused("nameserver", "GetRouteInfoByTopic", response.code, response.remark)
-        return response.route
+        return route
 
-    def each_namesrv(self, method: str, request) -> list[tuple[str, Any]]:
-        """Call ``method`` on every nameserver that answers (writes must reach all of them)."""
+    def each_namesrv(self, code: int, ext: dict[str, str]) -> list[tuple[str, RemotingCommand]]:
+        """Send one request to every nameserver that answers (writes must reach all of them); their answers."""
 
-        async def call_all() -> list[tuple[str, Any]]:
+        async def call_all() -> list[tuple[str, RemotingCommand]]:
             answers = []
+            last = ""
             for addr in self.namesrv_addrs:
-                one = NamesrvClient(addr, timeout_s=self.timeout_s)
+                one = NamesrvClient(addr, remoting=self.client.remoting, timeout_s=self.timeout_s)
                 try:
-                    answers.append((addr, await one.call(method, request)))
-                except NoNameserverError:
-                    continue
-                finally:
-                    await one.close()
+                    answers.append((addr, await one.invoke(code, ext)))
+                except NoNameserverError as exc:
+                    last = exc.last_error
             if not answers:
-                raise NoNameserverError(self.namesrv_addrs, "UNAVAILABLE")
+                raise NoNameserverError(self.namesrv_addrs, last)
             return answers
 
         return self.run(call_all())
 
 
-def _status_of(last_error: str) -> str:
-    """The gRPC status in the SDK's last error: "127.0.0.1:9876: UNAVAILABLE failed ..." -> "UNAVAILABLE"."""
-    words = last_error.split()
-    return words[1] if len(words) > 1 else (last_error or "no answer")
+def _reason_of(last_error: str) -> str:
+    """What went wrong in the SDK's last error, said briefly: "GET_... (106) to 127.0.0.1:9876 failed:
+    CONNECT_FAILED: cannot connect (...)" -> "cannot connect"; a timeout -> "no answer within 5 s"."""
+    if " got no answer within " in last_error:
+        return "no answer within " + last_error.rpartition(" got no answer within ")[2]
+    _, sep, rest = last_error.partition(" failed: ")
+    if not sep:
+        return last_error or "no answer"
+    status, _, details = rest.partition(": ")
+    return TRANSPORT_WORDS.get(status, details or status)
 
 
-def read_addr(data: namesrv_pb2.BrokerData, prefer_slave: bool = False) -> tuple[int, str]:
-    """RocketMQ's selectBrokerAddr: the master when listed, else the lowest slave; (id, addr)."""
-    ids = sorted(int(i) for i in data.broker_addrs)
+def read_addr(broker_addrs: dict[int, str], prefer_slave: bool = False) -> tuple[int, str]:
+    """RocketMQ's selectBrokerAddr over one group's ``{brokerId: addr}``: the master when listed, else the lowest
+    slave; (id, addr)."""
+    ids = sorted(int(i) for i in broker_addrs)
     if prefer_slave:
         slaves = [i for i in ids if i != MASTER_ID]
         if slaves:
-            return slaves[0], data.broker_addrs[slaves[0]]
+            return slaves[0], broker_addrs[slaves[0]]
     chosen = MASTER_ID if MASTER_ID in ids else ids[0]
-    return chosen, data.broker_addrs[chosen]
+    return chosen, broker_addrs[chosen]

@@ -34,28 +34,32 @@ def perm_text(perm: int) -> str:
     return ("R" if perm & 4 else "-") + ("W" if perm & 2 else "-") + ("X" if perm & 1 else "-")
 
 
-def route_json(route) -> dict:
-    """TopicRouteData with mqadmin's field names."""
-    return {
+def route_json(route: dict) -> dict:
+    """TopicRouteData as mqadmin prints it (brokerAddrs keys as strings, groups sorted by name)."""
+    out = {
         "brokerDatas": [
             {
-                "cluster": b.cluster,
-                "brokerName": b.broker_name,
-                "brokerAddrs": {str(k): v for k, v in sorted(b.broker_addrs.items())},
+                "cluster": b.get("cluster", ""),
+                "brokerName": b["brokerName"],
+                "brokerAddrs": {str(k): v for k, v in sorted(b["brokerAddrs"].items())},
             }
-            for b in sorted(route.broker_datas, key=lambda b: b.broker_name)
+            for b in sorted(route["brokerDatas"], key=lambda b: b["brokerName"])
         ],
         "queueDatas": [
             {
-                "brokerName": q.broker_name,
-                "readQueueNums": q.read_queue_nums,
-                "writeQueueNums": q.write_queue_nums,
-                "perm": q.perm,
-                "topicSysFlag": q.topic_sys_flag,
+                "brokerName": q["brokerName"],
+                "readQueueNums": int(q.get("readQueueNums", 0)),
+                "writeQueueNums": int(q.get("writeQueueNums", 0)),
+                "perm": int(q.get("perm", 0)),
+                "topicSysFlag": int(q.get("topicSysFlag", 0)),
             }
-            for q in sorted(route.queue_datas, key=lambda q: q.broker_name)
+            for q in sorted(route["queueDatas"], key=lambda q: q["brokerName"])
         ],
+        "filterServerTable": route.get("filterServerTable") or {},
     }
+    if route.get("orderTopicConf"):
+        out["orderTopicConf"] = route["orderTopicConf"]
+    return out
 
 
 def topic_config_text(topic: str, *, read_queue_nums: int, write_queue_nums: int, perm: int, order: bool) -> str:
@@ -123,13 +127,13 @@ def topic_status(topic: TopicOpt, namesrv: NamesrvOpt = "127.0.0.1:9876", json: 
 
     rows = []
     with Cluster(namesrv) as cluster:
-        for data in sorted(cluster.route(topic).broker_datas, key=lambda b: b.broker_name):
-            _, addr = read_addr(data)
+        for data in sorted(cluster.route(topic)["brokerDatas"], key=lambda b: b["brokerName"]):
+            _, addr = read_addr(data["brokerAddrs"])
             stats = cluster.run(cluster.client.topic_stats(addr, topic))
-            for q in sorted(stats.queues, key=lambda q: q.queue_id):
+            for q in stats.queues:
                 rows.append(
                     {
-                        "brokerName": stats.broker_name or data.broker_name,
+                        "brokerName": stats.broker_name or data["brokerName"],
                         "queueId": q.queue_id,
                         "minOffset": q.min_offset,
                         "maxOffset": q.max_offset,
@@ -166,26 +170,75 @@ def update_topic(
     }
     out = Output(json)
     done = []
+    order_conf = None
     with Cluster(namesrv) as cluster:
-        addrs = [broker_addr] if broker_addr else [r.addr for r in cluster.masters(cluster_name)]
+        if broker_addr:  # mqadmin asks the nameserver for the broker's name only to write the order conf
+            refs = [_broker_at(cluster, broker_addr)] if config["order"] else []
+            addrs = [broker_addr]
+        else:
+            refs = cluster.masters(cluster_name)
+            addrs = [r.addr for r in refs]
         for addr in addrs:
             cluster.run(cluster.client.update_topic(addr, topic, **config))
             done.append(addr)
             out.progress(f"create topic to {addr} success.")
+        if config["order"]:
+            order_conf = _write_order_conf(cluster, topic, refs, write_queue_nums, whole_cluster=broker_addr is None)
+            scope = "broker" if broker_addr else "cluster"
+            out.progress(f"set {scope} orderConf. isOrder=true, orderConf=[{order_conf}]")
     out.progress(topic_config_text(topic, **config))
-    out.show(
-        {
-            "brokers": done,
-            "topicConfig": {
-                "topicName": topic,
-                "readQueueNums": read_queue_nums,
-                "writeQueueNums": write_queue_nums,
-                "perm": perm,
-                "order": config["order"],
-            },
+    data = {
+        "brokers": done,
+        "topicConfig": {
+            "topicName": topic,
+            "readQueueNums": read_queue_nums,
+            "writeQueueNums": write_queue_nums,
+            "perm": perm,
+            "order": config["order"],
         },
-        [],
-    )
+    }
+    if order_conf is not None:
+        data["orderConf"] = order_conf
+    out.show(data, [])
+
+
+def _broker_at(cluster, addr: str):
+    """The registered broker listening at ``addr`` (mqadmin's fetchBrokerNameByAddr)."""
+    from ctl.errors import UnknownName
+
+    for ref in cluster.brokers():
+        if ref.addr == addr:
+            return ref
+    known = [r.addr for r in cluster.brokers()]
+    raise UnknownName("broker address", addr, known, hint="pass -b with an address from `mqctl clusterList`")
+
+
+def _write_order_conf(cluster, topic: str, refs, queue_nums: int, *, whole_cluster: bool) -> str:
+    """mqadmin's createOrUpdateOrderConf: the nameservers' KV entry ORDER_TOPIC_CONFIG/<topic> becomes
+    ``brokerName:queueNums`` joined by ';', which routes carry as orderTopicConf. With -c the entry is the
+    cluster's masters; with -b this broker's part replaces its old one and the other brokers' parts stay."""
+    from client.admin import ORDER_TOPIC_CONFIG
+
+    parts: dict[str, str] = {}
+    if not whole_cluster:
+        old = cluster.run(cluster.client.get_kv_config(ORDER_TOPIC_CONFIG, topic)) or ""
+        for part in filter(None, old.split(";")):
+            parts[part.split(":", 1)[0]] = part
+    for ref in refs:
+        parts[ref.broker_name] = f"{ref.broker_name}:{queue_nums}"
+    value = ";".join(parts.values())
+    _on_every_namesrv(cluster, "PUT_KV_CONFIG", {"namespace": ORDER_TOPIC_CONFIG, "key": topic, "value": value})
+    return value
+
+
+def _on_every_namesrv(cluster, name: str, ext: dict[str, str]) -> None:
+    """Send a write to every nameserver of -n; Refused naming the first that says no."""
+    from ctl.errors import Refused
+    from remoting.codes import RequestCode
+
+    for addr, response in cluster.each_namesrv(RequestCode[name], ext):
+        if response.code != 0:
+            raise Refused(f"nameserver {addr}", name, response.code, response.remark or "")
 
 
 @app.command("deleteTopic")
@@ -195,10 +248,9 @@ def delete_topic(
     namesrv: NamesrvOpt = "127.0.0.1:9876",
     json: JsonOpt = False,
 ):
-    """Delete a topic from every master of a cluster and from the nameservers."""
-    from ctl.errors import Refused
+    """Delete a topic from every master of a cluster and from the nameservers (with its order conf)."""
+    from client.admin import ORDER_TOPIC_CONFIG
     from ctl.rpc import Cluster
-    from remoting.pb import namesrv_pb2
 
     out = Output(json)
     with Cluster(namesrv) as cluster:
@@ -206,9 +258,8 @@ def delete_topic(
         for ref in masters:
             cluster.run(cluster.client.delete_topic(ref.addr, topic))
         out.progress(f"delete topic [{topic}] from cluster [{cluster_name}] success.")
-        request = namesrv_pb2.DeleteTopicRequest(topic=topic, cluster_name=cluster_name)
-        for addr, response in cluster.each_namesrv("DeleteTopic", request):
-            if response.code != 0:
-                raise Refused(f"nameserver {addr}", "DeleteTopic", response.code, response.remark)
+        _on_every_namesrv(cluster, "DELETE_TOPIC_IN_NAMESRV", {"topic": topic, "clusterName": cluster_name})
+        # a topic created again under this name must not inherit the old one's order conf
+        _on_every_namesrv(cluster, "DELETE_KV_CONFIG", {"namespace": ORDER_TOPIC_CONFIG, "key": topic})
         out.progress(f"delete topic [{topic}] from NameServer success.")
     out.show({"topic": topic, "cluster": cluster_name, "brokers": [r.addr for r in masters]}, [])

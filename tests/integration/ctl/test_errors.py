@@ -20,7 +20,7 @@ def test_an_unreachable_nameserver_is_one_line_with_a_hint_and_exit_1():
     assert result.exit_code == 1
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
-        f"error: no nameserver reachable at {addr} (UNAVAILABLE); start one or pass -n host:port / set NAMESRV_ADDR"
+        f"error: no nameserver reachable at {addr} (cannot connect); start one or pass -n host:port / set NAMESRV_ADDR"
     ]
 
 
@@ -44,7 +44,7 @@ def test_an_unreachable_broker_address_is_one_line_with_a_hint():
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [
         (
-            f"error: broker {addr} did not answer GetBrokerRuntimeInfo (UNAVAILABLE); "
+            f"error: broker {addr} did not answer GET_BROKER_RUNTIME_INFO (cannot connect); "
             "check that it runs (mqctl clusterList) or pass another -b"
         )
     ]
@@ -83,7 +83,9 @@ def test_help_lists_the_mqadmin_command_names():
         "updateSubGroup",
         "deleteSubGroup",
         "consumerProgress",
+        "consumerConnection",
         "sendMessage",
+        "queryMsgById",
         "consumeMessage",
         "kill",
         "partition",
@@ -120,7 +122,7 @@ def test_partition_and_heal_on_a_missing_project_fail_the_same_way():
         assert len(result.stderr.splitlines()) == 1
 
 
-def test_importing_the_cli_loads_neither_grpc_nor_docker_so_help_stays_fast():
+def test_importing_the_cli_loads_neither_the_sdk_nor_grpc_nor_docker_so_help_stays_fast():
     code = "import sys, ctl.app; print(sorted(m for m in ('grpc', 'docker', 'client') if m in sys.modules))"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=30, check=False

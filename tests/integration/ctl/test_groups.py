@@ -1,12 +1,13 @@
-"""updateSubGroup / deleteSubGroup checked against the brokers' own GetAllSubscriptionGroupConfig."""
+"""updateSubGroup / deleteSubGroup checked against the brokers' own GET_ALL_SUBSCRIPTIONGROUP_CONFIG."""
 
 from __future__ import annotations
 
-import grpc
+import asyncio
+
 import pytest
 
-from remoting.channel import CHANNEL_OPTIONS
-from remoting.pb import admin_pb2, admin_pb2_grpc
+from client.admin import AdminClient
+from client.admin_bodies import SubscriptionGroupConfig
 from tests.integration.ctl.cli import CLUSTER, mqctl, ok, ok_json, unique
 from tests.support.waiting import wait_until
 
@@ -15,12 +16,14 @@ pytestmark = pytest.mark.integration
 SLAVE_SYNC_TIMEOUT_S = 15.0
 
 
-def groups_on(addr: str) -> dict[str, admin_pb2.SubscriptionGroupConfig]:
-    """What the broker itself says, read over its admin service (not through mqctl)."""
-    with grpc.insecure_channel(addr, options=CHANNEL_OPTIONS) as channel:
-        response = admin_pb2_grpc.BrokerAdminStub(channel).GetAllSubscriptionGroupConfig(admin_pb2.Empty(), timeout=5)
-    assert response.code == 0, response.remark
-    return {g.group_name: g for g in response.groups}
+def groups_on(addr: str) -> dict[str, SubscriptionGroupConfig]:
+    """What the broker itself says (GET_ALL_SUBSCRIPTIONGROUP_CONFIG straight to it, not through mqctl)."""
+
+    async def read() -> dict[str, SubscriptionGroupConfig]:
+        async with AdminClient("", timeout_s=5.0) as admin:
+            return {g.group_name: g for g in (await admin.all_subscription_groups(addr)).groups}
+
+    return asyncio.run(read())
 
 
 def test_update_sub_group_with_slave_read_ids_is_stored_by_the_broker(cluster):

@@ -161,3 +161,135 @@ def test_consumer_progress_of_a_group_that_never_consumed_says_what_to_do(cluste
         f"error: no consume progress for group {group}; the group has committed no offset yet; "
         "consume first (mqctl consumeMessage -g ...) or check the name"
     )
+
+
+def test_query_msg_by_id_reads_the_message_from_the_store_host_inside_the_offset_msg_id(cluster):
+    topic = routed_topic(cluster)
+    sent = ok_json(
+        "sendMessage",
+        "-n",
+        cluster.namesrv_addr,
+        "-t",
+        topic,
+        "-p",
+        "find me",
+        "-k",
+        "K1",
+        "-c",
+        "TagQ",
+        "-b",
+        "broker-b",
+    )[0]
+    assert len(sent["offsetMsgId"]) == 32
+    lines = ok("queryMsgById", "-n", cluster.namesrv_addr, "-i", sent["offsetMsgId"]).stdout.splitlines()
+    fields = {line[:20].strip(): line[21:] for line in lines}
+    assert fields["OffsetID:"] == sent["offsetMsgId"]
+    assert (fields["Topic:"], fields["Tags:"], fields["Keys:"]) == (topic, "[TagQ]", "[K1]")
+    assert (fields["Queue ID:"], fields["Queue Offset:"]) == (str(sent["queueId"]), str(sent["queueOffset"]))
+    assert fields["Message Body:"] == "find me"
+    assert f"UNIQ_KEY={sent['msgId']}" in fields["Properties:"]
+    assert fields["Store Host:"] == cluster.addr("broker-b")
+    data = ok_json("queryMsgById", "-n", cluster.namesrv_addr, "-i", sent["offsetMsgId"].lower())
+    assert (data["topic"], data["body"], data["properties"]["UNIQ_KEY"]) == (topic, "find me", sent["msgId"])
+
+
+def test_query_msg_by_id_with_a_client_msg_id_is_a_usage_error_that_says_which_id_to_pass(cluster):
+    result = mqctl("queryMsgById", "-n", cluster.namesrv_addr, "-i", "not-an-offset-id")
+    assert result.exit_code == 2
+    assert "pass the offsetMsgId of a SendResult" in result.stderr
+
+
+async def _rocketmq_like_consumer(cluster, group: str, topic: str, commit: dict[int, int]):
+    """A connection that behaves like a Java RocketMQ push consumer: HEART_BEAT with its HeartbeatData (language
+    JAVA, no subscription group created beforehand), then UPDATE_CONSUMER_OFFSET per queue. Returns the client,
+    whose open connection keeps the consumer registered."""
+    from remoting import fastjson
+    from remoting.client import RemotingClient
+    from remoting.codes import LanguageCode, RequestCode
+    from remoting.frame_codec import RemotingCommand
+
+    java_version = 393  # MQVersion V4_9_0
+    client_id = "127.0.0.1@4242#9876543210"
+    heartbeat = {
+        "clientID": client_id,
+        "consumerDataSet": [
+            {
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "consumeType": "CONSUME_PASSIVELY",
+                "groupName": group,
+                "messageModel": "CLUSTERING",
+                "subscriptionDataSet": [
+                    {
+                        "classFilterMode": False,
+                        "codeSet": [],
+                        "expressionType": "TAG",
+                        "subString": "*",
+                        "subVersion": 1700000000000,
+                        "tagsSet": [],
+                        "topic": t,
+                    }
+                    for t in (topic, f"%RETRY%{group}")
+                ],
+                "unitMode": False,
+            }
+        ],
+        "producerDataSet": [{"groupName": "CLIENT_INNER_PRODUCER"}],
+    }
+    client = RemotingClient(name="java-like")
+    for name in ("broker-a", "broker-b"):
+        cmd = RemotingCommand(
+            RequestCode.HEART_BEAT, body=fastjson.dumps(heartbeat), language=LanguageCode.JAVA, version=java_version
+        )
+        answer = await client.invoke(cluster.addr(name), cmd, 5.0)
+        assert answer.code == 0, answer.remark
+    for queue_id, offset in commit.items():
+        ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "commitOffset": str(offset)}
+        cmd = RemotingCommand(
+            RequestCode.UPDATE_CONSUMER_OFFSET, ext=ext, language=LanguageCode.JAVA, version=java_version
+        )
+        answer = await client.invoke(cluster.addr("broker-a"), cmd, 5.0)
+        assert answer.code == 0, answer.remark
+    return client, client_id
+
+
+def test_a_rocketmq_client_that_only_heartbeats_and_commits_shows_in_progress_and_connection(cluster):
+    import asyncio
+
+    topic = routed_topic(cluster, queues=1)
+    for body in ("one", "two", "three"):
+        ok("sendMessage", "-n", cluster.namesrv_addr, "-t", topic, "-p", body, "-b", "broker-a", "-i", "0")
+    group = unique("g_java")
+
+    async def scenario():
+        client, client_id = await _rocketmq_like_consumer(cluster, group, topic, {0: 2})
+        try:
+            everyone = await asyncio.to_thread(ok_json, "consumerProgress", "-n", cluster.namesrv_addr)
+            mine = await asyncio.to_thread(ok_json, "consumerProgress", "-n", cluster.namesrv_addr, "-g", group)
+            conn = await asyncio.to_thread(ok_json, "consumerConnection", "-n", cluster.namesrv_addr, "-g", group)
+            table = await asyncio.to_thread(ok, "consumerConnection", "-n", cluster.namesrv_addr, "-g", group)
+        finally:
+            await client.close()
+        return client_id, everyone, mine, conn, table.stdout.splitlines()
+
+    client_id, everyone, mine, conn, lines = asyncio.run(scenario())
+    row = next(r for r in everyone if r["group"] == group)
+    assert (row["count"], row["diffTotal"], row["consumeType"], row["messageModel"]) == (1, 1, "PUSH", "CLUSTERING")
+    assert row["version"].startswith("JAVA")
+    queue = next(q for q in mine["queues"] if q["topic"] == topic)
+    assert (queue["brokerName"], queue["brokerOffset"], queue["consumerOffset"], queue["diff"]) == ("broker-a", 3, 2, 1)
+    assert [c["clientId"] for c in conn["connections"]] == [client_id]
+    assert conn["connections"][0]["language"] == "JAVA"
+    assert {s["topic"]: s["subExpression"] for s in conn["subscriptions"]} == {topic: "*", f"%RETRY%{group}": "*"}
+    assert lines[0].split() == ["#ClientId", "#ClientAddr", "#Language", "#Version"]
+    assert "Below is subscription:" in lines
+    assert "MessageModel: CLUSTERING" in lines
+
+
+def test_consumer_connection_of_a_group_with_no_client_says_what_to_do(cluster):
+    group = unique("g_offline")
+    result = mqctl("consumerConnection", "-n", cluster.namesrv_addr, "-g", group)
+    assert result.exit_code == 1
+    assert result.stderr.strip() == (
+        f"error: no consumer of group {group} is connected; start a consumer of the group, "
+        "or check the name with `mqctl consumerProgress`"
+    )

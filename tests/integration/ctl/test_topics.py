@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -114,3 +115,61 @@ def test_update_and_delete_topic_with_json_print_one_parsable_document(cluster):
     }
     deleted = ok_json("deleteTopic", "-n", cluster.namesrv_addr, "-c", CLUSTER, "-t", topic)
     assert deleted["topic"] == topic and deleted["cluster"] == CLUSTER
+
+
+def order_conf_on_namesrv(cluster, topic: str) -> str | None:
+    """The nameserver's KV entry ORDER_TOPIC_CONFIG/<topic>, read straight from it."""
+    from client.admin import ORDER_TOPIC_CONFIG, AdminClient
+
+    async def read() -> str | None:
+        async with AdminClient(cluster.namesrv_addr) as admin:
+            return await admin.get_kv_config(ORDER_TOPIC_CONFIG, topic)
+
+    return asyncio.run(read())
+
+
+def test_update_topic_with_order_writes_the_order_conf_that_routes_carry(cluster):
+    topic = unique("t_order")
+    lines = ok(
+        "updateTopic", "-n", cluster.namesrv_addr, "-c", CLUSTER, "-t", topic, "-r", "2", "-w", "2", "-o", "true"
+    ).stdout.splitlines()
+    assert "set cluster orderConf. isOrder=true, orderConf=[broker-a:2;broker-b:2]" in lines
+    assert lines[-1].endswith("order=true]")
+    assert order_conf_on_namesrv(cluster, topic) == "broker-a:2;broker-b:2"
+    wait_until(
+        lambda: (
+            json.loads(ok("topicRoute", "-n", cluster.namesrv_addr, "-t", topic).stdout).get("orderTopicConf")
+            == "broker-a:2;broker-b:2"
+        ),
+        ROUTE_TIMEOUT_S,
+        f"the route of {topic} never carried its orderTopicConf",
+    )
+
+    # -b replaces that broker's part and keeps the others (mqadmin's createOrUpdateOrderConf)
+    data = ok_json(
+        "updateTopic",
+        "-n",
+        cluster.namesrv_addr,
+        "-b",
+        cluster.addr("broker-a"),
+        "-t",
+        topic,
+        "-w",
+        "4",
+        "-r",
+        "4",
+        "-o",
+        "true",
+    )
+    assert data["orderConf"] == "broker-a:4;broker-b:2"
+    assert order_conf_on_namesrv(cluster, topic) == "broker-a:4;broker-b:2"
+
+    ok("deleteTopic", "-n", cluster.namesrv_addr, "-c", CLUSTER, "-t", topic)
+    assert order_conf_on_namesrv(cluster, topic) is None
+
+
+def test_update_topic_with_order_on_an_address_that_is_no_broker_names_the_known_ones(cluster):
+    result = mqctl("updateTopic", "-n", cluster.namesrv_addr, "-b", "127.0.0.1:1", "-t", "t_nowhere", "-o", "true")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: unknown broker address 127.0.0.1:1: known broker addresses are ")
+    assert result.stderr.strip().endswith("pass -b with an address from `mqctl clusterList`")
