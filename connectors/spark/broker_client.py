@@ -1,13 +1,17 @@
-"""A small blocking gRPC client for Spark's processes: routes, queue offsets, pulls and sends.
+"""A blocking remoting client for Spark's processes: routes, queue offsets, pulls and sends.
 
 Why not the asyncio SDK: Spark calls the connector synchronously (``read()`` is a generator pulled by the worker,
-``latestOffset()`` an RPC from the JVM), in processes forked from ``pyspark.daemon``. Blocking stubs need no
-event loop per process and no thread. The pure parts of the SDK are reused: ``build_route`` / ``pick_broker_id``
-(RocketMQ's address choices) and the nameserver address parsing.
+``latestOffset()`` an RPC from the JVM), in processes forked from ``pyspark.daemon``. So each process gets one
+``SyncClient``: a ``remoting.client.RemotingClient`` (one connection per broker, many requests in flight, answers
+matched by opaque) on an event loop that runs in one daemon thread of its own. Callers block on
+``call()``, or start requests with ``submit()`` and collect them later with ``wait()`` (a read prefetches the
+next pull while it decodes the last one; the sink keeps several sends in flight). The pure parts of the SDK are
+reused: ``route_from_data`` / ``MASTER_ID`` (RocketMQ's route rules) and the nameserver address parsing.
 
 Fork and pickling safety: nothing here is created at import time. ``client_for(namesrv)`` keeps one client per
-(process id, nameserver list); a forked child sees another pid and opens its own channels. Readers, writers
-and partitions only carry option values, never a client.
+(process id, nameserver list); a forked child sees another pid and opens its own thread and connections (the
+parent's are left alone, never used or closed by the child). Readers, writers and partitions only carry option
+values, never a client.
 
 Health: an address that just failed at transport level is avoided for ``AVOID_S`` (like the SDK's
 HealthTracker), so reads move to the slave when the master dies and back when it answers again.
@@ -15,36 +19,39 @@ HealthTracker), so reads move to the slave when the master dies and back when it
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
-
-import grpc
+from collections.abc import Mapping
 
 from client.namesrv import parse_namesrv_addr
-from client.route_cache import MASTER_ID, TopicRoute, build_route
+from client.route_cache import MASTER_ID, TopicRoute, route_from_data
 from connectors.spark.errors import BrokerRefusal, Unavailable
-from remoting.channel import CHANNEL_OPTIONS
-from remoting.codes import ResponseCode
-from remoting.pb import broker_pb2, broker_pb2_grpc, namesrv_pb2, namesrv_pb2_grpc
+from remoting import fastjson
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.errors import RemotingError
+from remoting.frame_codec import RemotingCommand
 
 log = logging.getLogger("pyrmq.spark")
 
 AVOID_S = 5.0
 ROUTE_MAX_AGE_S = 15.0
+CONNECT_TIMEOUT_S = 3.0
+# Grace beyond a request's own timeout before a blocked caller gives up on the loop thread itself.
+WAIT_SLACK_S = CONNECT_TIMEOUT_S + 2.0
+
+Future = concurrent.futures.Future
 
 
 class TransportError(Exception):
-    """One RPC failed at transport level (refused, reset, deadline)."""
+    """One request failed at transport level (refused, reset, no answer in time)."""
 
-    def __init__(self, addr: str, exc: grpc.RpcError) -> None:
-        code = exc.code() if hasattr(exc, "code") else None
-        super().__init__(
-            f"{addr}: {code.name if code else 'UNKNOWN'} {exc.details() if hasattr(exc, 'details') else ''}"
-        )
+    def __init__(self, addr: str, detail: str) -> None:
+        super().__init__(f"{addr}: {detail}")
         self.addr = addr
 
 
@@ -52,25 +59,15 @@ class SyncClient:
     def __init__(self, namesrv: str, timeout_s: float = 10.0) -> None:
         self.namesrv_addrs = parse_namesrv_addr(namesrv)
         self.timeout_s = timeout_s
-        self._channels: dict[str, grpc.Channel] = {}
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._failed_until: dict[str, float] = {}
         self._ns_index = 0
-        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._remoting = RemotingClient(connect_timeout_s=CONNECT_TIMEOUT_S, name="pyrmq-spark")
+        self._thread = threading.Thread(target=self._loop.run_forever, name="pyrmq-spark-remoting", daemon=True)
+        self._thread.start()
 
-    # channels and health ----------------------------------------------------------------------------------
-    def channel(self, addr: str) -> grpc.Channel:
-        ch = self._channels.get(addr)
-        if ch is None:
-            with self._lock:
-                ch = self._channels.get(addr)
-                if ch is None:
-                    ch = self._channels[addr] = grpc.insecure_channel(addr, options=CHANNEL_OPTIONS)
-        return ch
-
-    def messaging(self, addr: str) -> broker_pb2_grpc.MessagingStub:
-        return broker_pb2_grpc.MessagingStub(self.channel(addr))
-
+    # requests and health ----------------------------------------------------------------------------------
     def healthy(self, addr: str) -> bool:
         return time.monotonic() >= self._failed_until.get(addr, 0.0)
 
@@ -80,29 +77,55 @@ class SyncClient:
     def mark_ok(self, addr: str) -> None:
         self._failed_until.pop(addr, None)
 
-    def call(self, addr: str, method: Callable[..., Any], request: Any, timeout_s: float | None = None) -> Any:
+    def submit(
+        self,
+        addr: str,
+        code: int,
+        ext: Mapping[str, str] | None = None,
+        body: bytes = b"",
+        timeout_s: float | None = None,
+    ) -> Future:
+        """Start one request on the loop thread; collect it with ``wait(addr, future)`` (or cancel it)."""
+        cmd = RemotingCommand(code, ext=dict(ext) if ext is not None else None, body=body)
+        coro = self._remoting.invoke(addr, cmd, timeout_s or self.timeout_s)
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        future.timeout_s = timeout_s or self.timeout_s  # type: ignore[attr-defined]
+        return future
+
+    def wait(self, addr: str, future: Future) -> RemotingCommand:
+        """The response of a submitted request, whatever its code; TransportError when none came."""
         try:
-            response = method(request, timeout=timeout_s or self.timeout_s)
-        except grpc.RpcError as exc:
+            response = future.result(getattr(future, "timeout_s", self.timeout_s) + WAIT_SLACK_S)
+        except RemotingError as exc:
             self.mark_failed(addr)
-            raise TransportError(addr, exc) from None
+            raise TransportError(addr, exc.message.removeprefix(f"{addr}: ")) from None
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            self.mark_failed(addr)
+            raise TransportError(addr, "the request got no answer and the client loop did not time it out") from None
         self.mark_ok(addr)
         return response
 
-    def wait(self, addr: str, future: Any) -> Any:
-        """The result of an RPC started with ``.future()``; transport failures as in ``call()``."""
-        try:
-            response = future.result()
-        except grpc.RpcError as exc:
-            self.mark_failed(addr)
-            raise TransportError(addr, exc) from None
-        self.mark_ok(addr)
-        return response
+    def call(
+        self,
+        addr: str,
+        code: int,
+        ext: Mapping[str, str] | None = None,
+        body: bytes = b"",
+        timeout_s: float | None = None,
+    ) -> RemotingCommand:
+        """One blocking request; the response whatever its code, TransportError when none came."""
+        return self.wait(addr, self.submit(addr, code, ext, body, timeout_s))
 
     def close(self) -> None:
-        for ch in self._channels.values():
-            ch.close()
-        self._channels.clear()
+        if not self._loop.is_running():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._remoting.close(), self._loop).result(WAIT_SLACK_S)
+        except (concurrent.futures.TimeoutError, RuntimeError):
+            pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(WAIT_SLACK_S)
 
     # routes -----------------------------------------------------------------------------------------------
     def route(self, topic: str, *, max_age_s: float = ROUTE_MAX_AGE_S) -> TopicRoute:
@@ -112,18 +135,22 @@ class SyncClient:
         last = ""
         for _ in range(len(self.namesrv_addrs)):
             addr = self.namesrv_addrs[self._ns_index % len(self.namesrv_addrs)]
-            stub = namesrv_pb2_grpc.NameServerStub(self.channel(addr))
             try:
-                resp = stub.GetRouteInfoByTopic(namesrv_pb2.GetRouteInfoRequest(topic=topic), timeout=self.timeout_s)
-            except grpc.RpcError as exc:
-                last = str(TransportError(addr, exc))
+                resp = self.call(addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            except TransportError as exc:
+                last = str(exc)
                 self._ns_index += 1
                 continue
             if resp.code != ResponseCode.SUCCESS:
                 if cached is not None:  # keep reading with the old route; the nameserver may be restarting
                     return cached[1]
-                raise BrokerRefusal(f"route of topic {topic}", addr, resp.code, resp.remark)
-            route = build_route(topic, resp.route.queue_datas, resp.route.broker_datas)
+                raise BrokerRefusal(f"route of topic {topic}", addr, resp.code, resp.remark or "")
+            try:
+                route = route_from_data(topic, fastjson.loads(resp.body_bytes()))
+            except (fastjson.JsonBodyError, KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise BrokerRefusal(
+                    f"route of topic {topic}", addr, ResponseCode.SYSTEM_ERROR, f"unreadable route body: {exc}"
+                ) from None
             self._routes[topic] = (time.monotonic(), route)
             return route
         if cached is not None:
@@ -137,50 +164,48 @@ class SyncClient:
 
     # queue offsets ----------------------------------------------------------------------------------------
     def live_offsets(self, topic: str) -> dict[tuple[str, int], tuple[int, int]]:
-        """(min, max) of every readable queue of ``topic``, asked of the master, else of a slave, in parallel.
-        A queue whose group has no node answering is left out (the caller keeps its offset unchanged)."""
+        """(min, max) of every readable queue of ``topic`` (GET_MIN_OFFSET / GET_MAX_OFFSET, all in flight at
+        once), asked of the master, else of a slave. A queue whose group has no node answering is left out (the
+        caller keeps its offset unchanged)."""
         route = self.route(topic)
-        pending = []
+        pending: dict = {}
         for mq in route.subscribe_queues:
             addrs = route.broker_addrs.get(mq.broker_name, {})
-            order = sorted(addrs, key=lambda i: (not self.healthy(addrs[i]), i))
-            pending.append((mq, [addrs[i] for i in order]))
-        out: dict[tuple[str, int], tuple[int, int]] = {}
-        futures = {}
-        for mq, candidates in pending:
+            candidates = [addrs[i] for i in sorted(addrs, key=lambda i: (not self.healthy(addrs[i]), i))]
             if candidates:
-                futures[mq] = (candidates, 0, self._offsets_future(candidates[0], topic, mq.queue_id))
-        while futures:
-            mq, (candidates, i, fut) = futures.popitem()
+                pending[mq] = (candidates, 0, self._offsets_futures(candidates[0], topic, mq.queue_id))
+        out: dict[tuple[str, int], tuple[int, int]] = {}
+        while pending:
+            mq, (candidates, i, (low, high)) = pending.popitem()
             try:
-                resp = fut.result()
-                self.mark_ok(candidates[i])
-            except grpc.RpcError:
-                self.mark_failed(candidates[i])
+                answers = [self.wait(candidates[i], low), self.wait(candidates[i], high)]
+            except TransportError:
                 if i + 1 < len(candidates):
-                    futures[mq] = (candidates, i + 1, self._offsets_future(candidates[i + 1], topic, mq.queue_id))
+                    pending[mq] = (candidates, i + 1, self._offsets_futures(candidates[i + 1], topic, mq.queue_id))
                 else:
-                    log.warning("no node of %s answered GetQueueOffsets for %s", mq.broker_name, mq)
+                    log.warning("no node of %s answered GET_MIN/MAX_OFFSET for %s", mq.broker_name, mq)
                 continue
-            if resp.code == ResponseCode.SUCCESS:
-                out[(mq.broker_name, mq.queue_id)] = (resp.min_offset, resp.max_offset)
+            bad = next((a for a in answers if a.code != ResponseCode.SUCCESS), None)
+            if bad is None:
+                out[(mq.broker_name, mq.queue_id)] = (
+                    header_long(answers[0], "offset"),
+                    header_long(answers[1], "offset"),
+                )
             else:
-                log.warning("GetQueueOffsets %s on %s: code %s %s", mq, candidates[i], resp.code, resp.remark)
+                log.warning("GET_MIN/MAX_OFFSET %s on %s: code %s %s", mq, candidates[i], bad.code, bad.remark)
         return out
 
-    def _offsets_future(self, addr: str, topic: str, queue_id: int):
-        req = broker_pb2.GetQueueOffsetsRequest(topic=topic, queue_id=queue_id)
-        return self.messaging(addr).GetQueueOffsets.future(req, timeout=self.timeout_s)
+    def _offsets_futures(self, addr: str, topic: str, queue_id: int) -> tuple[Future, Future]:
+        ext = {"topic": topic, "queueId": str(queue_id)}
+        return self.submit(addr, RequestCode.GET_MIN_OFFSET, ext), self.submit(addr, RequestCode.GET_MAX_OFFSET, ext)
 
     def commit_offset(self, group: str, topic: str, broker_name: str, queue_id: int, offset: int) -> None:
-        """UpdateConsumerOffset on the master, else a slave (it syncs back); failures are logged, not raised."""
+        """UPDATE_CONSUMER_OFFSET on the master, else a slave (it syncs back); failures are logged, not raised."""
         addrs = self.route(topic).broker_addrs.get(broker_name, {})
-        req = broker_pb2.UpdateConsumerOffsetRequest(
-            consumer_group=group, topic=topic, queue_id=queue_id, commit_offset=offset
-        )
+        ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "commitOffset": str(offset)}
         for bid in sorted(addrs, key=lambda i: (not self.healthy(addrs[i]), i)):
             try:
-                ack = self.call(addrs[bid], self.messaging(addrs[bid]).UpdateConsumerOffset, req)
+                ack = self.call(addrs[bid], RequestCode.UPDATE_CONSUMER_OFFSET, ext)
             except TransportError:
                 continue
             if ack.code == ResponseCode.SUCCESS:
@@ -194,7 +219,27 @@ class SyncClient:
         return self.route(topic).broker_addrs.get(broker_name, {}).get(MASTER_ID)
 
 
+def header_long(response: RemotingCommand, name: str, default: int = 0) -> int:
+    """A long from the answer's header fields; ``default`` when it is absent (error answers carry none)."""
+    value = (response.ext or {}).get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        return default
+
+
 _CLIENTS: dict[tuple[int, str], SyncClient] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _CLIENTS_LOCK
+    _CLIENTS_LOCK = threading.Lock()  # another thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def client_for(namesrv: str, timeout_s: float = 10.0) -> SyncClient:
@@ -202,7 +247,10 @@ def client_for(namesrv: str, timeout_s: float = 10.0) -> SyncClient:
     key = (os.getpid(), namesrv)
     client = _CLIENTS.get(key)
     if client is None:
-        for stale in [k for k in _CLIENTS if k[0] != key[0]]:  # inherited from a parent: never use, never close
-            del _CLIENTS[stale]
-        client = _CLIENTS[key] = SyncClient(namesrv, timeout_s)
+        with _CLIENTS_LOCK:
+            client = _CLIENTS.get(key)
+            if client is None:
+                for stale in [k for k in _CLIENTS if k[0] != key[0]]:  # inherited from a parent: never use, never close
+                    del _CLIENTS[stale]
+                client = _CLIENTS[key] = SyncClient(namesrv, timeout_s)
     return client

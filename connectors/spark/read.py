@@ -20,14 +20,16 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from connectors.spark.broker_client import SyncClient, TransportError, client_for
+from connectors.spark.broker_client import SyncClient, TransportError, client_for, header_long
 from connectors.spark.decode import RowsBuilder
 from connectors.spark.errors import BrokerRefusal, DataLossError, Unavailable
 from connectors.spark.offsets import Range
 from connectors.spark.options import ReadSettings
-from remoting.codes import ResponseCode
-from remoting.pb import broker_pb2
+from remoting.codes import RequestCode, ResponseCode
+from remoting.frame_codec import RemotingCommand
+from remoting.message_headers import PULL_SUBSCRIPTION, PullHeader
 
 log = logging.getLogger("pyrmq.spark")
 
@@ -37,6 +39,30 @@ RETRY_PAUSE_S = 0.2
 
 # (namesrv, topic, brokerName, queueId) -> broker id advised by the last pull answer (auto mode), per process.
 _ADVICE: dict[tuple[str, str, str, int], int] = {}
+
+
+class PullAnswer(NamedTuple):
+    """A PULL_MESSAGE response: its code, the four offsets of PullMessageResponseHeader, and the records."""
+
+    code: int
+    remark: str
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    suggest_which_broker_id: int
+    records: bytes
+
+    @classmethod
+    def of(cls, resp: RemotingCommand) -> PullAnswer:
+        return cls(
+            resp.code,
+            resp.remark or "",
+            header_long(resp, "nextBeginOffset"),
+            header_long(resp, "minOffset"),
+            header_long(resp, "maxOffset"),
+            header_long(resp, "suggestWhichBrokerId"),
+            resp.body_bytes() if resp.code == ResponseCode.SUCCESS else b"",
+        )
 
 
 def choose_node(mode: str, ids: list[int], advised: int, healthy: set[int]) -> int | None:
@@ -91,11 +117,11 @@ def read_range(rng: Range, settings: ReadSettings, schema, stats: ReadStats | No
             addr = addrs[node]
             try:
                 if prefetched is not None and prefetched[:2] == (addr, offset):
-                    resp = client.wait(addr, prefetched[2])
+                    resp = PullAnswer.of(client.wait(addr, prefetched[2]))
                 else:
                     if prefetched is not None:
                         prefetched[2].cancel()
-                    resp = client.wait(addr, _pull(client, addr, settings, rng, offset))
+                    resp = PullAnswer.of(client.wait(addr, _pull(client, addr, settings, rng, offset)))
             except TransportError as exc:
                 problem = str(exc)
                 client.route(rng.topic, max_age_s=1.0)
@@ -140,20 +166,34 @@ def read_range(rng: Range, settings: ReadSettings, schema, stats: ReadStats | No
 
 
 def _pull(client: SyncClient, addr: str, settings: ReadSettings, rng: Range, offset: int):
-    req = broker_pb2.PullMessageRequest(
+    """Start PULL_MESSAGE (11) for [offset, until): no long polling, the subscription "*" sent with the request
+    (this reader never heartbeats, so the broker has no registered subscription for it), no offset commit."""
+    header = PullHeader(
         consumer_group=settings.consumer_group,
         topic=rng.topic,
         queue_id=rng.queue_id,
         queue_offset=offset,
         max_msg_nums=min(settings.pull_batch_size, rng.until - offset),
-        sys_flag=0,
+        sys_flag=PULL_SUBSCRIPTION,
+        commit_offset=0,
+        suspend_timeout_millis=0,
         subscription="*",
+        sub_version=0,
+        expression_type="TAG",
+        max_msg_bytes=None,
     )
-    return client.messaging(addr).PullMessage.future(req, timeout=settings.request_timeout_s)
+    return client.submit(addr, RequestCode.PULL_MESSAGE, header.to_ext(), timeout_s=settings.request_timeout_s)
 
 
 def _apply(
-    resp, rng: Range, offset: int, node: int, addr: str, settings: ReadSettings, builder: RowsBuilder, stats: ReadStats
+    resp: PullAnswer,
+    rng: Range,
+    offset: int,
+    node: int,
+    addr: str,
+    settings: ReadSettings,
+    builder: RowsBuilder,
+    stats: ReadStats,
 ) -> tuple[int, str, bool]:
     """(new offset, problem text, retry on the master) for one pull answer."""
     code = resp.code
@@ -198,4 +238,4 @@ def _apply(
     if on_slave:
         # A slave that cannot serve this yet (e.g. its metadata sync has not brought the topic): use the master.
         return offset, f"{addr} (broker id {node}) answered code {code}: {resp.remark}", True
-    raise BrokerRefusal(f"PullMessage {rng.name} at {offset}", addr, code, resp.remark)
+    raise BrokerRefusal(f"PULL_MESSAGE {rng.name} at {offset}", addr, code, resp.remark)

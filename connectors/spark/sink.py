@@ -1,7 +1,8 @@
 """Batch and streaming writers of ``format("pyrmq")``: rows -> messages, idempotent across retries.
 
 Exactly-once contents (spec §6.4, "idempotent producer"): every row gets a deterministic UNIQ_KEY and is sent
-with ``SendMessageRequest.dedup=true``; the broker stores a UNIQ_KEY once per topic within
+in a SEND_BATCH_MESSAGE (320) whose header carries pyrmq's ext field ``dedup=true``
+(``remoting.message_headers.DEDUP_FIELD``); the broker stores a UNIQ_KEY once per topic within
 ``sendDedupWindowSeconds`` (600 s) and answers a repeat with the first result. A retried task, or a micro-batch
 replayed after a driver crash, sends the same keys, so nothing is stored twice. Messages become visible when
 ``write()`` sends them, before Spark commits the batch: visibility is at-least-once, contents exactly-once.
@@ -17,23 +18,21 @@ which holds for this source and for hash-partitioned shuffles.
 - Queue: ``crc32(keys or key) % len(publish queues)`` over the route's publish queues, so a replay reaches the
   same broker group (the window is per broker). A route change between attempt and replay can defeat this.
 
-Sends go out ``sendBatchSize`` messages per SendMessage, up to ``MAX_INFLIGHT`` at a time per task, and are
-retried on transport failures and retriable codes (SYSTEM_BUSY, also used for "this key is being stored by an
-earlier request") until ``sendTimeoutSeconds``.
+Sends go out ``sendBatchSize`` messages (at most ``MAX_BATCH_BYTES`` of bodies) per request, up to
+``MAX_INFLIGHT`` at a time per task, and are retried on transport failures and retriable codes (SYSTEM_BUSY, also
+used for "this key is being stored by an earlier request") until ``sendTimeoutSeconds``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import socket
 import time
 import uuid
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
 
-import grpc
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -41,17 +40,19 @@ from pyspark.sql.datasource import (
 )
 
 from client.route_cache import TopicRoute
-from connectors.spark.broker_client import client_for
+from connectors.spark.broker_client import TransportError, client_for
 from connectors.spark.errors import BrokerRefusal, OptionError, Unavailable
 from connectors.spark.options import SinkOptions
 from connectors.spark.schema import SINK_COLUMNS
-from remoting.codes import SEND_OK_CODES, ResponseCode
-from remoting.message_codec import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
-from remoting.pb import broker_pb2
+from remoting.codes import SEND_OK_CODES, RequestCode, ResponseCode
+from remoting.message_codec import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, encode_batch
+from remoting.message_headers import DEFAULT_TOPIC, SendHeader
 
 log = logging.getLogger("pyrmq.spark")
 
 MAX_INFLIGHT = 8
+# Bodies per request, well under the broker's 4 MiB maxMessageSize (a batch body counts as one message there).
+MAX_BATCH_BYTES = 1024 * 1024
 _COLUMN_PROPS = frozenset({PROPERTY_UNIQ_KEY, PROPERTY_TAGS, PROPERTY_KEYS})
 _RETRY_CODES = {
     ResponseCode.SYSTEM_BUSY,
@@ -110,14 +111,21 @@ def row_key(prefix: bytes, topic: str, body: bytes, keys: str, tags: str, props:
     return h.hexdigest().upper()
 
 
+@dataclass
+class _Batch:
+    """The messages bound for one queue, as SEND_BATCH_MESSAGE entries (flag, body, properties)."""
+
+    entries: list = field(default_factory=list)
+    body_bytes: int = 0
+
+
 class _Sender:
-    """Batches messages per queue and keeps up to MAX_INFLIGHT SendMessage calls running; retries failures."""
+    """Batches messages per queue and keeps up to MAX_INFLIGHT SEND_BATCH_MESSAGE requests running; retries."""
 
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
         self.client = client_for(opts.namesrv, opts.request_timeout_s)
-        self.born_host = f"{_local_ip()}:0"
-        self.open: dict[tuple[str, str, int], broker_pb2.SendMessageRequest] = {}
+        self.open: dict[tuple[str, str, int], _Batch] = {}
         self.inflight: deque = deque()
         self.sent = 0
         self.not_replicated = 0
@@ -140,21 +148,12 @@ class _Sender:
             cached = self._queues[topic] = (route, sorted(route.publish_queues))
         return cached[1]
 
-    def add(self, topic: str, mq, body: bytes, keys: str, tags: str, props, uniq: str, now_ms: int) -> None:
+    def add(self, topic: str, mq, body: bytes, keys: str, tags: str, props, uniq: str) -> None:
         k = (topic, mq.broker_name, mq.queue_id)
-        req = self.open.get(k)
-        if req is None:
-            req = self.open[k] = broker_pb2.SendMessageRequest(
-                producer_group=self.opts.producer_group,
-                topic=topic,
-                queue_id=mq.queue_id,
-                born_host=self.born_host,
-                dedup=True,
-            )
-        m = req.messages.add()
-        m.body = body
-        m.born_timestamp = now_ms
-        p = m.properties
+        batch = self.open.get(k)
+        if batch is None:
+            batch = self.open[k] = _Batch()
+        p: dict[str, str] = {}
         if props:
             for name, value in props:
                 if name not in _COLUMN_PROPS and value is not None:
@@ -164,74 +163,85 @@ class _Sender:
         if keys:
             p[PROPERTY_KEYS] = keys
         p[PROPERTY_UNIQ_KEY] = uniq
-        if len(req.messages) >= self.opts.send_batch_size:
+        batch.entries.append((0, body, p))
+        batch.body_bytes += len(body)
+        if len(batch.entries) >= self.opts.send_batch_size or batch.body_bytes >= MAX_BATCH_BYTES:
             del self.open[k]
-            self._start(k, req, time.monotonic() + self.opts.send_timeout_s)
+            self._start(k, self._request(k, batch), len(batch.entries), time.monotonic() + self.opts.send_timeout_s)
 
-    def _start(self, k, req, deadline: float) -> None:
+    def _request(self, k: tuple[str, str, int], batch: _Batch) -> tuple[dict[str, str], bytes]:
+        """The V2 header (with ``dedup``) and the batch body; built once, resent unchanged on retries."""
+        header = SendHeader(
+            producer_group=self.opts.producer_group,
+            topic=k[0],
+            default_topic=DEFAULT_TOPIC,
+            default_topic_queue_nums=4,
+            queue_id=k[2],
+            sys_flag=0,
+            born_timestamp=int(time.time() * 1000),
+            flag=0,
+            properties="",
+            reconsume_times=0,
+            max_reconsume_times=None,
+            batch=True,
+            broker_name=k[1],
+            dedup=True,
+        )
+        return header.to_v2(), encode_batch(batch.entries)
+
+    def _start(self, k, request, count: int, deadline: float) -> None:
         while len(self.inflight) >= MAX_INFLIGHT:
             self._finish_one()
         addr = self.client.master_addr(k[0], k[1])
         if addr is None:
             self.client.route(k[0], max_age_s=0)
             addr = self.client.master_addr(k[0], k[1])
+        ext, body = request
         fut = (
             None
             if addr is None
-            else self.client.messaging(addr).SendMessage.future(req, timeout=self.opts.request_timeout_s)
+            else self.client.submit(
+                addr, RequestCode.SEND_BATCH_MESSAGE, ext, body, timeout_s=self.opts.request_timeout_s
+            )
         )
-        self.inflight.append((k, req, addr, fut, deadline))
+        self.inflight.append((k, request, count, addr, fut, deadline))
 
     def _finish_one(self) -> None:
-        k, req, addr, fut, deadline = self.inflight.popleft()
+        k, request, count, addr, fut, deadline = self.inflight.popleft()
         problem = ""
         if fut is None:
             problem = f"no master known for broker group {k[1]}"
         else:
             try:
-                resp = fut.result()
-            except grpc.RpcError as exc:
-                self.client.mark_failed(addr)
-                problem = f"{addr}: {exc.code().name} {exc.details() or ''}"
+                resp = self.client.wait(addr, fut)
+            except TransportError as exc:
+                problem = str(exc)
             else:
-                self.client.mark_ok(addr)
                 if resp.code in SEND_OK_CODES:
-                    n = len(req.messages)
-                    self.sent += n
-                    self.per_topic[k[0]] = self.per_topic.get(k[0], 0) + n
+                    self.sent += count
+                    self.per_topic[k[0]] = self.per_topic.get(k[0], 0) + count
                     if resp.code != ResponseCode.SUCCESS:
-                        self.not_replicated += n
+                        self.not_replicated += count
                     return
                 if resp.code not in _RETRY_CODES:
                     raise BrokerRefusal(
-                        f"SendMessage of {len(req.messages)} messages to {k[0]}", addr, resp.code, resp.remark
+                        f"SEND_BATCH_MESSAGE of {count} messages to {k[0]}", addr, resp.code, resp.remark
                     )
                 problem = f"{addr}: code {resp.code} {resp.remark}"
         if time.monotonic() > deadline:
-            raise Unavailable(
-                f"sending {len(req.messages)} messages to {k[0]}@{k[1]}:{k[2]}", problem, self.opts.send_timeout_s
-            )
+            raise Unavailable(f"sending {count} messages to {k[0]}@{k[1]}:{k[2]}", problem, self.opts.send_timeout_s)
         log.info("send to %s@%s:%d failed (%s); retrying (same UNIQ_KEYs, deduplicated)", *k, problem)
         time.sleep(0.2)
         self.client.route(k[0], max_age_s=1.0)
-        self._start(k, req, deadline)  # same queue: the dedup window is per broker
+        self._start(k, request, count, deadline)  # same queue: the dedup window is per broker
 
     def flush(self) -> None:
         deadline = time.monotonic() + self.opts.send_timeout_s
-        for k, req in list(self.open.items()):
-            self._start(k, req, deadline)
+        for k, batch in list(self.open.items()):
+            self._start(k, self._request(k, batch), len(batch.entries), deadline)
         self.open.clear()
         while self.inflight:
             self._finish_one()
-
-
-def _local_ip() -> str:
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))
-            return s.getsockname()[0]
-    except OSError:
-        return "127.0.0.1"
 
 
 def write_batches(opts: SinkOptions, sink_id: str, batch_id: str, iterator) -> SinkCommit:
@@ -252,7 +262,6 @@ def write_batches(opts: SinkOptions, sink_id: str, batch_id: str, iterator) -> S
         tags_col = cols.get("tags") or [None] * n_rows
         props_col = cols.get("properties") or [None] * n_rows
         queues_of: dict[str, list] = {}  # per Arrow batch: routes are re-read between batches
-        now_ms = int(time.time() * 1000)
         for i in range(n_rows):
             body = bodies[i]
             if body is None:
@@ -285,7 +294,7 @@ def write_batches(opts: SinkOptions, sink_id: str, batch_id: str, iterator) -> S
             if queues is None:
                 queues = queues_of[topic] = sender.queues(topic)
             mq = queues[zlib.crc32((keys or uniq).encode()) % len(queues)]
-            sender.add(topic, mq, body, keys, tags, props, uniq, now_ms)
+            sender.add(topic, mq, body, keys, tags, props, uniq)
     sender.flush()
     return SinkCommit(partition_id, batch_id, sink_id, sender.sent, sender.not_replicated, sender.per_topic)
 

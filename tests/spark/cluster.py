@@ -1,104 +1,130 @@
-"""Blocking helpers for the Spark tier: create topics, send, read a whole topic back (checks on the broker)."""
+"""Blocking helpers for the Spark tier: create topics, send, read a whole topic back (checks on the broker).
+
+They speak remoting through the SDK's AdminClient (its ClientRemoting for sends and pulls), on a private event
+loop per call, independently of the connector under test.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
-import grpc
-
-from remoting.channel import CHANNEL_OPTIONS
-from remoting.codes import SEND_OK_CODES, ResponseCode
-from remoting.message_codec import StoredMessage, iter_records
-from remoting.pb import admin_pb2_grpc, broker_pb2, broker_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
+from client.admin import AdminClient
+from remoting.codes import SEND_OK_CODES, RequestCode, ResponseCode
+from remoting.frame_codec import RemotingCommand
+from remoting.message_codec import StoredMessage, encode_batch, iter_records
+from remoting.message_headers import DEFAULT_TOPIC, PULL_SUBSCRIPTION, PullHeader, SendHeader
 from tests.support.waiting import wait_until
 
+T = TypeVar("T")
 
-def _channel(addr: str) -> grpc.Channel:
-    return grpc.insecure_channel(addr, options=CHANNEL_OPTIONS)
+
+def with_admin(namesrv_addr: str, work: Callable[[AdminClient], Awaitable[T]], timeout_s: float = 10.0) -> T:
+    async def run() -> T:
+        async with AdminClient(namesrv_addr, timeout_s=timeout_s) as admin:
+            return await work(admin)
+
+    return asyncio.run(run())
 
 
 def create_topic(broker_addr: str, namesrv_addr: str, topic: str, queues: int = 4) -> None:
-    with _channel(broker_addr) as ch:
-        ack = admin_pb2_grpc.BrokerAdminStub(ch).UpdateAndCreateTopic(
-            common_pb2.TopicConfig(topic_name=topic, read_queue_nums=queues, write_queue_nums=queues, perm=6),
-            timeout=10,
-        )
-    assert ack.code == ResponseCode.SUCCESS, ack.remark
+    with_admin(
+        "", lambda a: a.update_topic(broker_addr, topic, read_queue_nums=queues, write_queue_nums=queues, perm=6)
+    )
     wait_route(namesrv_addr, topic, queues)
 
 
 def wait_route(namesrv_addr: str, topic: str, queues: int, timeout_s: float = 20.0) -> None:
-    with _channel(namesrv_addr) as ch:
-        stub = namesrv_pb2_grpc.NameServerStub(ch)
+    def ready() -> bool:
+        route = with_admin(namesrv_addr, lambda a: a.topic_route_raw(topic), timeout_s=5.0)
+        return sum(int(q.get("readQueueNums", 0)) for q in route["queueDatas"]) >= queues
 
-        def ready() -> bool:
-            resp = stub.GetRouteInfoByTopic(namesrv_pb2.GetRouteInfoRequest(topic=topic), timeout=5)
-            return (
-                resp.code == ResponseCode.SUCCESS and sum(q.read_queue_nums for q in resp.route.queue_datas) >= queues
-            )
-
-        wait_until(ready, timeout_s, f"the nameserver has no route for {topic} with {queues} queues")
+    wait_until(ready, timeout_s, f"the nameserver has no route for {topic} with {queues} queues")
 
 
 def send(
     broker_addr: str, topic: str, bodies_by_queue: dict[int, list[bytes]], *, tags: str = "", batch: int = 256
 ) -> int:
-    """Send bodies to the given queues of ``topic`` on one master; returns the number stored."""
-    stored = 0
-    with _channel(broker_addr) as ch:
-        stub = broker_pb2_grpc.MessagingStub(ch)
+    """Send bodies to the given queues of ``topic`` on one master (SEND_BATCH_MESSAGE); returns the number stored."""
+
+    async def work(admin: AdminClient) -> int:
+        stored = 0
+        props = {"TAGS": tags} if tags else {}
         for qid, bodies in bodies_by_queue.items():
             for i in range(0, len(bodies), batch):
-                msgs = [
-                    broker_pb2.Message(
-                        body=b, properties={"TAGS": tags} if tags else {}, born_timestamp=int(time.time() * 1000)
-                    )
-                    for b in bodies[i : i + batch]
-                ]
-                resp = stub.SendMessage(
-                    broker_pb2.SendMessageRequest(
-                        producer_group="spark-tests",
-                        topic=topic,
-                        queue_id=qid,
-                        messages=msgs,
-                        born_host="127.0.0.1:1",
-                    ),
-                    timeout=30,
+                chunk = bodies[i : i + batch]
+                header = SendHeader(
+                    producer_group="spark-tests",
+                    topic=topic,
+                    default_topic=DEFAULT_TOPIC,
+                    default_topic_queue_nums=4,
+                    queue_id=qid,
+                    sys_flag=0,
+                    born_timestamp=int(time.time() * 1000),
+                    flag=0,
+                    properties="",
+                    reconsume_times=0,
+                    max_reconsume_times=None,
+                    batch=True,
+                    broker_name=None,
+                    dedup=False,
                 )
+                request = RemotingCommand(
+                    RequestCode.SEND_BATCH_MESSAGE, ext=header.to_v2(), body=encode_batch((0, b, props) for b in chunk)
+                )
+                resp = await admin.remoting.invoke(broker_addr, request, 30.0)
                 assert resp.code in SEND_OK_CODES, resp.remark
-                stored += len(msgs)
-    return stored
+                stored += len(chunk)
+        return stored
+
+    return with_admin("", work)
 
 
 def read_topic(broker_addr: str, topic: str, queues: int) -> list[StoredMessage]:
-    """Every message of ``topic`` on one broker, queue by queue."""
-    out: list[StoredMessage] = []
-    with _channel(broker_addr) as ch:
-        stub = broker_pb2_grpc.MessagingStub(ch)
+    """Every message of ``topic`` on one broker, queue by queue (PULL_MESSAGE with the subscription "*")."""
+
+    async def work(admin: AdminClient) -> list[StoredMessage]:
+        out: list[StoredMessage] = []
         for qid in range(queues):
             offset = 0
             while True:
-                resp = stub.PullMessage(
-                    broker_pb2.PullMessageRequest(
-                        consumer_group="spark-tests-check",
-                        topic=topic,
-                        queue_id=qid,
-                        queue_offset=offset,
-                        max_msg_nums=1024,
-                        subscription="*",
-                    ),
-                    timeout=10,
+                header = PullHeader(
+                    consumer_group="spark-tests-check",
+                    topic=topic,
+                    queue_id=qid,
+                    queue_offset=offset,
+                    max_msg_nums=1024,
+                    sys_flag=PULL_SUBSCRIPTION,
+                    commit_offset=0,
+                    suspend_timeout_millis=0,
+                    subscription="*",
+                    sub_version=0,
+                    expression_type="TAG",
+                    max_msg_bytes=None,
                 )
+                request = RemotingCommand(RequestCode.PULL_MESSAGE, ext=header.to_ext())
+                resp = await admin.remoting.invoke(broker_addr, request, 10.0)
                 if resp.code != ResponseCode.SUCCESS:
                     break
-                out.extend(iter_records(resp.records))
-                offset = resp.next_begin_offset
-    return out
+                out.extend(iter_records(resp.body_bytes()))
+                offset = int(resp.ext["nextBeginOffset"])
+        return out
+
+    return with_admin("", work)
 
 
 def queue_max(broker_addr: str, topic: str, queue_id: int) -> int:
-    with _channel(broker_addr) as ch:
-        resp = broker_pb2_grpc.MessagingStub(ch).GetQueueOffsets(
-            broker_pb2.GetQueueOffsetsRequest(topic=topic, queue_id=queue_id), timeout=10
-        )
-    return resp.max_offset
+    return with_admin("", lambda a: a.queue_offsets(broker_addr, topic, queue_id)).max_offset
+
+
+def committed_offset(broker_addr: str, group: str, topic: str, queue_id: int) -> int:
+    """QUERY_CONSUMER_OFFSET of one queue; -1 when the group has none there."""
+    return with_admin("", lambda a: a.query_consumer_offset(broker_addr, group, topic, queue_id))
+
+
+def topic_configs(broker_addr: str) -> set[str]:
+    """The topic names the broker itself holds (GET_ALL_TOPIC_CONFIG)."""
+    configs = with_admin("", lambda a: a.all_topic_configs(broker_addr), timeout_s=5.0)
+    return {c.topic_name for c in configs.topic_configs}

@@ -5,12 +5,9 @@ from __future__ import annotations
 import re
 import urllib.request
 
-import grpc
 import pytest
 
-from remoting.channel import CHANNEL_OPTIONS
-from remoting.pb import admin_pb2, admin_pb2_grpc
-from tests.spark.cluster import create_topic, queue_max, send
+from tests.spark.cluster import create_topic, queue_max, send, topic_configs
 from tests.support.procs import Broker
 from tests.support.waiting import wait_until
 
@@ -57,9 +54,7 @@ def group(tmp_path_factory, namesrv):
 
 
 def slave_knows_topic(addr: str) -> bool:
-    with grpc.insecure_channel(addr, options=CHANNEL_OPTIONS) as ch:
-        configs = admin_pb2_grpc.BrokerAdminStub(ch).GetAllTopicConfig(admin_pb2.Empty(), timeout=5)
-    return any(c.topic_name == TOPIC for c in configs.topic_configs)
+    return TOPIC in topic_configs(addr)
 
 
 def messages_out(broker: Broker) -> float:

@@ -81,10 +81,7 @@ def test_a_sink_commit_that_fails_after_publishing_is_replayed_without_duplicate
 
 
 def test_with_commit_offsets_to_broker_the_group_offsets_follow_the_finished_batches(spark, namesrv, broker, tmp_path):
-    import grpc
-
-    from remoting.channel import CHANNEL_OPTIONS
-    from remoting.pb import broker_pb2, broker_pb2_grpc
+    from tests.spark.cluster import committed_offset
     from tests.support.waiting import wait_until
 
     topic = "SparkCommitOffsets"
@@ -92,15 +89,7 @@ def test_with_commit_offsets_to_broker_the_group_offsets_follow_the_finished_bat
     send(broker.addr, topic, {0: [b"a"] * 30, 1: [b"b"] * 20})
 
     def committed() -> list[int]:
-        with grpc.insecure_channel(broker.addr, options=CHANNEL_OPTIONS) as ch:
-            stub = broker_pb2_grpc.MessagingStub(ch)
-            return [
-                stub.QueryConsumerOffset(
-                    broker_pb2.QueryConsumerOffsetRequest(consumer_group="spark-lag", topic=topic, queue_id=q),
-                    timeout=10,
-                ).offset
-                for q in range(2)
-            ]
+        return [committed_offset(broker.addr, "spark-lag", topic, q) for q in range(2)]
 
     query = (
         spark.readStream.format("pyrmq")
