@@ -1,46 +1,74 @@
-"""Broker -> nameserver registration (RocketMQ BrokerController.registerBrokerAll + BrokerOuterAPI, spec §2.3).
+"""Broker -> nameserver registration over remoting (RocketMQ BrokerController.registerBrokerAll + BrokerOuterAPI,
+spec rocketmq-replication.md §2.3, remoting.md §2.1 and §5.5).
 
-- One registration at start, then every ``registerNameServerPeriod`` clamped to [10 s, 60 s] (RocketMQ's bounds;
-  no test knob), and at once when a topic is created or changed (``register_now``). While a round fails, or a
-  slave's reply names no master yet, the next round comes sooner (1 s, doubling up to the period).
+- REGISTER_BROKER (103) at start, then every ``registerNameServerPeriod`` clamped to [10 s, 60 s] (RocketMQ's
+  bounds), and at once when a topic is created or changed (``register_now``). Header: clusterName, brokerName,
+  brokerAddr, haServerAddr, brokerId, ``compressed=false``, bodyCrc32 (RocketMQ's masked CRC-32 of the body). Body:
+  RegisterBrokerBody JSON, the full topic table with its DataVersion (``stateVersion`` 0); when the broker is not
+  read-write, every topic's perm is replaced by the broker's, as RocketMQ does.
 - Each round goes to every nameserver in parallel and waits at most ``registerBrokerTimeoutMills``. The first
-  successful reply gives the master's HA address and broker address (for a slave); they are passed to
-  ``on_result(ha_server_addr, master_addr)`` after the round.
-- The body is the full topic table with the DataVersion; when the broker is not read-write, every topic's
-  permission is replaced by the broker's, as RocketMQ does.
-- One ``KeepAlive`` stream per nameserver, pinged every 5 s and reopened with backoff when it breaks, so a
-  nameserver drops this broker as soon as the process dies instead of after the 120 s silence expiry.
-- A clean stop sends ``UnregisterBroker`` to every nameserver, then closes the streams.
+  successful reply in the configured nameserver order gives a slave its master's HA address and broker address
+  (reply header ``haServerAddr``/``masterAddr``); they go to ``on_result(ha_server_addr, master_addr)`` after the
+  round. Whether the HA address is used is the HA service's decision: a configured ``haMasterAddress`` wins.
+- The connection to each nameserver stays open (``RemotingClient`` caches it; registering every 30 s keeps it under
+  the nameserver's 120 s idle close). That open connection is the liveness signal: when this process dies, the
+  kernel resets it and the nameserver drops the broker at once (RocketMQ's channel-close path). When the connection
+  closes while we run (the nameserver restarted, or expired us while we were frozen), the next round starts at
+  once instead of after the period, so a restarted nameserver learns the broker again within a second or two.
+- While a round fails anywhere, or a slave's reply names no master yet, the next round comes sooner (1 s,
+  doubling up to the period). RocketMQ waits the full 30 s.
+- A clean stop sends UNREGISTER_BROKER (104) to every nameserver; ``close`` then closes the connections.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import zlib
 from collections.abc import Callable
 
-import grpc
-
 from broker.config import BrokerSettings
-from broker.grpc.convert import data_version_pb, topic_config_pb
 from broker.metadata.topics import TopicConfigManager
 from common.service import Service
-from remoting.channel import aio_channel
-from remoting.codes import ResponseCode, describe
-from remoting.pb import namesrv_pb2, namesrv_pb2_grpc
+from remoting import fastjson
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode, describe
+from remoting.connection import Connection
+from remoting.errors import RemotingError
+from remoting.frame_codec import RemotingCommand
 
 log = logging.getLogger(__name__)
 
 PERIOD_MIN_MS = 10_000
 PERIOD_MAX_MS = 60_000
-KEEPALIVE_PING_S = 5.0
-UNSETTLED_RETRY_S = 1.0  # first early re-registration while a slave has no master (doubles up to the period)
-KEEPALIVE_BACKOFF_MAX_S = 10.0
+UNSETTLED_RETRY_S = 1.0  # first early re-registration while unsettled (doubles up to the period)
 UNREGISTER_TIMEOUT_S = 3.0
+RW_PERM = 6
 
 
 def register_period_ms(configured_ms: int) -> int:
     return max(PERIOD_MIN_MS, min(configured_ms, PERIOD_MAX_MS))
+
+
+def register_body(topics: TopicConfigManager, broker_permission: int) -> bytes:
+    """RegisterBrokerBody JSON (spec §5.5) of the whole topic table."""
+    configs, version = topics.snapshot()
+    table = {}
+    for cfg in configs:
+        entry = cfg.to_json()
+        if broker_permission != RW_PERM:
+            entry["perm"] = broker_permission
+        table[cfg.topic_name] = entry
+    data_version = {**version.to_json(), "stateVersion": 0}
+    return fastjson.dumps({
+        "filterServerList": [],
+        "topicConfigSerializeWrapper": {"dataVersion": data_version, "topicConfigTable": table},
+    })
+
+
+def body_crc32(body: bytes) -> int:
+    """RocketMQ's ``UtilAll.crc32``: CRC-32 with the top bit cleared."""
+    return zlib.crc32(body) & 0x7FFFFFFF
 
 
 class RegistrationService(Service):
@@ -49,112 +77,137 @@ class RegistrationService(Service):
         settings: BrokerSettings,
         topics: TopicConfigManager,
         on_result: Callable[[str, str], None],
+        *,
+        client: RemotingClient | None = None,
     ) -> None:
         super().__init__("registration")
         self.settings = settings
         self.topics = topics
         self.on_result = on_result
         self.namesrv_addrs = settings.broker.namesrv_list
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._client = client
+        self._own_client = client is None
         self._kick = asyncio.Event()
-        self._keepalive_calls: dict[str, grpc.aio.StreamStreamCall] = {}
+        self._watched: dict[str, Connection] = {}  # namesrv addr -> the connection whose close we watch
         self.rounds = 0
         self.last_success_ms = 0
-        self.settled = False  # the last round succeeded and, on a slave, named a master
+        self.settled = False  # the last round succeeded everywhere and, on a slave, named a master
+
+    @property
+    def client(self) -> RemotingClient:
+        if self._client is None:
+            self._client = RemotingClient(connect_timeout_s=3.0, name="registration")
+        return self._client
 
     # lifecycle ----------------------------------------------------------------------------------------------
     async def on_start(self) -> None:
         if not self.namesrv_addrs:
             log.warning("namesrvAddr is empty: this broker registers nowhere and no client can route to it")
             return
-        self._channels = {addr: aio_channel(addr) for addr in self.namesrv_addrs}
         await self.register_all()
         self.spawn("periodic", self._periodic())
-        for addr in self.namesrv_addrs:
-            self.spawn(f"keepalive-{addr}", self._keep_alive(addr))
 
     async def on_stop(self) -> None:
         self._kick.set()
-        if not self._channels:
-            return
-        await self.unregister_all()
-        for call in self._keepalive_calls.values():
-            call.cancel()
+        if self.namesrv_addrs and self._client is not None:
+            await self.unregister_all()
 
     async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        if self._client is not None and self._own_client:
+            await self._client.close()
+        self._watched.clear()
 
     def register_now(self) -> None:
         """Ask for an immediate registration round (topic created or changed)."""
         self._kick.set()
 
     # registration -------------------------------------------------------------------------------------------
-    def _request(self) -> namesrv_pb2.RegisterBrokerRequest:
+    def _header(self) -> dict[str, str]:
         broker = self.settings.broker
-        configs, version = self.topics.snapshot()
-        perm = broker.broker_permission
-        override = None if perm == 6 else perm
-        return namesrv_pb2.RegisterBrokerRequest(
-            cluster_name=broker.broker_cluster_name,
-            broker_name=broker.broker_name,
-            broker_addr=broker.broker_addr,
-            broker_id=broker.broker_id,
-            ha_server_addr=self.settings.ha_server_addr,
-            data_version=data_version_pb(version),
-            topic_configs=[topic_config_pb(c, override) for c in configs],
-            broker_permission=perm,
-        )
+        return {
+            "clusterName": broker.broker_cluster_name,
+            "brokerName": broker.broker_name,
+            "brokerAddr": broker.broker_addr,
+            "brokerId": str(broker.broker_id),
+        }
+
+    def _request(self) -> RemotingCommand:
+        body = register_body(self.topics, self.settings.broker.broker_permission)
+        ext = {
+            **self._header(),
+            "haServerAddr": self.settings.ha_server_addr,
+            "compressed": "false",
+            "bodyCrc32": str(body_crc32(body)),
+        }
+        return RemotingCommand(RequestCode.REGISTER_BROKER, ext=ext, body=body)
+
+    async def _register_one(self, addr: str, timeout_s: float) -> RemotingCommand | None:
+        """One nameserver's reply when it accepted the registration, else None (logged)."""
+        try:
+            reply = await self.client.invoke(addr, self._request(), timeout_s)
+        except RemotingError as exc:
+            log.warning("registration with nameserver %s failed: %s", addr, exc)
+            return None
+        self._watch(addr)
+        if reply.code != ResponseCode.SUCCESS:
+            log.warning("nameserver %s refused the registration: %s: %s", addr, describe(reply.code), reply.remark)
+            return None
+        return reply
 
     async def register_all(self) -> bool:
         """One round to every nameserver; True when at least one accepted it."""
-        request = self._request()
         timeout_s = self.settings.broker.register_broker_timeout_mills / 1000
-        calls = {
-            asyncio.ensure_future(
-                namesrv_pb2_grpc.NameServerStub(channel).RegisterBroker(request, timeout=timeout_s)
-            ): addr
-            for addr, channel in self._channels.items()
-        }
-        first: namesrv_pb2.RegisterBrokerResponse | None = None
-        done, pending = await asyncio.wait(calls, timeout=timeout_s)
+        calls = {addr: asyncio.ensure_future(self._register_one(addr, timeout_s)) for addr in self.namesrv_addrs}
+        done, pending = await asyncio.wait(calls.values(), timeout=timeout_s + 0.5)
         for task in pending:
             task.cancel()
-            log.warning("registration with nameserver %s timed out after %.1fs", calls[task], timeout_s)
-        # "first successful reply": the earliest in the configured nameserver order among those that answered.
-        for task in sorted(done, key=lambda t: self.namesrv_addrs.index(calls[t])):
-            addr = calls[task]
-            try:
-                reply = task.result()
-            except grpc.aio.AioRpcError as exc:
-                log.warning("registration with nameserver %s failed: %s %s", addr, exc.code().name, exc.details())
-                continue
-            if reply.code != ResponseCode.SUCCESS:
-                log.warning("nameserver %s refused the registration: %s: %s", addr, describe(reply.code), reply.remark)
-                continue
-            if first is None:
-                first = reply
+        replies = {addr: task.result() for addr, task in calls.items() if task in done}
+        for addr in calls:
+            if addr not in replies:
+                log.warning("registration with nameserver %s timed out after %.1fs", addr, timeout_s)
         self.rounds += 1
+        # "first successful reply": the earliest in the configured nameserver order among those that accepted.
+        first = next((replies[a] for a in self.namesrv_addrs if replies.get(a) is not None), None)
         if first is None:
             self.settled = False
             return False
         self.last_success_ms = int(asyncio.get_running_loop().time() * 1000)
-        # A slave that has no master yet keeps asking sooner than the period (see _periodic).
-        self.settled = self.settings.role.is_master or bool(first.master_addr)
-        self.on_result(first.ha_server_addr, first.master_addr)
+        ext = first.ext or {}
+        ha_server_addr, master_addr = ext.get("haServerAddr", ""), ext.get("masterAddr", "")
+        everywhere = all(replies.get(a) is not None for a in self.namesrv_addrs)
+        # A slave that has no master yet, or a nameserver that missed the round, gets the next one sooner.
+        self.settled = everywhere and (self.settings.role.is_master or bool(master_addr))
+        self.on_result(ha_server_addr, master_addr)
         return True
 
+    def _watch(self, addr: str) -> None:
+        """Follow the connection a registration went over: its close starts the next round at once."""
+        conn = self.client.cached(addr)
+        if conn is None or self._watched.get(addr) is conn or conn.closed is None:
+            return
+        self._watched[addr] = conn
+        conn.closed.add_done_callback(lambda _f, a=addr, c=conn: self._on_closed(a, c))
+
+    def _on_closed(self, addr: str, conn: Connection) -> None:
+        if self._watched.get(addr) is not conn:
+            return
+        del self._watched[addr]
+        if self.stopping:
+            return
+        log.warning("connection to nameserver %s closed; registering again now", addr)
+        self.settled = False
+        self._kick.set()
+
     async def _periodic(self) -> None:
-        """Register every period; sooner (1 s, doubling up to the period) while a round failed or a slave has no
-        master in the reply. RocketMQ waits the full 30 s, so a slave started before its master leaves a
-        SYNC_MASTER answering SLAVE_NOT_AVAILABLE for up to half a minute after both are up."""
+        """Register every period; sooner (1 s, doubling up to the period) while unsettled."""
         period_s = register_period_ms(self.settings.broker.register_name_server_period) / 1000
         retry_s = UNSETTLED_RETRY_S
         while not self.stopping:
             wait_s = period_s if self.settled else min(retry_s, period_s)
+            kicked = False
             try:
                 await asyncio.wait_for(self._kick.wait(), timeout=wait_s)
+                kicked = True
             except TimeoutError:
                 pass
             if self.stopping:
@@ -165,64 +218,21 @@ class RegistrationService(Service):
             except Exception:
                 self.settled = False
                 log.exception("registration round failed; next round in %.0fs", min(retry_s, period_s))
-            retry_s = UNSETTLED_RETRY_S if self.settled else min(retry_s * 2, period_s)
+            if self.settled or kicked:
+                retry_s = UNSETTLED_RETRY_S
+            else:
+                retry_s = min(retry_s * 2, period_s)
 
     async def unregister_all(self) -> None:
-        broker = self.settings.broker
-        request = namesrv_pb2.UnregisterBrokerRequest(
-            cluster_name=broker.broker_cluster_name,
-            broker_name=broker.broker_name,
-            broker_addr=broker.broker_addr,
-            broker_id=broker.broker_id,
-        )
-
-        async def one(addr: str, channel: grpc.aio.Channel) -> None:
+        async def one(addr: str) -> None:
+            cmd = RemotingCommand(RequestCode.UNREGISTER_BROKER, ext=self._header())
             try:
-                await namesrv_pb2_grpc.NameServerStub(channel).UnregisterBroker(request, timeout=UNREGISTER_TIMEOUT_S)
-            except grpc.aio.AioRpcError as exc:
-                log.warning("unregister from nameserver %s failed: %s", addr, exc.code().name)
-
-        await asyncio.gather(*(one(a, c) for a, c in self._channels.items()))
-
-    # keep-alive streams -------------------------------------------------------------------------------------
-    async def _pings(self):
-        broker = self.settings.broker
-        ping = namesrv_pb2.KeepAliveRequest(
-            broker_addr=broker.broker_addr,
-            broker_name=broker.broker_name,
-            broker_id=broker.broker_id,
-            cluster_name=broker.broker_cluster_name,
-        )
-        while True:
-            yield ping
-            if await self.sleep(KEEPALIVE_PING_S):
+                reply = await self.client.invoke(addr, cmd, UNREGISTER_TIMEOUT_S)
+            except RemotingError as exc:
+                log.warning("unregister from nameserver %s failed: %s", addr, exc)
                 return
+            if reply.code != ResponseCode.SUCCESS:
+                log.warning("nameserver %s refused the unregistration: %s: %s", addr, describe(reply.code),
+                            reply.remark)
 
-    async def _keep_alive(self, addr: str) -> None:
-        backoff_s = 0.5
-        broken = False  # a previous stream ended: the nameserver may have restarted and forgotten us
-        while not self.stopping:
-            call = namesrv_pb2_grpc.NameServerStub(self._channels[addr]).KeepAlive(self._pings())
-            self._keepalive_calls[addr] = call
-            try:
-                async for _ in call:
-                    backoff_s = 0.5
-                    if broken:
-                        log.info("keep-alive stream to nameserver %s is open again; re-registering now", addr)
-                        broken = False
-                        self._kick.set()
-                if self.stopping:
-                    return
-                log.warning("nameserver %s closed the keep-alive stream; reopening", addr)
-                broken = True
-            except grpc.aio.AioRpcError as exc:
-                if self.stopping:
-                    return
-                if not broken:
-                    log.warning("keep-alive stream to nameserver %s broke (%s); reopening", addr, exc.code().name)
-                broken = True
-            finally:
-                self._keepalive_calls.pop(addr, None)
-            if await self.sleep(backoff_s):
-                return
-            backoff_s = min(backoff_s * 2, KEEPALIVE_BACKOFF_MAX_S)
+        await asyncio.gather(*(one(a) for a in self.namesrv_addrs))

@@ -206,3 +206,18 @@ def test_data_version_body_of_query_data_version():
     assert bodies.decode_data_version(b'{"counter":2,"timestamp":5}', "q") == DataVersion(5, 2)
     with pytest.raises(bodies.BodyError, match="expected q: a DataVersion"):
         bodies.decode_data_version(b"[]", "q")
+
+
+def test_the_brokers_registration_body_reads_back_on_the_nameserver(tmp_path):
+    from broker.metadata.topics import TopicConfig as BrokerTopicConfig
+    from broker.metadata.topics import TopicConfigManager
+    from broker.registration import body_crc32 as broker_crc32
+    from broker.registration import register_body
+
+    manager = TopicConfigManager(tmp_path)
+    manager.update(BrokerTopicConfig("T", 2, 3, 6, 0, True))
+    body = register_body(manager, broker_permission=4)
+    decoded = bodies.decode_register_body(body, compressed=False)
+    assert decoded.topic_configs == [TopicConfig("T", 2, 3, 4, 0, True)]
+    assert decoded.data_version == DataVersion(manager.data_version.timestamp, manager.data_version.counter)
+    assert b'"stateVersion":0' in body and broker_crc32(body) == bodies.body_crc32(body)
