@@ -2,6 +2,11 @@
 
 It follows the brokers' read advice per queue (``pullFromWhichNodeTable``, see client/pull_api.py) and commits
 offsets to the master while it is reachable, else to the slave (client/offset_store.py).
+
+Like RocketMQ's DefaultMQPullConsumer it heartbeats (CONSUME_ACTIVELY, ``*`` on every topic it used) to every
+node of those topics' groups, when it first uses a topic and every ``heartbeat_interval_s``, so brokers and
+``mqctl consumerProgress`` see it, and unregisters when it stops. Its pulls carry their subscription, so no
+broker depends on the heartbeat to serve them.
 """
 
 from __future__ import annotations
@@ -10,12 +15,21 @@ import time
 from typing import Self
 
 from client.errors import ClientStateError
+from client.heartbeat import (
+    consumer_data,
+    heartbeat_body,
+    new_client_id,
+    send_heartbeats,
+    subscription_data,
+    unregister,
+)
 from client.message import MessageQueue
 from client.namesrv import NamesrvClient
 from client.offset_store import RemoteBrokerOffsetStore
 from client.pull_api import PullAPI, PullResult, PullStatus
 from client.route_cache import RouteCache
 from client.rpc import ClientRemoting
+from common.service import Service
 
 __all__ = ["PullConsumer", "PullResult", "PullStatus"]
 
@@ -29,13 +43,21 @@ class PullConsumer:
         avoid_failed_broker_s: float = 5.0,
         poll_name_server_interval_s: float = 30.0,
         request_timeout_s: float = 5.0,
+        heartbeat_interval_s: float = 30.0,
+        instance_name: str | None = None,
     ) -> None:
         self.group = group
+        self.client_id = new_client_id(instance_name)
+        self.request_timeout_s = request_timeout_s
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.sub_version = int(time.time() * 1000)
         self.remoting = ClientRemoting(avoid_failed_s=avoid_failed_broker_s, name=f"pull-consumer.{group}")
         self.namesrv = NamesrvClient(namesrv_addr, remoting=self.remoting, timeout_s=request_timeout_s)
         self.routes = RouteCache(self.namesrv, self.remoting.health, poll_interval_s=poll_name_server_interval_s)
-        self.pull_api = PullAPI(group, self.routes, self.remoting, sub_version=int(time.time() * 1000))
+        self.pull_api = PullAPI(group, self.routes, self.remoting, sub_version=self.sub_version)
         self.offsets = RemoteBrokerOffsetStore(group, self.routes, self.remoting, timeout_s=request_timeout_s)
+        self._topics: set[str] = set()  # topics this consumer used: its heartbeat's subscriptions
+        self._svc = Service(f"pull-consumer.{group}")
         self._state = "created"
 
     async def start(self) -> PullConsumer:
@@ -43,6 +65,8 @@ class PullConsumer:
             raise ClientStateError(f"pull consumer {self.group}", "stopped")
         if self._state != "started":
             self.routes.start()
+            await self._svc.start()
+            self._svc.run_every("heartbeat", self.heartbeat_interval_s, self._heartbeat)
             self._state = "started"
         return self
 
@@ -51,9 +75,50 @@ class PullConsumer:
             self._state = "stopped"
             return
         self._state = "stopped"
+        await self._svc.stop(timeout_s=1.0)
         await self.offsets.persist_all()
+        await unregister(
+            self.remoting,
+            self._broker_addrs(),
+            self.client_id,
+            consumer_group=self.group,
+            timeout_s=min(self.request_timeout_s, 2.0),
+        )
         await self.routes.stop()
         await self.remoting.close()
+
+    def _broker_addrs(self) -> set[str]:
+        addrs: set[str] = set()
+        for topic in self._topics:
+            route = self.routes.cached(topic)
+            if route is not None:
+                for ids in route.broker_addrs.values():
+                    addrs.update(ids.values())
+        return addrs
+
+    async def _heartbeat(self) -> None:
+        addrs = self._broker_addrs()
+        if not addrs:
+            return
+        subs = [subscription_data(t, "*", self.sub_version) for t in sorted(self._topics)]
+        consumer = consumer_data(
+            self.group,
+            consume_type="CONSUME_ACTIVELY",
+            message_model="CLUSTERING",
+            consume_from_where="CONSUME_FROM_LAST_OFFSET",
+            subscriptions=subs,
+        )
+        await send_heartbeats(
+            self.remoting, addrs, heartbeat_body(self.client_id, consumers=[consumer]), self.request_timeout_s
+        )
+
+    async def _use(self, topic: str) -> None:
+        """Make sure ``topic`` has a route; the first use of a topic is announced with a heartbeat."""
+        if self.routes.cached(topic) is None:
+            await self.routes.refresh(topic)
+        if topic not in self._topics:
+            self._topics.add(topic)
+            self._svc.spawn(f"heartbeat.{topic}", self._heartbeat())
 
     async def __aenter__(self) -> Self:
         return await self.start()
@@ -68,6 +133,7 @@ class PullConsumer:
     async def fetch_subscribe_queues(self, topic: str) -> list[MessageQueue]:
         self._check()
         route = await self.routes.refresh(topic)
+        await self._use(topic)
         return sorted(route.subscribe_queues)
 
     async def pull(
@@ -82,8 +148,7 @@ class PullConsumer:
     ) -> PullResult:
         """One pull of ``mq`` from ``offset``; long-polls up to ``suspend_ms`` when nothing is there yet."""
         self._check()
-        if self.routes.cached(mq.topic) is None:
-            await self.routes.refresh(mq.topic)
+        await self._use(mq.topic)
         committed = self.offsets.get(mq) or 0
         return await self.pull_api.pull(
             mq,
@@ -98,14 +163,12 @@ class PullConsumer:
     async def commit_offset(self, mq: MessageQueue, offset: int) -> str:
         """Commit now (master if reachable, else slave); returns the broker address that stored it."""
         self._check()
-        if self.routes.cached(mq.topic) is None:
-            await self.routes.refresh(mq.topic)
+        await self._use(mq.topic)
         self.offsets.update(mq, offset)
         return await self.offsets.commit(mq, offset)
 
     async def query_offset(self, mq: MessageQueue) -> int:
         """The committed offset on the brokers, or -1 when none is stored."""
         self._check()
-        if self.routes.cached(mq.topic) is None:
-            await self.routes.refresh(mq.topic)
+        await self._use(mq.topic)
         return await self.offsets.read(mq)
