@@ -288,26 +288,26 @@ class NamesrvProcessors:
 
     def wipe_write_perm(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """WIPE_WRITE_PERM_OF_BROKER (205): header ``brokerName``; reply header ``wipeTopicCount``."""
-        broker_name = Fields(request.ext, "WIPE_WRITE_PERM_OF_BROKER").req_str("brokerName")
-        count = self.table.wipe_write_perm(broker_name)
-        if count:
-            remark = f"wiped the write permission of {broker_name} on {count} topics; producers stop sending there"
-            log.info("%s (request from %s)", remark, conn.peer)
-        else:
-            remark = f"{broker_name} serves no topic here: check the name with mqctl clusterList"
-        return response_to(request, OK, remark, ext={"wipeTopicCount": str(count)})
+        return self._change_perm(conn, request, "WIPE_WRITE_PERM_OF_BROKER", self.table.wipe_write_perm,
+                                 "wipeTopicCount", "lost its write permission on {count} topics; producers stop "
+                                 "sending there")
 
     def add_write_perm(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """ADD_WRITE_PERM_OF_BROKER (327): header ``brokerName``; its queues become read-write; reply header
         ``addTopicCount``. The broker's next registration with a new DataVersion sets the perms it holds."""
-        broker_name = Fields(request.ext, "ADD_WRITE_PERM_OF_BROKER").req_str("brokerName")
-        count = self.table.add_write_perm(broker_name)
+        return self._change_perm(conn, request, "ADD_WRITE_PERM_OF_BROKER", self.table.add_write_perm,
+                                 "addTopicCount", "is writable again on {count} topics")
+
+    def _change_perm(self, conn: Connection, request: RemotingCommand, what: str, change: Callable[[str], int],
+                     count_field: str, done: str) -> RemotingCommand:
+        broker_name = Fields(request.ext, what).req_str("brokerName")
+        count = change(broker_name)
         if count:
-            remark = f"{broker_name} is writable again on {count} topics"
+            remark = f"{broker_name} {done.format(count=count)}"
             log.info("%s (request from %s)", remark, conn.peer)
         else:
             remark = f"{broker_name} serves no topic here: check the name with mqctl clusterList"
-        return response_to(request, OK, remark, ext={"addTopicCount": str(count)})
+        return response_to(request, OK, remark, ext={count_field: str(count)})
 
     # KV config -------------------------------------------------------------------------------------------------
     async def put_kv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
