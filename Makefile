@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: test unit integration system images proto bench clean
+.PHONY: test unit integration compat system images proto bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,10 @@ unit: $(STAMP)
 
 integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+
+# Apache's C++ client (PyPI rocketmq 0.4.4) against real processes; part of `make test` too.
+compat: $(STAMP)
+	$(BIN)/python -m pytest tests/compat $(PYTEST_ARGS)
 
 # Container images (pyrmq-namesrv, pyrmq-broker): the base image is pulled, or built with debootstrap
 # from the host's apt mirror where no registry answers; then the compose build.
