@@ -3,6 +3,8 @@
 One ``broker.conf`` feeds both classes by key name, as in RocketMQ. Differences from RocketMQ, each deliberate:
 - unknown keys and bad values are errors (see ``common.conf``);
 - ``haListenPort`` defaults to 0, meaning ``listenPort + 1``; a positive value is honoured (4.x overwrote it);
+- ``fastListenPort`` (RocketMQ always derives it as ``listenPort - 2``): -1, the default, keeps that rule; 0 turns
+  the fast (VIP) port off; a positive value is used as is;
 - a SLAVE's ``accessMessageInMemoryMaxRatio`` is not lowered by 10 (4.x meant to, but never did);
 - ``haSlaveFallbehindMax`` is a 64-bit value (4.x used an int, capping it at 2 GiB);
 - RocketMQ's disk thresholds that were JVM system properties (``diskSpaceWarningLevelRatio`` 90,
@@ -175,6 +177,7 @@ class BrokerConfig:
     broker_ip1: str = field(default_factory=_local_address, metadata={"key": "brokerIP1"})
     broker_ip2: str = field(default="", metadata={"key": "brokerIP2"})  # empty: same as brokerIP1
     listen_port: int = 10911
+    fast_listen_port: int = -1  # -1: listenPort - 2 (RocketMQ's VIP channel); 0: off
     metrics_exporter_type: str = "PROM"
     metrics_prom_exporter_port: int = 5557
     metrics_prom_exporter_host: str = ""  # empty: all interfaces
@@ -200,6 +203,8 @@ class BrokerConfig:
             raise ValueError("brokerPermission must be 2 (write), 4 (read) or 6 (read and write)")
         if not 0 <= self.listen_port < 65536:
             raise ValueError("listenPort must be between 0 and 65535")
+        if not -1 <= self.fast_listen_port < 65536:
+            raise ValueError("fastListenPort must be -1 (listenPort - 2), 0 (off) or a port up to 65535")
         if self.metrics_exporter_type not in ("PROM", "DISABLE"):
             raise ValueError("metricsExporterType must be PROM or DISABLE")
         for part in filter(None, self.namesrv_addr.split(";")):
@@ -231,6 +236,15 @@ class BrokerSettings:
     @property
     def ha_port(self) -> int:
         return self.store.ha_listen_port if self.store.ha_listen_port > 0 else self.broker.listen_port + 1
+
+    @property
+    def fast_port(self) -> int:
+        """The fast (VIP) remoting port, 0 when off: ``listenPort - 2`` unless ``fastListenPort`` says otherwise
+        (a listenPort of 0, "any free port", has no such neighbour, so the fast port is then off)."""
+        port = self.broker.fast_listen_port
+        if port >= 0:
+            return port
+        return self.broker.listen_port - 2 if self.broker.listen_port > 2 else 0
 
     @property
     def ha_server_addr(self) -> str:

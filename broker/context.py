@@ -69,11 +69,12 @@ class BrokerContext:
     delay_offsets: DelayOffsetManager
     clients: ClientManager
     hold: PullRequestHoldService
+    locks: Any = None  # broker.rebalance_lock.RebalanceLockManager (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ)
     retry: Any = None  # broker.retry.RetryService
     metrics: Any = None  # broker.metrics.BrokerMetrics once the lead wires it; handlers call it once per request
-    dedup: Any = None  # broker.dedup.SendDedupWindow for SendMessageRequest.dedup
+    dedup: Any = None  # broker.dedup.SendDedupWindow for sends with the ``dedup`` ext field
     register_now: Callable[[], None] = lambda: None
-    server: Any = None  # BrokerServer: HA wiring points (ha, master_ha_addr) for GetHAStatus
+    server: Any = None  # BrokerServer: HA wiring points (ha, master_ha_addr) for GET_BROKER_HA_STATUS
     stats: BrokerStats = field(default_factory=BrokerStats)
     boot_timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     _background: set[asyncio.Task] = field(default_factory=set)

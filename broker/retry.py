@@ -14,9 +14,9 @@ import logging
 import random
 from dataclasses import dataclass
 
-from broker.grpc.status_map import put_code
 from broker.metadata.subscription_groups import SubscriptionGroupManager
 from broker.metadata.topics import TopicConfigManager, dlq_topic, retry_topic
+from broker.processors.status_map import put_code
 from broker.store.types import MessageDraft
 from remoting.codes import ResponseCode
 from remoting.message_codec import (

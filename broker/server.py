@@ -1,38 +1,45 @@
 """BrokerServer: the composition root of one broker process (RocketMQ BrokerController without its logic).
 
-Start order: bind the gRPC port (so a taken port fails before anything is touched), load the metadata
-(``<root>/config/*.json``, falling back to ``.bak``), start the store (recovery included), wire the store's
-dispatch listener to long polling and the schedule service, start serving, then register with the nameservers
-(RocketMQ also registers only once the store is up).
+Ports (spec remoting.md §1.7): the remoting server on ``listenPort`` serves every processor of
+``broker.processors``; the fast (VIP) server on ``BrokerSettings.fast_port`` (``listenPort - 2`` unless
+``fastListenPort`` says otherwise, 0 = off) serves the same ones except PULL_MESSAGE, as RocketMQ's does, so a
+client with ``vipChannelEnabled`` sends there and a long poll never queues behind sends. HA has its own port.
 
-Stop order (SIGTERM): unregister from the nameservers and close the keep-alive streams (clients stop routing
-here), release held pulls, stop gRPC with a 5 s grace, stop the services, persist all metadata, stop the store
-(flush, checkpoint, remove the abort marker).
+Start order: check that the remoting ports can be bound (so a taken port fails before anything is touched),
+load the metadata (``<root>/config/*.json``, falling back to ``.bak``), start the store (recovery included), wire
+the store's dispatch listener to long polling and the schedule service, register the processors and start
+serving, then register with the nameservers (RocketMQ also registers only once the store is up).
 
-HA wiring points (the HA service lives in broker/ha/ and is wired by the lead): ``self.ha`` and
-``self.slave_sync`` stay None here; ``on_registration_result`` records the master's HA and broker address from
-each registration round and calls every function in ``registration_listeners``.
+Stop order (SIGTERM): unregister from the nameservers (clients stop routing here), release held pulls (they are
+answered at once with what the store has), stop the remoting servers (stop accepting, give requests in flight
+``REMOTING_STOP_GRACE_S`` to finish, then close every connection), stop the services, persist all metadata, stop
+the store (flush, checkpoint, remove the abort marker).
+
+HA wiring points: ``self.ha`` and ``self.slave_sync``; ``on_registration_result`` records the master's HA and
+broker address from each registration round and calls every function in ``registration_listeners``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Callable
+from dataclasses import replace
 
+from broker import processors
 from broker.client_manager import ClientManager
 from broker.config import BrokerSettings
-from broker.dedup import SendDedupWindow, restore_from_store
-from broker.grpc.admin import BrokerAdminServicer
 from broker.context import BrokerContext
-from broker.grpc.messaging import MessagingServicer
+from broker.dedup import SendDedupWindow, restore_from_store
 from broker.ha.service import HAService
 from broker.long_polling import PullRequestHoldService
 from broker.metadata.consumer_offsets import ConsumerOffsetManager
 from broker.metadata.delay_offsets import DelayOffsetManager
 from broker.metadata.subscription_groups import SubscriptionGroupManager
-from broker.metadata.topics import TopicConfigManager
+from broker.metadata.topics import PERM_INHERIT, PERM_READ, PERM_WRITE, TopicConfigManager
 from broker.metrics import BrokerMetrics
+from broker.rebalance_lock import RebalanceLockManager
 from broker.registration import RegistrationService
 from broker.retry import RetryService
 from broker.schedule import ScheduleService
@@ -45,12 +52,48 @@ from broker.slave_sync import (
 from broker.store.message_store import MessageStore
 from common.metrics import MetricsServer, new_registry
 from common.service import Service
-from remoting.channel import aio_server, bind
-from remoting.pb import admin_pb2_grpc, broker_pb2_grpc
+from remoting.codes import RequestCode
+from remoting.connection import Connection
+from remoting.message_headers import DEFAULT_TOPIC
+from remoting.server import Processor, RemotingServer
 
 log = logging.getLogger(__name__)
 
-GRPC_STOP_GRACE_S = 5.0
+REMOTING_STOP_GRACE_S = 5.0
+LISTEN_HOST = "0.0.0.0"
+
+
+class _Ports:
+    """What processors register on: every code goes to the main server, and to the fast server unless it is
+    PULL_MESSAGE (RocketMQ's ``registerProcessor`` does the same for its VIP server)."""
+
+    def __init__(self, main: RemotingServer, fast: RemotingServer | None) -> None:
+        self.main = main
+        self.fast = fast
+
+    def register(self, code: int, processor: Processor) -> None:
+        self.main.register(code, processor)
+        if self.fast is not None and code != RequestCode.PULL_MESSAGE:
+            self.fast.register(code, processor)
+
+    def on_close(self, callback: Callable[[Connection], None]) -> None:
+        self.main.on_close(callback)
+        if self.fast is not None:
+            self.fast.on_close(callback)
+
+
+def _probe_port(port: int, what: str) -> int:
+    """Bind ``port`` once and let it go: a taken port fails here, before the store is touched; port 0 picks one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((LISTEN_HOST, port))
+        except OSError as exc:
+            raise OSError(
+                f"{what} {port} is already in use ({exc.strerror or exc}); choose another port or stop the process"
+                " that holds it"
+            ) from None
+        return s.getsockname()[1]
 
 
 class BrokerServer(Service):
@@ -67,7 +110,8 @@ class BrokerServer(Service):
         self.ctx: BrokerContext | None = None
         self.registration: RegistrationService | None = None
         self.schedule: ScheduleService | None = None
-        self._grpc = None
+        self.remoting: RemotingServer | None = None
+        self.fast_remoting: RemotingServer | None = None
         self._services: list[Service] = []
         self.metrics_registry = new_registry()
         self.metrics: BrokerMetrics | None = None
@@ -91,13 +135,21 @@ class BrokerServer(Service):
                 log.exception("registration listener %r failed", listener)
 
     # lifecycle ----------------------------------------------------------------------------------------------
-    async def on_start(self) -> None:
+    def _bind_ports(self) -> BrokerSettings:
+        """Probe the remoting ports and fill in the bound ones (listenPort=0: use the bound port everywhere)."""
         settings = self.settings
-        self._grpc = aio_server()
-        port = bind(self._grpc, "0.0.0.0", settings.broker.listen_port)
-        if port != settings.broker.listen_port:  # listenPort=0: use the bound port everywhere
+        fast = settings.fast_port
+        port = _probe_port(settings.broker.listen_port, "listenPort")
+        if port != settings.broker.listen_port:
             ha_port = settings.store.ha_listen_port or port + 1
-            settings = self.settings = settings.with_ports(listen_port=port, ha_port=ha_port)
+            settings = settings.with_ports(listen_port=port, ha_port=ha_port)
+        if fast:
+            fast = _probe_port(fast, "fastListenPort (the fast/VIP port, listenPort - 2 by default; 0 turns it off)")
+        # Record the resolved fast port so nothing derives it again from the bound listenPort.
+        return replace(settings, broker=replace(settings.broker, fast_listen_port=fast))
+
+    async def on_start(self) -> None:
+        settings = self.settings = self._bind_ports()
         if settings.broker.metrics_exporter_type == "PROM":
             self.metrics_server = MetricsServer(
                 self.metrics_registry,
@@ -122,9 +174,13 @@ class BrokerServer(Service):
         for manager in (topics, groups, offsets, delay_offsets):
             manager.load()
         topics.ensure_system_topics()
+        if broker.auto_create_topic_enable:
+            # RocketMQ's auto-creation template: producers route an unknown topic by TBW102's route (spec §7.3)
+            # and the broker creates the topic from it on the first send (send_admit).
+            topics.create_if_absent(DEFAULT_TOPIC, broker.default_topic_queue_nums, PERM_INHERIT | PERM_READ | PERM_WRITE)
         await topics.persist()
 
-        self.store = store = MessageStore(store_cfg, store_host=(broker.broker_ip1, port))
+        self.store = store = MessageStore(store_cfg, store_host=(broker.broker_ip1, broker.listen_port))
         await store.start()
         self.metrics = metrics = BrokerMetrics(
             self.metrics_registry,
@@ -148,6 +204,7 @@ class BrokerServer(Service):
             delay_offsets=delay_offsets,
             clients=clients,
             hold=hold,
+            locks=RebalanceLockManager(),
             retry=RetryService(store, topics, groups, len(levels)),
             dedup=await self._restored_dedup_window(store),
             server=self,
@@ -186,20 +243,25 @@ class BrokerServer(Service):
         self.registration = RegistrationService(settings, topics, self.on_registration_result)
         ctx.register_now = self.registration.register_now
 
-        broker_pb2_grpc.add_MessagingServicer_to_server(MessagingServicer(ctx), self._grpc)
-        admin_pb2_grpc.add_BrokerAdminServicer_to_server(BrokerAdminServicer(ctx), self._grpc)
+        self.remoting = RemotingServer("broker", LISTEN_HOST, broker.listen_port)
+        if broker.fast_listen_port:
+            self.fast_remoting = RemotingServer("broker-fast", LISTEN_HOST, broker.fast_listen_port)
+        processors.register_all(_Ports(self.remoting, self.fast_remoting), ctx)
         for service in self._services:
             await service.start()
-        await self._grpc.start()
+        await self.remoting.start()
+        if self.fast_remoting is not None:
+            await self.fast_remoting.start()
         self.run_every("persist-offsets", broker.flush_consumer_offset_interval / 1000, offsets.persist)
         self.run_every("persist-metadata", 10.0, self._persist_tables)
         await self.registration.start()
         log.info(
-            "broker %s id %d (%s) serving on %s",
+            "broker %s id %d (%s) serving remoting on %s (fast port %s)",
             broker.broker_name,
             broker.broker_id,
             settings.role.name,
             self.listen_addr,
+            broker.fast_listen_port or "off",
         )
 
     async def _restored_dedup_window(self, store: MessageStore) -> SendDedupWindow | None:
@@ -246,8 +308,9 @@ class BrokerServer(Service):
             await self.registration.stop()
         if ctx is not None:
             await ctx.hold.stop()
-        if self._grpc is not None:
-            await self._grpc.stop(GRPC_STOP_GRACE_S)
+        for server in (self.fast_remoting, self.remoting):
+            if server is not None:
+                await server.stop(REMOTING_STOP_GRACE_S)
         for service in reversed(self._services):
             await service.stop()
         if ctx is not None:

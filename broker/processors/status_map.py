@@ -1,5 +1,5 @@
 """The one place where store statuses become ResponseCodes (RocketMQ's SendMessageProcessor / PullMessageProcessor
-switch statements, and the proxy's ResponseBuilder).
+switch statements).
 
 Send: the four "stored" statuses keep their own codes so a producer can tell "stored and replicated" from
 "stored on the master only" (spec §3.7 step 6). Pull: spec §5.2 step 4, including the rule that an empty or
@@ -62,15 +62,13 @@ def get_code(status: GetStatus, requested_offset: int) -> ResponseCode:
 
 
 _PULL_REMARKS = {
-    ResponseCode.SUCCESS: "",
-    ResponseCode.PULL_NOT_FOUND: "no new message; pull again from next_begin_offset",
-    ResponseCode.PULL_RETRY_IMMEDIATELY: "nothing matched in this range; pull again from next_begin_offset",
-    ResponseCode.PULL_OFFSET_MOVED: "the offset is outside [min_offset, max_offset]; continue from next_begin_offset",
+    ResponseCode.PULL_NOT_FOUND: "no new message; pull again from nextBeginOffset",
+    ResponseCode.PULL_RETRY_IMMEDIATELY: "nothing matched in this range; pull again from nextBeginOffset",
+    ResponseCode.PULL_OFFSET_MOVED: "the offset is outside [minOffset, maxOffset); continue from nextBeginOffset",
 }
 
 
 def pull_remark(code: ResponseCode, status: GetStatus) -> str:
-    text = _PULL_REMARKS.get(code, "")
-    if code is ResponseCode.SUCCESS:
-        return text
+    """The store status first (RocketMQ's remark is exactly its name), then what to do when nothing came back."""
+    text = _PULL_REMARKS.get(code)
     return f"{status.value}: {text}" if text else status.value

@@ -2,21 +2,19 @@
 
 Each check returns ``None`` or a ``Rejection`` (code + a remark that says what to fix), so servicers read as
 "validate -> domain call -> response". Clients may be hostile (reliability.md §7 B-MSG / B-CONS): every field
-is checked here even when the SDK checks it too. Body and property checks loop once over the batch.
+is checked here even when the SDK checks it too. Message bodies and properties are checked by the send processor
+and the store, which see them in their wire form.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from typing import NamedTuple
 
 from broker.metadata.topics import is_system_topic
 from remoting.codes import ResponseCode
 from remoting.message_codec import (
     DLQ_GROUP_TOPIC_PREFIX,
-    MAX_PROPERTIES_LEN,
-    PROPERTY_DELAY_TIME_LEVEL,
     RETRY_GROUP_TOPIC_PREFIX,
     validate_topic,
 )
@@ -91,42 +89,4 @@ def queue_nums(read: int, write: int) -> Rejection | None:
     for name, value in (("read_queue_nums", read), ("write_queue_nums", write)):
         if not 1 <= value <= MAX_QUEUE_NUMS:
             return Rejection(ResponseCode.INVALID_PARAMETER, f"{name}={value} must be between 1 and {MAX_QUEUE_NUMS}")
-    return None
-
-
-def messages(batch: Sequence, max_body_bytes: int, max_delay_level: int) -> Rejection | None:
-    """Bodies, property text and delay levels of a batch of proto ``Message``s (one pass)."""
-    if not batch:
-        return Rejection(ResponseCode.INVALID_PARAMETER, "the request carries no message; add at least one")
-    for index, msg in enumerate(batch):
-        size = len(msg.body)
-        if size == 0:
-            return Rejection(ResponseCode.MESSAGE_ILLEGAL, f"message {index} has an empty body; send a non-empty body")
-        if size > max_body_bytes:
-            return Rejection(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"message {index} body is {size} bytes, over maxMessageSize {max_body_bytes}; split or compress it",
-            )
-        props = msg.properties
-        if props:
-            prop_bytes = 0
-            for key, value in props.items():
-                if not key or "\x01" in key or "\x02" in key or "\x01" in value or "\x02" in value:
-                    return Rejection(
-                        ResponseCode.MESSAGE_ILLEGAL,
-                        f"message {index} property {key!r} is empty or contains the separators \\u0001/\\u0002;"
-                        " remove them",
-                    )
-                prop_bytes += len(key) + len(value) + 2
-            if prop_bytes > MAX_PROPERTIES_LEN:
-                return Rejection(
-                    ResponseCode.MESSAGE_ILLEGAL,
-                    f"message {index} properties take over {MAX_PROPERTIES_LEN} bytes; shorten them",
-                )
-            delay = props.get(PROPERTY_DELAY_TIME_LEVEL)
-            if delay is not None and (not delay.isdigit() or int(delay) > max_delay_level):
-                return Rejection(
-                    ResponseCode.MESSAGE_ILLEGAL,
-                    f"message {index} DELAY={delay!r} is not a delay level; use 0..{max_delay_level}",
-                )
     return None

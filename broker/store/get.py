@@ -8,7 +8,9 @@ Statuses and ``next_begin_offset`` follow 4.9.8 exactly (spec §5.1):
 - inside [min, max): units are scanned; each message is "in disk" when the commitlog head is more than
   ``accessMessageInMemoryMaxRatio`` % of physical RAM ahead of it, which picks the batch caps (in memory 256 KiB
   / 32 messages, in disk 64 KiB / 8); a batch always carries at least one message. The TagFilter checks the
-  unit's tags code, then the record's TAGS. next = offset + units examined. A unit whose record is gone
+  unit's tags code, then the record's TAGS. next = offset + units examined. The records found are returned as
+  memoryviews of the commitlog mapping, one per contiguous run, never copied (``GetResult.buffers``); without a
+  tag filter no Python code runs per message (``_read_unfiltered``). A unit whose record is gone
   (MESSAGE_WAS_REMOVING) skips to the next commitlog file. ``suggest_pulling_from_slave`` is set when the
   head is that far ahead of the last unit examined. The queue's file missing -> OFFSET_FOUND_NULL.
 
@@ -18,8 +20,12 @@ Pure reads of memory-mapped files: no awaits, safe on the event loop.
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
+from bisect import bisect_right
+from itertools import accumulate, compress
+from operator import add, ne
 from typing import TYPE_CHECKING
 
 from broker.config import BrokerRole
@@ -87,27 +93,128 @@ def get_message(
         return GetResult(GetStatus.OFFSET_FOUND_NULL, nxt, min_offset, max_offset)
 
     memory = TOTAL_PHYSICAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
-    commitlog = store._commitlog
-    file_size = commitlog.file_size
-    find_file = commitlog.files.find
+    read = _Read(store, offset, min_offset, max_offset, max_msg_nums, max_total_bytes, max_offset_py - memory)
     filt = tag_filter if tag_filter is not None and not tag_filter.match_all else None
+    if filt is None:
+        found = _read_unfiltered(read, units)
+        if found is not None:
+            return found
+    return _read_scanning(read, units, filt)
+
+
+class _Read:
+    """The parameters of one read, shared by the two readers."""
+
+    __slots__ = (
+        "cap",
+        "cfg",
+        "commitlog",
+        "disk_below",
+        "max_msg_nums",
+        "max_offset",
+        "max_offset_py",
+        "min_offset",
+        "offset",
+    )
+
+    def __init__(self, store, offset, min_offset, max_offset, max_msg_nums, max_total_bytes, disk_below) -> None:
+        self.cfg = store.config
+        self.commitlog = store._commitlog
+        self.offset = offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.max_msg_nums = max_msg_nums
+        self.cap = max_total_bytes if max_total_bytes > 0 else -1
+        self.disk_below = disk_below  # a unit is "in disk" when its physical offset is below this
+        self.max_offset_py = store.max_phy_offset
+
+
+@functools.lru_cache(maxsize=64)
+def _units_struct(count: int) -> struct.Struct:
+    return struct.Struct(">" + "qiq" * count)
+
+
+def _read_unfiltered(r: _Read, units: bytes) -> GetResult | None:
+    """The common read, with no Python work per message: the units are unpacked in one call, the batch caps are
+    found by bisecting the running total of sizes, and the records are sliced from the mapping once per
+    contiguous run (a single-queue topic's records are one run). None when the general scan must decide (units
+    on both sides of the in-memory boundary, or a record that is not readable)."""
+    cfg = r.cfg
+    n_units = len(units) // UNIT_SIZE
+    if not n_units:
+        return None
+    first_offset = UNIT.unpack_from(units, 0)[0]
+    if first_offset >= r.disk_below:
+        count_cap, bytes_cap = cfg.max_transfer_count_on_message_in_memory, cfg.max_transfer_bytes_on_message_in_memory
+    else:
+        count_cap, bytes_cap = cfg.max_transfer_count_on_message_in_disk, cfg.max_transfer_bytes_on_message_in_disk
+    limit = min(r.max_msg_nums, count_cap)
+    k = min(n_units, max(1, limit) + 1)  # the unit after the last one taken decides max_phy_pulling
+    values = _units_struct(k).unpack_from(units)
+    offs = values[0::3]
+    sizes = values[1::3]
+    lo_off, hi_off = min(offs), max(offs)
+    if (lo_off >= r.disk_below) != (hi_off >= r.disk_below):
+        return None  # mixed in-memory and in-disk caps: the scan applies them unit by unit
+    acc = list(accumulate(sizes))
+    byte_limit = bytes_cap if r.cap < 0 else min(bytes_cap, r.cap)
+    m = min(n_units, k, max(1, min(limit, bisect_right(acc, byte_limit))))
+    ends = list(map(add, offs[:m], sizes[:m]))
+    breaks = list(compress(range(1, m), map(ne, offs[1:m], ends)))
+    buffers: list[memoryview] = []
+    find_file = r.commitlog.files.find
+    lo = hi = -1
+    mf = None
+    run_start = 0
+    for run_end in (*breaks, m):
+        start, end = offs[run_start], ends[run_end - 1]
+        if not (lo <= start and end <= hi):
+            mf = find_file(start)
+            if mf is None:
+                return None
+            lo = mf.start_offset
+            hi = lo + mf.wrote_position
+            if end > hi:
+                return None
+        buffers.append(mf.view(start - lo, end - lo))
+        run_start = run_end
+    max_phy_pulling = offs[m] if m < len(offs) else offs[m - 1]
+    return GetResult(
+        GetStatus.FOUND,
+        next_begin_offset=r.offset + m,
+        min_offset=r.min_offset,
+        max_offset=r.max_offset,
+        buffers=buffers,
+        suggest_pulling_from_slave=(r.max_offset_py - max_phy_pulling) > (r.max_offset_py - r.disk_below),
+        total_bytes=acc[m - 1],
+        message_count=m,
+    )
+
+
+def _read_scanning(r: _Read, units: bytes, filt: TagFilter | None) -> GetResult:
+    """Unit by unit: tag filters, the in-memory/in-disk caps per unit, unreadable records (MESSAGE_WAS_REMOVING
+    skips to the next commitlog file). Matching records that touch are still sent as one run."""
+    cfg = r.cfg
+    file_size = r.commitlog.file_size
+    find_file = r.commitlog.files.find
     codes = filt.codes if filt is not None else None
     status = GetStatus.NO_MATCHED_MESSAGE
-    records: list[bytes] = []
-    append = records.append
+    buffers: list[memoryview] = []
     count = 0
     total = 0
     next_phy_file_start = -1
     max_phy_pulling = 0
-    # the batch caps of _batch_full, hoisted: a unit is "in disk" when its offset is below disk_below
-    disk_below = max_offset_py - memory
-    cap = max_total_bytes if max_total_bytes > 0 else -1
+    disk_below = r.disk_below
+    cap = r.cap
+    max_msg_nums = r.max_msg_nums
     disk_bytes, disk_count = cfg.max_transfer_bytes_on_message_in_disk, cfg.max_transfer_count_on_message_in_disk
     mem_bytes, mem_count = cfg.max_transfer_bytes_on_message_in_memory, cfg.max_transfer_count_on_message_in_memory
-    # the commitlog file of the last record read: [lo, hi) is its readable range, mm its mapping. Records of a
-    # queue written together are contiguous in one file, so most units skip the file lookup and the read call
+    # the commitlog file of the last record read: [lo, hi) is its readable range, mf the file. The current run
+    # of touching records is [run_start, run_end) of that file.
     lo = hi = 0
+    mf = None
     mm = None
+    run_start = run_end = -1
     n_units = len(units) // UNIT_SIZE
     i = 0
     for i, (offset_py, size_py, tags_code) in enumerate(UNIT.iter_unpack(units[: n_units * UNIT_SIZE])):
@@ -127,6 +234,9 @@ def get_message(
             continue
         end_py = offset_py + size_py
         if not (lo <= offset_py < hi and end_py <= hi):
+            if run_start >= 0:
+                buffers.append(mf.view(run_start - lo, run_end - lo))
+                run_start = -1
             mf = find_file(offset_py)
             if mf is not None:
                 lo = mf.start_offset
@@ -136,27 +246,34 @@ def get_message(
                 if not count:
                     status = GetStatus.MESSAGE_WAS_REMOVING
                 next_phy_file_start = offset_py + file_size - offset_py % file_size
+                lo = hi = 0
                 continue
-        raw = mm[offset_py - lo : end_py - lo]
-        if filt is not None and not filt.match_tags(_record_tags(raw) or ""):
+        if filt is not None and not filt.match_tags(_record_tags(mm[offset_py - lo : end_py - lo]) or ""):
             continue
-        append(raw)
+        if offset_py != run_end or run_start < 0:
+            if run_start >= 0:
+                buffers.append(mf.view(run_start - lo, run_end - lo))
+            run_start = offset_py
+        run_end = end_py
         count += 1
         total += size_py
         next_phy_file_start = -1
     else:
         i = n_units
+    if run_start >= 0:
+        buffers.append(mf.view(run_start - lo, run_end - lo))
     if count:
         status = GetStatus.FOUND
-    suggest = (max_offset_py - max_phy_pulling) > memory
+    suggest = (r.max_offset_py - max_phy_pulling) > (r.max_offset_py - disk_below)
     return GetResult(
         status,
-        next_begin_offset=offset + i,
-        min_offset=min_offset,
-        max_offset=max_offset,
-        records=records,
+        next_begin_offset=r.offset + i,
+        min_offset=r.min_offset,
+        max_offset=r.max_offset,
+        buffers=buffers,
         suggest_pulling_from_slave=suggest,
         total_bytes=total,
+        message_count=count,
     )
 
 

@@ -44,7 +44,15 @@ from broker.store.dispatcher import Dispatcher
 from broker.store.flush import GroupCommitService, build_flush_services
 from broker.store.mapped_file import MappedFile
 from broker.store.recovery import load_and_recover
-from broker.store.types import CommitlogSlice, GetResult, MessageDraft, PutResult, PutStatus, StoreOffsetMismatch
+from broker.store.types import (
+    CommitlogSlice,
+    GetResult,
+    MessageDraft,
+    PutResult,
+    PutStatus,
+    RawBatch,
+    StoreOffsetMismatch,
+)
 from remoting.message_codec import (
     MAX_PROPERTIES_LEN,
     MAX_RETRY_TOPIC_LEN,
@@ -272,7 +280,11 @@ class MessageStore:
     def _accepting(self) -> bool:
         return self._running and not self._stopping and self.role is not BrokerRole.SLAVE
 
-    async def put_messages(self, topic: str, queue_id: int, drafts: Sequence[MessageDraft]) -> PutResult:
+    async def put_messages(
+        self, topic: str, queue_id: int, drafts: Sequence[MessageDraft], *, wait: bool | None = None
+    ) -> PutResult:
+        """Append ``drafts`` to one queue. ``wait`` overrides the messages' own ``WAIT`` property (a remoting send
+        drops ``WAIT`` from what is stored but keeps its meaning, as RocketMQ does)."""
         refused = self._refusal()
         if refused is not None:
             return refused
@@ -287,6 +299,28 @@ class MessageStore:
         )
         if isinstance(prepared, PutResult):
             return prepared
+        if wait is not None:
+            prepared = prepared._replace(wait=wait)
+        return await self._put_prepared(prepared)
+
+    async def put_batch(self, topic: str, queue_id: int, batch: RawBatch) -> PutResult:
+        """Append a batch as decoded from SEND_BATCH_MESSAGE without a draft per message (``put.prepare_raw``)."""
+        refused = self._refusal()
+        if refused is not None:
+            return refused
+        cfg = self.config
+        prepared = put_path.prepare_raw(
+            topic,
+            queue_id,
+            batch,
+            max_message_size=cfg.max_message_size,
+            file_size=cfg.mapped_file_size_commit_log,
+        )
+        if isinstance(prepared, PutResult):
+            return prepared
+        return await self._put_prepared(prepared)
+
+    async def _put_prepared(self, prepared: put_path.Prepared) -> PutResult:
         result = None
         try:
             if prepared.single_queue and prepared.all_dispatched and not self._put_lock.locked():

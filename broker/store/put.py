@@ -13,6 +13,13 @@ Delay rewrite (RocketMQ CommitLog.asyncPutMessage): ``DELAY=n > 0`` stores the m
 SCHEDULE_TOPIC_XXXX queue ``min(n, maxLevel) - 1`` with ``REAL_TOPIC`` / ``REAL_QID``; its consume-queue
 tags code is the delivery time (store time + level delay).
 
+``prepare_raw`` is the SEND_BATCH_MESSAGE path: the batch arrives as ``(flag, body, properties bytes)`` entries
+decoded from the wire plus the fields every message shares (``RawBatch``), so no draft, no property dict and no
+property text is built per message: the stored properties are the client's bytes followed by the batch's own
+(``CLUSTER``), as RocketMQ's MessageExtBatchEncoder writes them, and the tags code is read from those bytes the
+way the dispatcher reads it. DELAY is not supported there (as in RocketMQ's batches): such batches go through
+``prepare_batch``.
+
 Transaction PREPARED/ROLLBACK records (sys flag bits 2-3 = 0x4/0xC) get queue offset 0 and no consume-queue
 unit, as in RocketMQ.
 """
@@ -27,7 +34,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from broker.store.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
-from broker.store.types import SCHEDULE_TOPIC, MessageDraft, PutResult, PutStatus
+from broker.store.types import SCHEDULE_TOPIC, MessageDraft, PutResult, PutStatus, RawBatch
 from remoting.message_codec import (
     BLANK_SIZE,
     HEADER,
@@ -70,10 +77,35 @@ def _born_host(ip: str, port: int) -> bytes:
     return host_bytes(ip, port)
 
 
+_TAGS_KEY = b"TAGS\x01"
+_DELAY_KEY = b"DELAY\x01"
+
+
+@functools.lru_cache(maxsize=65536)
+def _raw_tags_hash(raw: bytes) -> int:
+    text = raw.decode("utf-8", "replace")
+    return java_string_hash(text) if text else 0
+
+
+def raw_tags_code(props: bytes) -> int:
+    """The tags code of stored properties bytes: the value of the first ``TAGS`` key, as the dispatcher reads it
+    (``dispatch_scan``), so a master and its slave build the same consume-queue units."""
+    at = props.find(_TAGS_KEY)
+    while at > 0 and props[at - 1] != 2:  # "TAGS\x01" must start a key
+        at = props.find(_TAGS_KEY, at + 1)
+    if at < 0:
+        return 0
+    start = at + 5
+    end = props.find(b"\x02", start)
+    return _raw_tags_hash(props[start : end if end >= 0 else len(props)])
+
+
 # One message of a batch, as a plain tuple (the hot loops unpack it):
-# (topic, topic_bytes, queue_id, draft, properties bytes, record size, tags code, delay level, dispatched)
+# (topic, topic_bytes, queue_id, body, flag, common, properties bytes, record size, tags code, delay level,
+#  dispatched), where common = (sys_flag, born_timestamp, born host bytes, reconsume_times) is shared by every
+# message of a raw batch and built once per draft otherwise.
 Entry = tuple
-E_TOPIC, E_TOPIC_BYTES, E_QUEUE, E_DRAFT, E_PROPS, E_SIZE, E_CODE, E_LEVEL, E_DISPATCHED = range(9)
+(E_TOPIC, E_TOPIC_BYTES, E_QUEUE, E_BODY, E_FLAG, E_COMMON, E_PROPS, E_SIZE, E_CODE, E_LEVEL, E_DISPATCHED) = range(11)
 
 
 class Prepared(NamedTuple):
@@ -166,13 +198,15 @@ def prepare_batch(
         dispatched = (d.sys_flag & TX_MASK) not in TX_NOT_DISPATCHED
         if not dispatched:
             all_dispatched = False
+        common = (d.sys_flag, d.born_timestamp, _born_host(*d.born_host), d.reconsume_times)
         if level:
             single = False
             size = MIN_RECORD_SIZE + 19 + blen + len(raw)
-            entry = (SCHEDULE_TOPIC, b"SCHEDULE_TOPIC_XXXX", level - 1, d, raw, size, code, level, dispatched)
+            entry = (SCHEDULE_TOPIC, b"SCHEDULE_TOPIC_XXXX", level - 1, body, d.flag, common, raw, size, code, level,
+                     dispatched)
         else:
             size = base_size + blen + len(raw)
-            entry = (topic, topic_bytes, queue_id, d, raw, size, code, 0, dispatched)
+            entry = (topic, topic_bytes, queue_id, body, d.flag, common, raw, size, code, 0, dispatched)
         if size + BLANK_SIZE > file_size:
             return illegal(
                 f"message {i} needs {size} bytes, more than a commitlog file of mappedFileSizeCommitLog={file_size}"
@@ -180,6 +214,69 @@ def prepare_batch(
         append(entry)
         total += size
     return Prepared(entries, total, wait, single, all_dispatched)
+
+
+def prepare_raw(
+    topic: str, queue_id: int, batch: RawBatch, *, max_message_size: int, file_size: int
+) -> Prepared | PutResult:
+    """``prepare_batch`` for a batch decoded from the wire: per message only its size, its stored properties (the
+    client's bytes, then the batch's) and its tags code are computed; everything else is shared."""
+    entries_in = batch.entries
+    if not entries_in:
+        return illegal("the batch is empty; send at least one message")
+    if queue_id < 0:
+        return illegal(f"queue id {queue_id} is negative")
+    if topic not in _valid_topics:
+        problem = validate_topic(topic)
+        if problem:
+            return illegal(problem)
+        if len(_valid_topics) > 100_000:
+            _valid_topics.clear()
+        _valid_topics.add(topic)
+    suffix = batch.suffix
+    if suffix and suffix[-1] != 2:
+        return illegal("the batch properties must end with \\x02 (encode_properties)")
+    try:
+        _FIELDS(0, batch.sys_flag, batch.reconsume_times, batch.born_timestamp, batch.born_host[1])
+    except (struct.error, TypeError, IndexError):
+        return illegal("sysFlag, reconsumeTimes, bornTimestamp or born port is out of range")
+    topic_bytes = topic.encode()
+    base_size = MIN_RECORD_SIZE + len(topic_bytes)
+    common = (batch.sys_flag, batch.born_timestamp, _born_host(*batch.born_host), batch.reconsume_times)
+    dispatched = (batch.sys_flag & TX_MASK) not in TX_NOT_DISPATCHED
+    suffix_code = raw_tags_code(suffix) if suffix else 0
+    sep_suffix = b"\x02" + suffix
+    entries: list[Entry] = []
+    append = entries.append
+    total = 0
+    limit = min(max_message_size, file_size)
+    for i, (flag, body, own) in enumerate(entries_in):
+        blen = len(body)
+        if not blen or blen > limit:
+            if not blen:
+                return illegal(f"message {i} of the batch has an empty body")
+            if blen > max_message_size:
+                return illegal(f"message {i} body is {blen} bytes, over maxMessageSize={max_message_size}")
+        if own:
+            if _DELAY_KEY in own:
+                return illegal(f"message {i}: DELAY is not supported in a batch; send delayed messages one by one")
+            props = own + suffix if own[-1] == 2 else own + sep_suffix
+            code = raw_tags_code(props)
+            if len(props) > MAX_PROPERTIES_LEN:
+                return illegal(
+                    f"message {i}: properties are {len(props)} bytes, over the limit of {MAX_PROPERTIES_LEN}",
+                    PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                )
+        else:
+            props, code = suffix, suffix_code
+        size = base_size + blen + len(props)
+        if size + BLANK_SIZE > file_size:
+            return illegal(
+                f"message {i} needs {size} bytes, more than a commitlog file of mappedFileSizeCommitLog={file_size}"
+            )
+        append((topic, topic_bytes, queue_id, body, flag, common, props, size, code, 0, dispatched))
+        total += size
+    return Prepared(entries, total, batch.wait, True, dispatched)
 
 
 def _delay_rewrite(i: int, topic: str, queue_id: int, d: MessageDraft, props: dict, max_level: int):
@@ -239,27 +336,25 @@ def encode_chunk(
     With ``units`` (a single-queue batch without transaction records) the consume-queue units are built in the
     same pass; otherwise ``cq_units`` builds them afterwards.
     """
-    pack_header, pack_unit, crc32, plen, born = _pack_header, _pack_unit, _crc32, _PROPS_LEN, _born_host
+    pack_header, pack_unit, crc32, plen = _pack_header, _pack_unit, _crc32, _PROPS_LEN
     for i in range(begin, end):
-        _, tb, qid, d, props, size, code, _, _ = entries[i]
-        body = d.body
+        _, tb, qid, body, flag, (sys_flag, born_ts, born, reconsume), props, size, code, _, _ = entries[i]
         phy = base_offset + len(buf)
         phys.append(phy)
-        bh = d.born_host
         buf += pack_header(
             size,
             -626843481,
             crc32(body) & 0x7FFFFFFF,
             qid,
-            d.flag,
+            flag,
             queue_offsets[i],
             phy,
-            d.sys_flag,
-            d.born_timestamp,
-            born(bh[0], bh[1]),
+            sys_flag,
+            born_ts,
+            born,
             store_ts,
             store_host,
-            d.reconsume_times,
+            reconsume,
             0,
             len(body),
         )
@@ -281,7 +376,7 @@ def cq_units(
 ) -> dict[tuple[str, int], tuple[int, bytearray, int]]:
     """Consume-queue units grouped per queue: key -> (first queue offset, units, max physical end)."""
     out: dict[tuple[str, int], tuple[int, bytearray, int]] = {}
-    for i, (topic, _, qid, _, _, size, code, level, dispatched) in enumerate(entries):
+    for i, (topic, _, qid, _, _, _, _, size, code, level, dispatched) in enumerate(entries):
         if not dispatched:
             continue
         if level:
@@ -371,19 +466,19 @@ async def append_batch(store: MessageStore, prepared: Prepared) -> PutResult:
     if prepared.single_queue:
         e0 = entries[0]
         base = store._cq(e0[0], e0[2], create=True).max_offset
-        if all(e[8] for e in entries):
+        if all(e[E_DISPATCHED] for e in entries):
             qoffs = list(range(base, base + len(entries)))
             single_units = bytearray()
         else:
             qoffs, n = [], base
             for e in entries:
-                qoffs.append(n if e[8] else 0)
-                n += 1 if e[8] else 0
+                qoffs.append(n if e[E_DISPATCHED] else 0)
+                n += 1 if e[E_DISPATCHED] else 0
         spans[(e0[0], e0[2])] = [base, qoffs[-1] - base + 1 if single_units is not None else len(entries)]
     else:
         qoffs = []
         for e in entries:
-            if not e[8]:
+            if not e[E_DISPATCHED]:
                 qoffs.append(0)
                 continue
             key = (e[0], e[2])
@@ -417,7 +512,7 @@ async def append_batch(store: MessageStore, prepared: Prepared) -> PutResult:
         mf.append(buf)
     if single_units is not None:
         last = entries[-1]
-        units = {(last[0], last[2]): (qoffs[0], single_units, phys[-1] + last[5])}
+        units = {(last[0], last[2]): (qoffs[0], single_units, phys[-1] + last[E_SIZE])}
     else:
         units = cq_units(entries, qoffs, phys, store_ts, store._delay_levels_ms)
     for (topic, qid), (first, data, end_phy) in units.items():

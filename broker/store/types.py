@@ -63,6 +63,22 @@ class MessageDraft:
 
 
 @dataclass(slots=True)
+class RawBatch:
+    """A batch as SEND_BATCH_MESSAGE carries it (spec remoting.md §3.5): per message only ``(flag, body,
+    properties bytes)`` (``remoting.message_codec.decode_batch``), everything else shared. ``suffix`` is the
+    batch's own properties in stored form (``encode_properties``: each pair ends with \\x02), appended to every
+    message's; ``wait`` says whether the put waits for the flush and the replica (the batch's ``WAIT``)."""
+
+    entries: list[tuple[int, bytes, bytes]]
+    suffix: bytes = b""
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    wait: bool = True
+
+
+@dataclass(slots=True)
 class PutResult:
     status: PutStatus
     remark: str = ""  # for non-OK statuses: what went wrong and what to do
@@ -81,17 +97,32 @@ class PutResult:
 
 @dataclass(slots=True)
 class GetResult:
+    """What a read found. ``buffers`` are the found records exactly as stored, as zero-copy memoryviews of the
+    commitlog mapping, one per contiguous run (a pull answer's body is their concatenation, spec §4.3); a view
+    keeps its mapping alive, so a file deleted or closed meanwhile stays readable until the view is dropped."""
+
     status: GetStatus
     next_begin_offset: int = 0
     min_offset: int = 0
     max_offset: int = 0
-    records: list[bytes] = field(default_factory=list)  # raw commitlog records, RocketMQ v1 layout
+    buffers: list[memoryview] = field(default_factory=list)
     suggest_pulling_from_slave: bool = False
     total_bytes: int = 0
+    message_count: int = 0
 
     @property
-    def message_count(self) -> int:
-        return len(self.records)
+    def records(self) -> list[bytes]:
+        """The records one by one, copied (for callers that decode each; the pull path sends ``buffers``)."""
+        out: list[bytes] = []
+        for buf in self.buffers:
+            pos, end = 0, len(buf)
+            while pos < end:
+                size = int.from_bytes(buf[pos : pos + 4], "big")
+                if size <= 0:
+                    break
+                out.append(bytes(buf[pos : pos + size]))
+                pos += size
+        return out
 
 
 class StoreOffsetMismatch(PyrmqError):

@@ -204,6 +204,7 @@ class Broker(ServerProcess):
             "namesrvAddr": namesrv_addr,
             "brokerIP1": "127.0.0.1",
             "listenPort": self.port,
+            "fastListenPort": 0,  # off: listenPort - 2 is not known to be free (a test may set a free port)
             "haListenPort": self.ha_port,
             "metricsPromExporterPort": free_port(),
             "storePathRootDir": str(self.store_dir),

@@ -7,9 +7,10 @@ of RocketMQ's SYSTEM_ERROR so an empty master is not mistaken for a broken one.
 
 from __future__ import annotations
 
-from broker.grpc import convert, validate
 from broker.context import BrokerContext
+from broker.grpc import convert
 from broker.metadata.topics import retry_topic
+from broker.processors import validate
 from remoting.codes import ResponseCode
 from remoting.pb import admin_pb2, common_pb2
 

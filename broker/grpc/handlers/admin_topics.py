@@ -6,9 +6,10 @@ persisted and followed by an immediate registration so routes show it at once (s
 
 from __future__ import annotations
 
-from broker.grpc import convert, validate
 from broker.context import BrokerContext
+from broker.grpc import convert
 from broker.metadata.topics import perm_valid
+from broker.processors import validate
 from remoting.codes import ResponseCode
 from remoting.pb import admin_pb2, common_pb2
 

@@ -1,0 +1,235 @@
+"""HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38), CHECK_CLIENT_CONFIG (46), and the
+broker's call to its clients, NOTIFY_CONSUMER_IDS_CHANGED (40) (RocketMQ ClientManageProcessor,
+ConsumerManageProcessor#getConsumerListByGroup, Broker2Client; spec remoting.md §2.3, §2.7, §5.2).
+
+HEART_BEAT carries HeartbeatData JSON and no header. For each consumer group it makes sure the subscription
+group exists (auto-created when ``autoCreateSubscriptionGroup``) and, on a master, its ``%RETRY%<group>`` topic
+(1 queue, perm 6, as RocketMQ creates it here), then registers the connection with its subscriptions in
+``broker.client_manager``; producer groups are registered too. The connection's ``attrs`` keep the client's
+``clientId``, ``language`` and ``version``. The answer's ``version`` is the broker's (the client stores it).
+
+When a group's membership changes (a connection joined, unregistered, closed or went silent), every remaining
+connection of the group gets NOTIFY_CONSUMER_IDS_CHANGED (oneway, header ``consumerGroup``) unless the group's
+``notifyConsumerIdsChangedEnable`` is off, and rebalances at once instead of within 20 s.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from broker.client_manager import Subscription
+from broker.context import BrokerContext
+from broker.processors import validate
+from remoting import fastjson
+from remoting.codes import LanguageCode, RequestCode, ResponseCode
+from remoting.connection import Connection
+from remoting.errors import RemotingError
+from remoting.frame_codec import RemotingCommand, response_to
+from remoting.headers import Fields
+
+log = logging.getLogger(__name__)
+
+MAX_CONSUMER_GROUPS_PER_HEARTBEAT = 256
+MAX_PRODUCER_GROUPS_PER_HEARTBEAT = 256
+
+
+class BodyError(ValueError):
+    """A HeartbeatData (or CHECK_CLIENT_CONFIG) body that does not have RocketMQ's shape."""
+
+
+def _obj(value: Any, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise BodyError(f"{what} is a {type(value).__name__}, not a JSON object")
+    return value
+
+
+def _list(value: Any, what: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BodyError(f"{what} is a {type(value).__name__}, not a JSON array")
+    return value
+
+
+def _text(value: Any, what: str, default: str = "") -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise BodyError(f"{what} is a {type(value).__name__}, not a string")
+    return value
+
+
+def _int(value: Any, what: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BodyError(f"{what} is {value!r}, not an integer")
+    return value
+
+
+def parse_subscription(raw: Any, what: str) -> Subscription:
+    sub = _obj(raw, what)
+    topic = _text(sub.get("topic"), f"{what}.topic")
+    if not topic:
+        raise BodyError(f"{what}.topic is missing")
+    expression = _text(sub.get("subString"), f"{what}.subString", "*") or "*"
+    return Subscription(
+        topic=topic,
+        sub_string=expression,
+        expression_type=_text(sub.get("expressionType"), f"{what}.expressionType", "TAG") or "TAG",
+        sub_version=_int(sub.get("subVersion"), f"{what}.subVersion"),
+        class_filter_mode=bool(sub.get("classFilterMode", False)),
+    )
+
+
+def _json_object(body: bytes) -> dict:
+    try:
+        data = fastjson.loads(body)
+    except (fastjson.JsonBodyError, ValueError) as exc:
+        raise BodyError(f"the body is not JSON ({exc})") from None
+    return _obj(data, "the body")
+
+
+def _heartbeat(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def refuse(code: int, remark: str) -> RemotingCommand:
+        return response_to(request, code, remark)
+
+    try:
+        data = _json_object(request.body_bytes())
+        client_id = _text(data.get("clientID"), "clientID")
+        consumers = [_obj(c, "consumerDataSet[]") for c in _list(data.get("consumerDataSet"), "consumerDataSet")]
+        producers = [_obj(p, "producerDataSet[]") for p in _list(data.get("producerDataSet"), "producerDataSet")]
+        if len(consumers) > MAX_CONSUMER_GROUPS_PER_HEARTBEAT or len(producers) > MAX_PRODUCER_GROUPS_PER_HEARTBEAT:
+            raise BodyError(
+                f"{len(consumers)} consumer and {len(producers)} producer groups in one heartbeat; the limit is"
+                f" {MAX_CONSUMER_GROUPS_PER_HEARTBEAT} each"
+            )
+        parsed = []
+        for i, consumer in enumerate(consumers):
+            what = f"consumerDataSet[{i}]"
+            subs = [
+                parse_subscription(s, f"{what}.subscriptionDataSet[{j}]")
+                for j, s in enumerate(_list(consumer.get("subscriptionDataSet"), f"{what}.subscriptionDataSet"))
+            ]
+            parsed.append((_text(consumer.get("groupName"), f"{what}.groupName"), consumer, subs))
+        producer_groups = [_text(p.get("groupName"), "producerDataSet[].groupName") for p in producers]
+    except BodyError as exc:
+        return refuse(ResponseCode.INVALID_PARAMETER, f"HEART_BEAT body is not HeartbeatData JSON: {exc}")
+    if not client_id:
+        return refuse(ResponseCode.INVALID_PARAMETER, "HEART_BEAT without clientID; set the client id")
+    for group in [g for g, _, _ in parsed] + producer_groups:
+        bad = validate.group_name(group)
+        if bad:
+            return refuse(bad.code, bad.remark)
+
+    language = _language_name(request.language)
+    conn.attrs["clientId"] = client_id
+    conn.attrs["language"] = language
+    conn.attrs["version"] = request.version
+    topics_created = groups_created = False
+    for group_name, consumer, subs in parsed:
+        group = ctx.groups.get(group_name)
+        if group is None:
+            group = ctx.groups.find_or_create(group_name)
+            groups_created |= group is not None
+        if group is not None and not ctx.is_slave:
+            _, created = ctx.topics.create_retry_topic(group_name, group.retry_queue_nums)
+            topics_created |= created
+        ctx.clients.register_consumer(
+            conn,
+            group_name,
+            client_id,
+            language=language,
+            version=request.version,
+            consume_type=str(consumer.get("consumeType") or ""),
+            message_model=str(consumer.get("messageModel") or ""),
+            consume_from_where=str(consumer.get("consumeFromWhere") or ""),
+            subscriptions=subs,
+        )
+    for group_name in producer_groups:
+        ctx.clients.register_producer(conn, group_name, client_id, language=language, version=request.version)
+    if groups_created:
+        ctx.groups_changed()
+    if topics_created:
+        ctx.topics_changed()
+    return response_to(request, ResponseCode.SUCCESS)
+
+
+def _language_name(language: int) -> str:
+    try:
+        return LanguageCode(language).name
+    except ValueError:
+        return LanguageCode.OTHER.name
+
+
+def _unregister(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    f = Fields(request.ext, "UNREGISTER_CLIENT")
+    f.req_str("clientID")  # required, as in RocketMQ; the connection itself says who leaves (by channel)
+    consumer_group = f.str("consumerGroup", "") or ""
+    producer_group = f.str("producerGroup", "") or ""
+    ctx.clients.unregister(conn, consumer_group=consumer_group, producer_group=producer_group)
+    return response_to(request, ResponseCode.SUCCESS)
+
+
+def _consumer_list(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    group = Fields(request.ext, "GET_CONSUMER_LIST_BY_GROUP").req_str("consumerGroup")
+    ids = ctx.clients.consumer_ids(group)
+    if not ids:
+        # RocketMQ's exact text; clients only log it and retry at their next rebalance.
+        return response_to(request, ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+    return response_to(request, ResponseCode.SUCCESS, body=fastjson.dumps({"consumerIdList": ids}))
+
+
+def _check_client_config(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    try:
+        data = _json_object(request.body_bytes())
+        raw_sub = data.get("subscriptionData")
+        sub = parse_subscription(raw_sub, "subscriptionData") if raw_sub is not None else None
+    except BodyError as exc:
+        return response_to(request, ResponseCode.INVALID_PARAMETER, f"CHECK_CLIENT_CONFIG body is not valid: {exc}")
+    if sub is not None and sub.expression_type != "TAG":
+        return response_to(
+            request,
+            ResponseCode.SYSTEM_ERROR,
+            f"The broker does not support consumer to filter message by {sub.expression_type};"
+            " pyrmq filters by tags only (subscribe with 'tagA || tagB')",
+        )
+    if sub is not None and not sub.tag_filter.match_all and not sub.tag_filter.tags:
+        return response_to(
+            request,
+            ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+            f"subscription {sub.sub_string!r} names no tag; use '*' or 'tagA || tagB'",
+        )
+    return response_to(request, ResponseCode.SUCCESS)
+
+
+def _notify_ids_changed(ctx: BrokerContext, group: str, conns: list) -> None:
+    """NOTIFY_CONSUMER_IDS_CHANGED to every remaining connection of ``group`` (oneway, nothing to wait for)."""
+    if not conns:
+        return
+    config = ctx.groups.get(group)
+    if config is not None and not config.notify_consumer_ids_changed_enable:
+        return
+    for conn in conns:
+        if not isinstance(conn, Connection) or not conn.is_open:
+            continue
+        try:
+            conn.invoke_oneway(RemotingCommand(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ext={"consumerGroup": group}))
+        except RemotingError as exc:
+            log.info("could not notify %s of group %s: %s", conn.peer, group, exc)
+
+
+def _close_expired(conn) -> None:
+    if isinstance(conn, Connection):
+        conn.close("no heartbeat for 120 s")
+
+
+def register(server, ctx: BrokerContext) -> None:
+    server.register(RequestCode.HEART_BEAT, lambda conn, req: _heartbeat(ctx, conn, req))
+    server.register(RequestCode.UNREGISTER_CLIENT, lambda conn, req: _unregister(ctx, conn, req))
+    server.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, lambda conn, req: _consumer_list(ctx, conn, req))
+    server.register(RequestCode.CHECK_CLIENT_CONFIG, lambda conn, req: _check_client_config(ctx, conn, req))
+    server.on_close(ctx.clients.connection_closed)
+    ctx.clients.on_group_changed.append(lambda group, conns: _notify_ids_changed(ctx, group, conns))
+    ctx.clients.on_expired.append(_close_expired)

@@ -1,0 +1,272 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320): one processor, as in RocketMQ
+(SendMessageProcessor; spec remoting.md §2.2, §3). Code 10 carries full header names (the Go and C++ clients
+send only it), 310/320 the one-letter V2 keys; ``SendHeader.parse`` reads both. ``batch``/``m`` (or code 320)
+selects the batch body of §3.5.
+
+Checks: ``send_admit`` (role, permission, transactions, topic, queue), then the messages: bodies non-empty and
+at most ``maxMessageSize`` (13 MESSAGE_ILLEGAL with a remark), DELAY a configured level. Stored properties are
+the client's (plus, for a batch, the batch's own after each message's), with ``CLUSTER`` added and ``WAIT``
+dropped; ``WAIT=false`` still means "answer without waiting for the flush and the slave".
+
+A batch without DELAY goes to the store as decoded (``MessageStore.put_batch``): no draft, dict or property text
+per message. A batch with a DELAY inside takes the draft path so each message is scheduled on its own.
+
+With the ``dedup`` ext field (pyrmq's, spec §3 conventions), messages whose UNIQ_KEY this broker stored for the
+topic within ``sendDedupWindowSeconds`` are not stored again; the answer repeats their first result. A key that
+another request is storing right now answers SYSTEM_BUSY so the client retries instead of racing itself.
+
+Every answer carries the response header of spec §3.6 (Java reads it without a null check): ``msgId`` (the
+offset msgId, comma-separated for a batch), ``queueId``, ``queueOffset`` (the first message's), ``MSG_REGION``
+and ``TRACE_ON``; a refusal has ``msgId`` empty and ``queueOffset`` -1. Codes: 0, and 10 / 11 / 12 (stored, with
+a weaker promise: the remark says which), else the refusal's code.
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+
+from broker.context import BrokerContext
+from broker.dedup import FirstSend, SendDedupWindow
+from broker.processors.send_admit import Refusal, Target, admit
+from broker.processors.status_map import put_code
+from broker.store.types import MessageDraft, PutResult, PutStatus, RawBatch
+from remoting.codes import RequestCode, ResponseCode
+from remoting.connection import Connection
+from remoting.frame_codec import RemotingCommand, response_to
+from remoting.message_codec import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    BatchError,
+    decode_batch,
+    decode_properties,
+    encode_properties,
+    property_value,
+    string_to_properties,
+)
+from remoting.message_headers import SendHeader
+
+MSG_REGION = "DefaultRegion"  # RocketMQ's default regionId
+TRACE_ON = "true"
+PROPERTY_CLUSTER = "CLUSTER"
+MAX_BATCH_MESSAGES = 65536
+_DELAY_KEY = PROPERTY_DELAY_TIME_LEVEL.encode() + b"\x01"
+
+
+def _reply(
+    request: RemotingCommand, code: int, remark: str | None, queue_id: int, queue_offset: int, msg_ids: list[str]
+) -> RemotingCommand:
+    return response_to(
+        request,
+        code,
+        remark or None,
+        ext={
+            "msgId": ",".join(msg_ids),
+            "queueId": str(queue_id),
+            "queueOffset": str(queue_offset),
+            "MSG_REGION": MSG_REGION,
+            "TRACE_ON": TRACE_ON,
+        },
+    )
+
+
+def _refuse(request: RemotingCommand, code: int, remark: str, queue_id: int) -> RemotingCommand:
+    return _reply(request, code, remark, queue_id, -1, [])
+
+
+def _born_host(conn: Connection) -> tuple[str, int]:
+    """The producer's address as the broker sees it (RocketMQ's bornHost is the channel's remote address)."""
+    host = conn.attrs.get("bornHost")
+    if host is None:
+        ip, _, port = conn.peer.rpartition(":")
+        host = (ip.strip("[]") or "127.0.0.1", int(port) if port.isdigit() else 0)
+        conn.attrs["bornHost"] = host
+    return host
+
+
+def _batch_properties(ctx: BrokerContext, text: str) -> tuple[dict[str, str], bool]:
+    """The properties to store from a header's ``properties`` text: WAIT dropped (returned as the wait flag),
+    CLUSTER added."""
+    props = string_to_properties(text) if text else {}
+    wait = props.pop(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
+    props[PROPERTY_CLUSTER] = ctx.settings.broker.broker_cluster_name
+    return props, wait
+
+
+def _bad_delay(ctx: BrokerContext, props: dict[str, str], index: int) -> str | None:
+    delay = props.get(PROPERTY_DELAY_TIME_LEVEL)
+    if delay is None or (delay.isascii() and delay.isdigit() and int(delay) <= ctx.max_delay_level):
+        return None
+    return f"message {index} DELAY={delay[:20]!r} is not a delay level; use 0..{ctx.max_delay_level}"
+
+
+class _Batch:
+    """The messages of one request, in the form the store takes: drafts, or a raw batch."""
+
+    __slots__ = ("drafts", "keys", "raw", "sizes", "wait")
+
+    def __init__(self, sizes: list[int], wait: bool, keys, drafts=None, raw: RawBatch | None = None) -> None:
+        self.sizes = sizes
+        self.wait = wait
+        self.keys = keys  # () -> UNIQ_KEY per message, for dedup only
+        self.drafts = drafts
+        self.raw = raw
+
+    def subset(self, indices: list[int]) -> _Batch:
+        sizes = [self.sizes[i] for i in indices]
+        if self.raw is not None:
+            raw = self.raw
+            entries = [raw.entries[i] for i in indices]
+            sub = RawBatch(entries, raw.suffix, raw.sys_flag, raw.born_timestamp, raw.born_host, raw.reconsume_times,
+                           raw.wait)
+            return _Batch(sizes, self.wait, self.keys, raw=sub)
+        return _Batch(sizes, self.wait, self.keys, drafts=[self.drafts[i] for i in indices])
+
+    async def put(self, ctx: BrokerContext, target: Target) -> PutResult:
+        if self.raw is not None:
+            return await ctx.store.put_batch(target.topic, target.queue_id, self.raw)
+        return await ctx.store.put_messages(target.topic, target.queue_id, self.drafts, wait=self.wait)
+
+
+def _single(ctx: BrokerContext, conn: Connection, h: SendHeader, body: bytes, target: Target) -> _Batch | str:
+    size = len(body)
+    if size == 0:
+        return "message 0 has an empty body; send a non-empty body"
+    if size > ctx.max_message_size:
+        return f"message 0 body is {size} bytes, over maxMessageSize {ctx.max_message_size}; split or compress it"
+    props, wait = _batch_properties(ctx, h.properties)
+    if target.to_dlq:
+        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+    bad = _bad_delay(ctx, props, 0)
+    if bad:
+        return bad
+    draft = MessageDraft(body, props, h.flag, h.born_timestamp, _born_host(conn), h.reconsume_times, h.sys_flag)
+    return _Batch([size], wait, lambda: [props.get(PROPERTY_UNIQ_KEY, "")], drafts=[draft])
+
+
+def _batch(ctx: BrokerContext, conn: Connection, h: SendHeader, body: bytes) -> _Batch | str:
+    try:
+        entries = decode_batch(body, MAX_BATCH_MESSAGES, ctx.max_message_size)
+    except BatchError as exc:
+        return f"the SEND_BATCH_MESSAGE body is not valid: {exc} (maxMessageSize={ctx.max_message_size})"
+    batch_props, wait = _batch_properties(ctx, h.properties)
+    if PROPERTY_DELAY_TIME_LEVEL in batch_props:
+        return "a batch cannot carry a batch-wide DELAY; send delayed messages one by one"
+    sizes = list(map(len, map(itemgetter(1), entries)))
+
+    def keys() -> list[str]:
+        return [property_value(e[2], PROPERTY_UNIQ_KEY) or "" for e in entries]
+
+    born_host = _born_host(conn)
+    if _DELAY_KEY not in body:
+        suffix = encode_properties(batch_props)
+        raw = RawBatch(entries, suffix, h.sys_flag, h.born_timestamp, born_host, h.reconsume_times, wait)
+        return _Batch(sizes, wait, keys, raw=raw)
+    drafts = []
+    for i, (flag, msg_body, own) in enumerate(entries):
+        props = decode_properties(own)
+        props.update(batch_props)
+        bad = _bad_delay(ctx, props, i)
+        if bad:
+            return bad
+        drafts.append(MessageDraft(msg_body, props, flag, h.born_timestamp, born_host, h.reconsume_times, h.sys_flag))
+    return _Batch(sizes, wait, keys, drafts=drafts)
+
+
+async def _send(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    h = SendHeader.parse(request.code, request.ext)
+    admitted = admit(ctx, h)
+    if isinstance(admitted, Refusal):
+        _count(ctx, h.topic, 0 if h.batch else 1, admitted.code, None)
+        return _refuse(request, admitted.code, admitted.remark, h.queue_id)
+    body = request.body_bytes()
+    batch = _batch(ctx, conn, h, body) if h.batch else _single(ctx, conn, h, body, admitted)
+    if isinstance(batch, str):
+        _count(ctx, admitted.topic, 0 if h.batch else 1, ResponseCode.MESSAGE_ILLEGAL, None)
+        return _refuse(request, ResponseCode.MESSAGE_ILLEGAL, batch, admitted.queue_id)
+    if h.dedup and ctx.dedup is not None:
+        reply, status = await _store_dedup(ctx, request, admitted, batch, ctx.dedup)
+    else:
+        reply, status = await _store(ctx, request, admitted, batch)
+    _count(ctx, admitted.topic, len(batch.sizes), status, batch.sizes)
+    return reply
+
+
+async def _store(
+    ctx: BrokerContext, request: RemotingCommand, target: Target, batch: _Batch
+) -> tuple[RemotingCommand, PutStatus]:
+    result = await batch.put(ctx, target)
+    code, remark = put_code(result.status, result.remark)
+    if not result.status.stored:
+        return _refuse(request, code, remark, target.queue_id), result.status
+    ctx.stats.put.add(len(batch.sizes))
+    msg_ids = ctx.offset_msg_ids(result.physical_offsets)
+    return _reply(request, code, remark, target.queue_id, result.queue_offset, msg_ids), result.status
+
+
+async def _store_dedup(
+    ctx: BrokerContext, request: RemotingCommand, target: Target, batch: _Batch, window: SendDedupWindow
+) -> tuple[RemotingCommand, PutStatus | str]:
+    plan = window.plan(target.topic, batch.keys())
+    if plan.in_flight:
+        return _refuse(
+            request,
+            ResponseCode.SYSTEM_BUSY,
+            f"{len(plan.in_flight)} of these UNIQ_KEYs are being stored by another request right now;"
+            " retry shortly (they will not be stored twice)",
+            target.queue_id,
+        ), "DEDUP_IN_FLIGHT"
+    stored: list[FirstSend] = []
+    code, remark, status = ResponseCode.SUCCESS, "", "DEDUP_DUPLICATE"
+    if plan.new_indices:
+        part = batch.subset(plan.new_indices) if len(plan.new_indices) < len(batch.sizes) else batch
+        try:
+            result = await part.put(ctx, target)
+        except BaseException:
+            window.release(plan)
+            raise
+        status = result.status
+        code, remark = put_code(result.status, result.remark)
+        if not result.status.stored:
+            window.release(plan)
+            return _refuse(request, code, remark, target.queue_id), status
+        ctx.stats.put.add(len(part.sizes))
+        ids = ctx.offset_msg_ids(result.physical_offsets)
+        stored = [
+            FirstSend(int(code), target.queue_id, result.queue_offset + i, phy, ids[i], result.store_timestamp)
+            for i, phy in enumerate(result.physical_offsets)
+        ]
+        window.complete(plan, stored)
+    results = plan.results(stored)
+    first = results[0]
+    duplicates = len(results) - len(stored)
+    if duplicates:
+        note = f"{duplicates} of {len(results)} messages were stored before (dedup); their first results are repeated"
+        remark = f"{remark}; {note}" if remark else note
+    if not stored:
+        code = ResponseCode(first.code)
+    reply = _reply(request, code, remark, first.queue_id, first.queue_offset, [r.msg_id for r in results])
+    return reply, status
+
+
+def _count(ctx: BrokerContext, topic: str, count: int, status: PutStatus | str | int, sizes: list[int] | None) -> None:
+    """One metrics call per request (not per message)."""
+    if ctx.metrics is None:
+        return
+    if isinstance(status, int):
+        try:
+            status = ResponseCode(status).name
+        except ValueError:
+            status = str(status)
+    if sizes is None:  # refused before its messages were read: at most the one message of a single send
+        ctx.metrics.on_send(topic, count, 0, status)
+    else:
+        ctx.metrics.on_send(topic, count, sum(sizes), status, sizes=sizes)
+
+
+def register(server, ctx: BrokerContext) -> None:
+    def processor(conn: Connection, request: RemotingCommand):
+        return _send(ctx, conn, request)
+
+    for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+        server.register(code, processor)
