@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from broker.grpc import validate
-from broker.grpc.status_map import get_code, put_code
+from broker.processors import validate
+from broker.processors.status_map import get_code, pull_remark, put_code
 from broker.schedule import due_prefix, redelivery_draft, runs_by_target
 from broker.store.types import GetStatus, PutStatus
 from remoting.codes import ResponseCode as RC
 from remoting.message_codec import StoredMessage
-from remoting.pb import broker_pb2
 
 
 @pytest.mark.parametrize(
@@ -68,10 +67,10 @@ def test_retry_topics_may_be_longer_than_ordinary_topics():
     assert validate.topic_name("t" * 128) is not None
 
 
-def test_a_delay_level_above_the_configured_levels_is_refused():
-    msgs = [broker_pb2.Message(body=b"x", properties={"DELAY": "4"})]
-    assert validate.messages(msgs, 100, 3).code == RC.MESSAGE_ILLEGAL
-    assert validate.messages(msgs, 100, 4) is None
+def test_a_pull_remark_starts_with_the_store_status_and_says_what_to_do_unless_found():
+    assert pull_remark(RC.SUCCESS, GetStatus.FOUND) == "FOUND"
+    remark = pull_remark(RC.PULL_NOT_FOUND, GetStatus.OFFSET_OVERFLOW_ONE)
+    assert remark.startswith("OFFSET_OVERFLOW_ONE: ") and "nextBeginOffset" in remark
 
 
 def stored(qoff: int, store_ts: int, topic: str = "T", qid: str = "0") -> StoredMessage:
