@@ -210,7 +210,7 @@ def _broker_at(cluster, addr: str):
         if ref.addr == addr:
             return ref
     known = [r.addr for r in cluster.brokers()]
-    raise UnknownName("broker address", addr, known, hint="pass -b with an address from `mqctl clusterList`")
+    raise UnknownName("broker", addr, known, hint="pass -b with an address from `mqctl clusterList`")
 
 
 def _write_order_conf(cluster, topic: str, refs, queue_nums: int, *, whole_cluster: bool) -> str:

@@ -35,7 +35,7 @@ class LocalCluster:
 @pytest.fixture(scope="package")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     root: Path = tmp_path_factory.mktemp("ctl-cluster")
-    namesrv = Namesrv(root / "namesrv")
+    namesrv = Namesrv(root / "namesrv", orderMessageEnable=True)  # routes carry updateTopic -o's orderTopicConf
     started: list = []
     try:
         namesrv.start(BOOT_TIMEOUT_S)

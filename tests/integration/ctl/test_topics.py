@@ -171,5 +171,5 @@ def test_update_topic_with_order_writes_the_order_conf_that_routes_carry(cluster
 def test_update_topic_with_order_on_an_address_that_is_no_broker_names_the_known_ones(cluster):
     result = mqctl("updateTopic", "-n", cluster.namesrv_addr, "-b", "127.0.0.1:1", "-t", "t_nowhere", "-o", "true")
     assert result.exit_code == 1
-    assert result.stderr.startswith("error: unknown broker address 127.0.0.1:1: known broker addresses are ")
+    assert result.stderr.startswith("error: unknown broker 127.0.0.1:1: known brokers are 127.0.0.1:")
     assert result.stderr.strip().endswith("pass -b with an address from `mqctl clusterList`")
