@@ -1,1 +1,0 @@
-"""One module per RPC family; each handler is ``async def handle(ctx, request) -> response``."""
