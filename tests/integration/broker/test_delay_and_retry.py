@@ -1,4 +1,5 @@
-"""Delay levels and consumer send-back on a real broker with short levels ("1s 1s 2s")."""
+"""Delay levels, consumer send-back and the %RETRY% send fallback on a real broker with short levels
+("1s 1s 2s")."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import pytest
 from broker.store.types import SCHEDULE_TOPIC
 from remoting.codes import ResponseCode
 from remoting.message_codec import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
-from remoting.pb import admin_pb2, broker_pb2
 from tests.integration.broker.rpc import message
 from tests.support.waiting import async_wait_until
 
@@ -26,8 +26,7 @@ async def test_a_delayed_message_is_delivered_to_its_topic_after_its_level_and_n
     assert early.code == ResponseCode.PULL_NOT_FOUND
 
     async def delivered():
-        got = await client.pull("g-delay", topic, 1, 0)
-        return got.messages
+        return (await client.pull("g-delay", topic, 1, 0)).messages
 
     msgs = await async_wait_until(delivered, 10, "the delayed message never reached DelayTopic queue 1")
     assert time.time() - sent_at >= 1.9
@@ -37,6 +36,20 @@ async def test_a_delayed_message_is_delivered_to_its_topic_after_its_level_and_n
     assert "DELAY" not in msg.properties
 
 
+async def test_a_batch_with_delayed_messages_schedules_each_and_stores_the_rest_at_once(client):
+    topic = "DelayBatchTopic"
+    await client.create_topic(topic, queues=1)
+    resp = await client.send(topic, 0, [message(b"now"), message(b"later", DELAY="1"), message(b"now too")])
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    assert [m.body for m in (await client.pull("g-dbatch", topic, 0, 0)).messages] == [b"now", b"now too"]
+
+    async def delivered():
+        return (await client.pull("g-dbatch", topic, 0, 2)).messages
+
+    [later] = await async_wait_until(delivered, 10, "the delayed message of the batch never arrived")
+    assert later.body == b"later"
+
+
 async def test_a_message_sent_back_goes_through_retry_and_ends_in_the_dlq_after_max_reconsumes(client):
     topic, group = "RetrySourceTopic", "g-retry"
     await client.create_topic(topic, queues=1)
@@ -44,12 +57,7 @@ async def test_a_message_sent_back_goes_through_retry_and_ends_in_the_dlq_after_
     [original] = (await client.pull(group, topic, 0, 0)).messages
 
     async def send_back(phy: int) -> None:
-        ack = await client.msg.ConsumerSendMsgBack(
-            broker_pb2.ConsumerSendMsgBackRequest(
-                consumer_group=group, physical_offset=phy, original_topic=topic, max_reconsume_times=2
-            ),
-            timeout=10,
-        )
+        ack = await client.send_back(group, phy, origin_topic=topic, max_reconsume_times=2)
         assert ack.code == ResponseCode.SUCCESS, ack.remark
 
     retry_topic = f"%RETRY%{group}"
@@ -67,9 +75,7 @@ async def test_a_message_sent_back_goes_through_retry_and_ends_in_the_dlq_after_
 
     await send_back(current.physical_offset)  # third failure: over max_reconsume_times=2
     dlq = f"%DLQ%{group}"
-    topics = await client.admin.GetAllTopicConfig(admin_pb2.Empty(), timeout=10)
-    dlq_cfg = {t.topic_name: t for t in topics.topic_configs}[dlq]
-    assert dlq_cfg.perm == 2  # write only, like RocketMQ: nobody consumes a DLQ by accident
+    assert (await client.topic_configs())[dlq]["perm"] == 2  # write only, like RocketMQ
     denied = await client.pull(group, dlq, 0, 0)
     assert denied.code == ResponseCode.NO_PERMISSION
     await client.create_topic(dlq, queues=1, perm=6)  # an operator opens it to inspect
@@ -77,6 +83,30 @@ async def test_a_message_sent_back_goes_through_retry_and_ends_in_the_dlq_after_
     assert dead.body == b"poison" and dead.reconsume_times == 3
     assert dead.properties[PROPERTY_RETRY_TOPIC] == topic
     assert "DELAY" not in dead.properties
+
+
+async def test_send_back_of_an_offset_with_no_message_says_so(client):
+    ack = await client.send_back("g-retry-bad", 10**12)
+    assert ack.code == ResponseCode.SYSTEM_ERROR and "no message at commitlog offset" in ack.remark
+
+
+async def test_a_consumers_fallback_send_to_its_retry_topic_is_delayed_and_goes_to_the_dlq_when_exhausted(client):
+    """Java and Go consumers send to %RETRY%<group> themselves when CONSUMER_SEND_MSG_BACK failed."""
+    group = "g-fallback"
+    retry, dlq = f"%RETRY%{group}", f"%DLQ%{group}"
+    resp = await client.send(retry, -1, [message(b"again", DELAY="1", RETRY_TOPIC="Orig")], reconsume_times=1)
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+    async def retried():
+        return (await client.pull(group, retry, 0, 0)).messages
+
+    [msg] = await async_wait_until(retried, 10, "the fallback retry never arrived")
+    assert (msg.body, msg.reconsume_times) == (b"again", 1)
+    over = await client.send(retry, 0, [message(b"dead", DELAY="1")], reconsume_times=16, max_reconsume_times=16)
+    assert over.code == ResponseCode.SUCCESS and over.ext["queueId"] == "0"
+    await client.create_topic(dlq, queues=1, perm=6)
+    [dead] = (await client.pull(group, dlq, 0, 0)).messages
+    assert dead.body == b"dead" and "DELAY" not in dead.properties
 
 
 async def test_producers_cannot_send_to_the_schedule_topic(client):

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from remoting.codes import ResponseCode
-from tests.integration.broker.rpc import FLAG_SUSPEND, BrokerClient, make_broker, message
+from tests.integration.broker.rpc import FLAG_SUBSCRIPTION, FLAG_SUSPEND, BrokerClient, make_broker, message
 from tests.support.waiting import async_wait_until, wait_until
 
 pytestmark = pytest.mark.integration
@@ -39,7 +39,7 @@ async def test_a_bounced_broker_keeps_messages_and_consumer_offsets(tmp_path, na
         c = BrokerClient(broker.addr)
         got = await c.pull_all("g-restart", "RestartTopic", 0, max_nums=64)
         assert [m.body for m in got] == bodies
-        assert (await c.query_offset("g-restart", "RestartTopic", 0)).offset == 120
+        assert await c.query_offset("g-restart", "RestartTopic", 0) == (ResponseCode.SUCCESS, 120)
         resp = await c.send("RestartTopic", 0, [message(b"after")])
         assert (resp.code, resp.queue_offset) == (ResponseCode.SUCCESS, 300)
         await c.close()
@@ -71,8 +71,14 @@ async def test_sigterm_answers_held_pulls_at_once_and_exits_cleanly(tmp_path, na
     broker = make_broker(tmp_path, name="broker-h", namesrv_addr=namesrv.addr).start()
     c = BrokerClient(broker.addr)
     await c.create_topic("HeldTopic", queues=1)
-    held = asyncio.ensure_future(c.pull("g-held", "HeldTopic", 0, 0, sys_flag=FLAG_SUSPEND, suspend_ms=15_000))
-    await asyncio.sleep(0.3)
+    held = asyncio.ensure_future(
+        c.pull("g-held", "HeldTopic", 0, 0, sys_flag=FLAG_SUSPEND | FLAG_SUBSCRIPTION, suspend_ms=15_000)
+    )
+
+    async def parked() -> bool:
+        return (await c.runtime_info())["heldPullRequests"] == "1"
+
+    await async_wait_until(parked, 5, "the pull was never parked")
     started = time.monotonic()
     broker.proc.send_signal(signal.SIGTERM)
     got = await asyncio.wait_for(held, 5)

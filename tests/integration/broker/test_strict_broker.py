@@ -9,7 +9,7 @@ import time
 import pytest
 
 from remoting.codes import ResponseCode as RC
-from tests.integration.broker.rpc import FLAG_SUSPEND, BrokerClient, group_config, make_broker, message
+from tests.integration.broker.rpc import FLAG_SUBSCRIPTION, FLAG_SUSPEND, BrokerClient, group_config, make_broker, message
 
 pytestmark = pytest.mark.integration
 
@@ -45,14 +45,14 @@ async def test_sending_to_a_missing_topic_says_to_create_it(sc):
 async def test_pulling_with_an_unknown_group_says_to_create_the_group(sc):
     await sc.create_topic("StrictTopic", queues=1)
     got = await sc.pull("g-unknown", "StrictTopic", 0, 0)
-    assert got.code == RC.SUBSCRIPTION_GROUP_NOT_EXIST and "updateSubGroup" in got.response.remark
+    assert got.code == RC.SUBSCRIPTION_GROUP_NOT_EXIST and "updateSubGroup" in got.remark
 
 
 async def test_without_long_polling_a_suspended_pull_waits_the_short_polling_time(sc):
     await sc.create_topic("StrictTopic", queues=1)
-    assert (await sc.admin.UpdateAndCreateSubscriptionGroup(group_config("g-strict"))).code == 0
+    assert (await sc.create_group(group_config("g-strict"))).code == 0
     started = time.monotonic()
-    got = await sc.pull("g-strict", "StrictTopic", 0, 0, sys_flag=FLAG_SUSPEND, suspend_ms=10_000)
+    got = await sc.pull("g-strict", "StrictTopic", 0, 0, sys_flag=FLAG_SUSPEND | FLAG_SUBSCRIPTION, suspend_ms=10_000)
     elapsed = time.monotonic() - started
     assert got.code == RC.PULL_NOT_FOUND and 0.25 <= elapsed < 2
     await sc.send("StrictTopic", 0, [message(b"x")])
@@ -61,7 +61,7 @@ async def test_without_long_polling_a_suspended_pull_waits_the_short_polling_tim
 
 async def test_with_slave_reads_enabled_a_pull_suggests_the_groups_broker_id(sc):
     await sc.create_topic("AdviceTopic", queues=1)
-    assert (await sc.admin.UpdateAndCreateSubscriptionGroup(group_config("g-advice", broker_id=1))).code == 0
+    assert (await sc.create_group(group_config("g-advice", brokerId=1))).code == 0
     await sc.send("AdviceTopic", 0, [message(b"x")])
     got = await sc.pull("g-advice", "AdviceTopic", 0, 0)
-    assert got.code == RC.SUCCESS and got.response.suggest_which_broker_id == 1
+    assert got.code == RC.SUCCESS and got.suggest_which_broker_id == 1
