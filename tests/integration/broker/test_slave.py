@@ -1,14 +1,16 @@
-"""A SLAVE (brokerRole=SLAVE, brokerId=1; no HA wired yet) refuses writes from producers and admins."""
+"""A SLAVE (brokerRole=SLAVE, brokerId=1, no master running) refuses writes from producers and admins over remoting."""
 
 from __future__ import annotations
 
 import pytest
 
-from remoting.codes import ResponseCode
-from remoting.pb import admin_pb2, common_pb2
-from tests.integration.broker.rpc import BrokerClient, make_broker, message
+from remoting import fastjson
+from remoting.codes import RequestCode, ResponseCode
+from tests.integration.broker.rpc import BrokerClient, group_config, make_broker, message
 
 pytestmark = pytest.mark.integration
+
+ROCKETMQ_SLAVE_REMARK = "Can't modify topic or subscription group from slave broker, please execute it from master broker"
 
 
 @pytest.fixture(scope="module")
@@ -33,27 +35,36 @@ async def test_a_slave_refuses_sends_and_says_to_send_to_the_master(slave_client
     assert resp.remark == "broker broker-s id 1 is a slave; send to the master"
 
 
-async def test_a_slave_refuses_admin_writes_and_says_to_modify_on_the_master(slave_client):
-    ack = await slave_client.admin.UpdateAndCreateTopic(
-        common_pb2.TopicConfig(topic_name="T1", read_queue_nums=1, write_queue_nums=1, perm=6), timeout=10
-    )
-    assert ack.code == ResponseCode.SYSTEM_ERROR and "modify on the master" in ack.remark
-    ack = await slave_client.admin.UpdateAndCreateSubscriptionGroup(
-        admin_pb2.SubscriptionGroupConfig(group_name="G1", retry_queue_nums=1), timeout=10
-    )
-    assert ack.code == ResponseCode.SYSTEM_ERROR and "modify on the master" in ack.remark
+async def test_a_slave_refuses_admin_writes_with_rocketmqs_remark_and_says_to_modify_on_the_master(slave_client):
+    for resp in (
+        await slave_client.create_topic("T1", queues=1),
+        await slave_client.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "T1"}),
+        await slave_client.create_group(group_config("G1")),
+        await slave_client.request(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "G1"}),
+    ):
+        assert resp.code == ResponseCode.SYSTEM_ERROR
+        assert resp.remark.startswith(ROCKETMQ_SLAVE_REMARK) and "modify on the master" in resp.remark
+    assert "T1" not in await slave_client.topic_configs()
 
 
 async def test_a_slave_accepts_offset_commits_and_reports_its_role(slave_client):
     assert (await slave_client.commit_offset("g-s", "AnyTopic", 0, 4)).code == ResponseCode.SUCCESS
-    assert (await slave_client.query_offset("g-s", "AnyTopic", 0)).offset == 4
-    status = await slave_client.admin.GetHAStatus(admin_pb2.Empty(), timeout=10)
-    assert status.code == 0 and status.role == "SLAVE"
+    assert await slave_client.query_offset("g-s", "AnyTopic", 0) == (ResponseCode.SUCCESS, 4)
+    status = await slave_client.request(RequestCode.GET_BROKER_HA_STATUS)
+    ha = fastjson.loads(status.body_bytes())
+    assert status.code == 0 and ha["role"] == "SLAVE" and ha["master"] is False
+    assert ha["haClientRuntimeInfo"]["activated"] is False  # no master to replicate from
     info = await slave_client.runtime_info()
-    assert (info["brokerRole"], info["brokerId"]) == ("SLAVE", "1")
+    assert (info["brokerRole"], info["brokerId"], info["haMasterConnected"]) == ("SLAVE", "1", "false")
+
+
+async def test_a_slave_serves_its_offsets_for_a_restarting_master(slave_client):
+    assert (await slave_client.commit_offset("g-back", "AnyTopic", 1, 9)).code == ResponseCode.SUCCESS
+    resp = await slave_client.request(RequestCode.GET_ALL_CONSUMER_OFFSET)
+    assert resp.code == 0 and fastjson.loads(resp.body_bytes())["offsetTable"]["AnyTopic@g-back"] == {"1": 9}
 
 
 async def test_a_slave_answers_a_pull_beyond_its_data_with_retry_at_the_same_offset(slave_client):
     got = await slave_client.pull("g-s", "SCHEDULE_TOPIC_XXXX", 0, 5)
     assert got.code == ResponseCode.PULL_RETRY_IMMEDIATELY
-    assert got.response.next_begin_offset == 5 and got.response.suggest_which_broker_id == 0
+    assert got.next_begin_offset == 5 and got.suggest_which_broker_id == 0
