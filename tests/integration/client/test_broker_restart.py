@@ -12,8 +12,13 @@ pytestmark = pytest.mark.integration
 
 
 def make_consumer(namesrv, group: str, topic: str, rec: Recorder) -> PushConsumer:
-    c = PushConsumer(group, namesrv.addr, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-                     suspend_ms=1000, persist_interval_s=1.0)
+    c = PushConsumer(
+        group,
+        namesrv.addr,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        suspend_ms=1000,
+        persist_interval_s=1.0,
+    )
     c.subscribe(topic)
     c.register_message_listener(rec)
     return c

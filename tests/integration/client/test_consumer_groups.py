@@ -57,8 +57,11 @@ async def test_queues_move_between_consumers_as_they_join_and_leave_and_nothing_
 
         second = await make_consumer(namesrv, group, topic, rec).start()
         both = [first, second]
-        await wait_for(lambda: ownership_is_exclusive(both, topic, queues)
-                       and len(owned(second, topic)) == queues // 2, 15, "the queues split between two consumers")
+        await wait_for(
+            lambda: ownership_is_exclusive(both, topic, queues) and len(owned(second, topic)) == queues // 2,
+            15,
+            "the queues split between two consumers",
+        )
         await produce(200)
         await wait_for(lambda: rec.unique_count() >= 400, 30, "400 messages consumed by two consumers")
 
@@ -78,8 +81,9 @@ async def test_broadcasting_gives_every_consumer_every_message(namesrv, broker, 
     await create_topic(admin, broker, topic, queues=2)
     recs = [Recorder() for _ in range(3)]
     consumers = [
-        make_consumer(namesrv, group, topic, rec, message_model=MessageModel.BROADCASTING,
-                      offset_store_dir=tmp_path / f"c{i}")
+        make_consumer(
+            namesrv, group, topic, rec, message_model=MessageModel.BROADCASTING, offset_store_dir=tmp_path / f"c{i}"
+        )
         for i, rec in enumerate(recs)
     ]
     for c in consumers:

@@ -103,8 +103,14 @@ async def test_a_push_consumer_consumes_from_the_slave_while_the_master_is_down(
     group = unique("G_push_failover")
     master.kill()
     rec = Recorder()
-    consumer = PushConsumer(group, namesrv.addr, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-                            suspend_ms=1000, persist_interval_s=0.5, pull_retry_delay_s=0.5)
+    consumer = PushConsumer(
+        group,
+        namesrv.addr,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        suspend_ms=1000,
+        persist_interval_s=0.5,
+        pull_retry_delay_s=0.5,
+    )
     consumer.subscribe(topic)
     consumer.register_message_listener(rec)
     async with consumer:
@@ -118,15 +124,26 @@ async def test_a_push_consumer_rides_out_a_master_restart_and_commits_to_the_mas
     topic, _ = await fill_topic(namesrv, admin, master, slave, 20)
     group = unique("G_push_return")
     rec = Recorder()
-    consumer = PushConsumer(group, namesrv.addr, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-                            suspend_ms=1000, pull_timeout_s=3.0, persist_interval_s=0.5, pull_retry_delay_s=0.5)
+    consumer = PushConsumer(
+        group,
+        namesrv.addr,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        suspend_ms=1000,
+        pull_timeout_s=3.0,
+        persist_interval_s=0.5,
+        pull_retry_delay_s=0.5,
+    )
     consumer.subscribe(topic)
     consumer.register_message_listener(rec)
     async with consumer:
         await wait_for(lambda: rec.unique_count() >= 20, 20, "the first 20 messages")
         master.kill()
-        await wait_for(lambda: admin.query_consumer_offset(slave.addr, group, topic, 0), 20,
-                       "offsets committed to the slave while the master is down", interval_s=0.2)
+        await wait_for(
+            lambda: admin.query_consumer_offset(slave.addr, group, topic, 0),
+            20,
+            "offsets committed to the slave while the master is down",
+            interval_s=0.2,
+        )
         master.start()
         async with Producer(unique("P"), namesrv.addr, send_timeout_s=5.0) as producer:
 
