@@ -158,7 +158,7 @@ def _batch(ctx: BrokerContext, conn: Connection, h: SendHeader, body: bytes) -> 
         return [property_value(e[2], PROPERTY_UNIQ_KEY) or "" for e in entries]
 
     born_host = _born_host(conn)
-    if _DELAY_KEY not in body:
+    if _DELAY_KEY not in b"\x02".join(map(itemgetter(2), entries)):  # the properties only, not the bodies
         suffix = encode_properties(batch_props)
         raw = RawBatch(entries, suffix, h.sys_flag, h.born_timestamp, born_host, h.reconsume_times, wait)
         return _Batch(sizes, wait, keys, raw=raw)

@@ -28,7 +28,6 @@ class Consumer:
     def _on_notify(self, conn, request):
         assert request.is_oneway
         self.notified.append(request.ext["consumerGroup"])
-        return None
 
     async def join(self, group: str, topic: str, expr: str = "*"):
         return await self.client.heartbeat(self.client_id, {group: {topic: expr}})

@@ -9,7 +9,14 @@ import time
 import pytest
 
 from remoting.codes import ResponseCode as RC
-from tests.integration.broker.rpc import FLAG_SUBSCRIPTION, FLAG_SUSPEND, BrokerClient, group_config, make_broker, message
+from tests.integration.broker.rpc import (
+    FLAG_SUBSCRIPTION,
+    FLAG_SUSPEND,
+    BrokerClient,
+    group_config,
+    make_broker,
+    message,
+)
 
 pytestmark = pytest.mark.integration
 
