@@ -34,6 +34,7 @@ class FakeCluster:
         self.send_back_code = ResponseCode.SUCCESS
         self.offsets: dict[tuple[str, int], int] = {}
         self.max_offsets: dict[tuple[str, int], int] = {}
+        self.time_offsets: dict[tuple[str, int], int] = {}  # SEARCH_OFFSET_BY_TIMESTAMP's answer
         self.records: dict[tuple[str, int], dict[int, bytes]] = {}
         self.consumers: dict[str, set[str]] = {}  # group -> client ids (HEART_BEAT / UNREGISTER_CLIENT)
         self.client_conns: dict[str, Connection] = {}  # client id -> the connection its heartbeat came on
@@ -47,6 +48,7 @@ class FakeCluster:
         self.server.register(RequestCode.QUERY_CONSUMER_OFFSET, self._record_and(ResponseCode.QUERY_NOT_FOUND))
         self.server.register(RequestCode.UPDATE_CONSUMER_OFFSET, self._record_and(ResponseCode.SUCCESS))
         self.server.register(RequestCode.GET_MAX_OFFSET, self._max_offset)
+        self.server.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, self._max_offset)
         self.server.register(RequestCode.PULL_MESSAGE, self._pull)
         self.server.register(RequestCode.CONSUMER_SEND_MSG_BACK, self._send_back)
 
@@ -143,7 +145,8 @@ class FakeCluster:
 
     def _max_offset(self, conn, request: RemotingCommand) -> RemotingCommand:
         self.requests.append(request)
-        offset = self.max_offsets.get((request.ext["topic"], int(request.ext["queueId"])), 0)
+        table = self.time_offsets if request.code == RequestCode.SEARCH_OFFSET_BY_TIMESTAMP else self.max_offsets
+        offset = table.get((request.ext["topic"], int(request.ext["queueId"])), 0)
         return response_to(request, ResponseCode.SUCCESS, ext={"offset": str(offset)})
 
     async def _pull(self, conn, request: RemotingCommand) -> RemotingCommand:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from client import ConsumeStatus, PushConsumer
+from client import ConsumeFromWhere, ConsumeStatus, PushConsumer
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
 from remoting.message_codec import string_to_properties
@@ -134,3 +134,18 @@ async def test_offsets_are_committed_with_update_consumer_offset_at_stop():
             )
     commits = [r.ext for r in fake.of(RequestCode.UPDATE_CONSUMER_OFFSET) if r.ext["topic"] == "T"]
     assert commits[-1] == {"consumerGroup": "G", "topic": "T", "queueId": "0", "commitOffset": "1"}
+
+
+async def test_consume_from_timestamp_searches_the_offset_by_time_when_nothing_is_committed():
+    async with FakeCluster() as fake:
+        fake.topics.update({"T": 1, "%RETRY%G": 1})
+        fake.time_offsets[("T", 0)] = 7
+        kw = {"consume_from_where": ConsumeFromWhere.CONSUME_FROM_TIMESTAMP, "consume_timestamp_ms": 1_700_000_000_000}
+        async with consumer(fake, lambda msgs: ConsumeStatus.CONSUME_SUCCESS, **kw):
+            await async_wait_until(
+                lambda: any(r.ext["topic"] == "T" for r in fake.of(RequestCode.PULL_MESSAGE)), 5, "a pull of T"
+            )
+    [search] = fake.of(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP)
+    assert search.ext == {"topic": "T", "queueId": "0", "timestamp": "1700000000000"}
+    assert not [r for r in fake.of(RequestCode.GET_MAX_OFFSET) if r.ext["topic"] == "T"]
+    assert next(r for r in fake.of(RequestCode.PULL_MESSAGE) if r.ext["topic"] == "T").ext["queueOffset"] == "7"
