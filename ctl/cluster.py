@@ -1,8 +1,10 @@
-"""Topology commands: clusterList and brokerStatus (mqadmin ClusterListSubCommand, BrokerStatusSubCommand)."""
+"""Topology commands: clusterList, brokerStatus, wipeWritePerm / addWritePerm (mqadmin ClusterListSubCommand,
+BrokerStatusSubCommand, WipeWritePermSubCommand, AddWritePermSubCommand)."""
 
 from __future__ import annotations
 
 import time
+from typing import Annotated
 
 import typer
 
@@ -108,3 +110,39 @@ def broker_status(
     for addr, table in tables.items():
         lines += format_kv(table, prefix=f"{addr:<24}" if cluster_name else "")
     Output(json).show(tables if cluster_name else tables[broker_addr], lines)
+
+
+def _write_perm(action: str, broker_name: str, namesrv: str, json: bool) -> None:
+    """wipeWritePerm / addWritePerm on every nameserver of -n (each holds its own route table)."""
+    from ctl.errors import Refused
+    from ctl.rpc import Cluster
+    from remoting.codes import RequestCode
+
+    code, field = {
+        "wipe": (RequestCode.WIPE_WRITE_PERM_OF_BROKER, "wipeTopicCount"),
+        "add": (RequestCode.ADD_WRITE_PERM_OF_BROKER, "addTopicCount"),
+    }[action]
+    rows, lines = [], []
+    with Cluster(namesrv) as cluster:
+        for addr, response in cluster.each_namesrv(code, {"brokerName": broker_name}):
+            if response.code != 0:
+                raise Refused(f"nameserver {addr}", code.name, response.code, response.remark or "")
+            count = int((response.ext or {}).get(field, 0))
+            rows.append({"namesrvAddr": addr, "brokerName": broker_name, "topicCount": count})
+            lines.append(f"{action} write perm of broker[{broker_name}] in name server[{addr}] OK, {count}")
+    Output(json).show(rows, lines)
+
+
+BrokerNameOpt = Annotated[str, typer.Option("-b", "--brokerName", help="Broker name (a group), e.g. broker-a.")]
+
+
+@app.command("wipeWritePerm")
+def wipe_write_perm(broker_name: BrokerNameOpt, namesrv: NamesrvOpt = "127.0.0.1:9876", json: JsonOpt = False):
+    """Remove a broker group's write permission in every nameserver: producers stop sending to it (drain)."""
+    _write_perm("wipe", broker_name, namesrv, json)
+
+
+@app.command("addWritePerm")
+def add_write_perm(broker_name: BrokerNameOpt, namesrv: NamesrvOpt = "127.0.0.1:9876", json: JsonOpt = False):
+    """Give a broker group its write permission back in every nameserver."""
+    _write_perm("add", broker_name, namesrv, json)

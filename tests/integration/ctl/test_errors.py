@@ -75,6 +75,8 @@ def test_help_lists_the_mqadmin_command_names():
         "clusterList",
         "brokerStatus",
         "haStatus",
+        "wipeWritePerm",
+        "addWritePerm",
         "topicList",
         "topicRoute",
         "topicStatus",

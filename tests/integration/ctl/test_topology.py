@@ -124,3 +124,28 @@ def test_ha_status_of_a_slave_prints_its_view_of_the_master(cluster):
         "#LastReadTime",
         "#LastWriteTime",
     ]
+
+
+def test_wipe_write_perm_drains_a_broker_group_and_add_write_perm_restores_it(cluster):
+    import json
+
+    topic = unique("t_perm")
+    ok("updateTopic", "-n", cluster.namesrv_addr, "-c", CLUSTER, "-t", topic, "-r", "1", "-w", "1")
+
+    def perms() -> dict[str, int]:
+        route = json.loads(ok("topicRoute", "-n", cluster.namesrv_addr, "-t", topic).stdout)
+        return {q["brokerName"]: q["perm"] for q in route["queueDatas"]}
+
+    wait_until(lambda: perms() == {"broker-a": 6, "broker-b": 6}, 10, f"{topic} is not routed to both masters")
+    lines = ok("wipeWritePerm", "-n", cluster.namesrv_addr, "-b", "broker-b").stdout.splitlines()
+    try:
+        assert len(lines) == 1
+        head, _, count = lines[0].rpartition(" ")
+        assert head == f"wipe write perm of broker[broker-b] in name server[{cluster.namesrv_addr}] OK,"
+        assert int(count) >= 1
+        assert perms() == {"broker-a": 6, "broker-b": 4}
+    finally:
+        restored = ok_json("addWritePerm", "-n", cluster.namesrv_addr, "-b", "broker-b")
+    assert [(r["namesrvAddr"], r["brokerName"]) for r in restored] == [(cluster.namesrv_addr, "broker-b")]
+    assert restored[0]["topicCount"] >= 1
+    assert perms() == {"broker-a": 6, "broker-b": 6}
