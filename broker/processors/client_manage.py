@@ -16,6 +16,7 @@ connection of the group gets NOTIFY_CONSUMER_IDS_CHANGED (oneway, header ``consu
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from broker.client_manager import Subscription
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 MAX_CONSUMER_GROUPS_PER_HEARTBEAT = 256
 MAX_PRODUCER_GROUPS_PER_HEARTBEAT = 256
+_DECIMAL = re.compile(r"-?[0-9]{1,19}\Z", re.ASCII)
 
 
 class BodyError(ValueError):
@@ -61,11 +63,39 @@ def _text(value: Any, what: str, default: str = "") -> str:
 
 
 def _int(value: Any, what: str) -> int:
+    """A long given as a JSON number or as its decimal text (the C++ client sends ``"subVersion":"1795563103827"``)."""
     if value is None:
         return 0
+    if isinstance(value, str) and _DECIMAL.match(value):
+        return int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise BodyError(f"{what} is {value!r}, not an integer")
     return value
+
+
+# Java's enum ordinals, which the C++ client sends instead of the names (CLIENT_NOTES.md).
+_CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
+_MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
+_CONSUME_FROM = (
+    "CONSUME_FROM_LAST_OFFSET",
+    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+    "CONSUME_FROM_MIN_OFFSET",
+    "CONSUME_FROM_MAX_OFFSET",
+    "CONSUME_FROM_FIRST_OFFSET",
+    "CONSUME_FROM_TIMESTAMP",
+)
+
+
+def _enum(value: Any, names: tuple[str, ...], what: str) -> str:
+    """An enum field as its name, whether it came as the name (Java, Go) or as the ordinal (C++)."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and not value.isdigit():
+        return value
+    index = _int(value, what)
+    if not 0 <= index < len(names):
+        raise BodyError(f"{what} is {value!r}, not one of {', '.join(names)} (or their numbers 0..{len(names) - 1})")
+    return names[index]
 
 
 def parse_subscription(raw: Any, what: str) -> Subscription:
@@ -112,7 +142,12 @@ def _heartbeat(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -
                 parse_subscription(s, f"{what}.subscriptionDataSet[{j}]")
                 for j, s in enumerate(_list(consumer.get("subscriptionDataSet"), f"{what}.subscriptionDataSet"))
             ]
-            parsed.append((_text(consumer.get("groupName"), f"{what}.groupName"), consumer, subs))
+            enums = (
+                _enum(consumer.get("consumeType"), _CONSUME_TYPES, f"{what}.consumeType"),
+                _enum(consumer.get("messageModel"), _MESSAGE_MODELS, f"{what}.messageModel"),
+                _enum(consumer.get("consumeFromWhere"), _CONSUME_FROM, f"{what}.consumeFromWhere"),
+            )
+            parsed.append((_text(consumer.get("groupName"), f"{what}.groupName"), enums, subs))
         producer_groups = [_text(p.get("groupName"), "producerDataSet[].groupName") for p in producers]
     except BodyError as exc:
         return refuse(ResponseCode.INVALID_PARAMETER, f"HEART_BEAT body is not HeartbeatData JSON: {exc}")
@@ -128,7 +163,7 @@ def _heartbeat(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -
     conn.attrs["language"] = language
     conn.attrs["version"] = request.version
     topics_created = groups_created = False
-    for group_name, consumer, subs in parsed:
+    for group_name, (consume_type, message_model, consume_from_where), subs in parsed:
         group = ctx.groups.get(group_name)
         if group is None:
             group = ctx.groups.find_or_create(group_name)
@@ -142,9 +177,9 @@ def _heartbeat(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -
             client_id,
             language=language,
             version=request.version,
-            consume_type=str(consumer.get("consumeType") or ""),
-            message_model=str(consumer.get("messageModel") or ""),
-            consume_from_where=str(consumer.get("consumeFromWhere") or ""),
+            consume_type=consume_type,
+            message_model=message_model,
+            consume_from_where=consume_from_where,
             subscriptions=subs,
         )
     for group_name in producer_groups:

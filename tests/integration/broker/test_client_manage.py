@@ -10,7 +10,7 @@ import pytest
 
 from remoting import fastjson
 from remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
-from tests.integration.broker.rpc import BrokerClient
+from tests.integration.broker.rpc import BrokerClient, message
 from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.integration
@@ -136,3 +136,23 @@ async def test_consumers_of_many_groups_on_many_connections_are_all_listed(maste
     finally:
         for c in consumers:
             await c.client.close()
+
+
+async def test_the_cpp_clients_heartbeat_with_enum_numbers_and_string_versions_registers_its_subscriptions(client):
+    """The shape PyPI rocketmq 0.4.4 (rocketmq-client-cpp 1.0.1) sends (tests/compat/CLIENT_NOTES.md)."""
+    body = (
+        b'{"clientID":"4242-127.0.0.1@DEFAULT","consumerDataSet":[{"consumeFromWhere":0,"consumeType":1,'
+        b'"groupName":"g-cpp","messageModel":1,"subscriptionDataSet":[{"subString":"*","subVersion":"1795563103827",'
+        b'"topic":"%RETRY%g-cpp"},{"codeSet":[0,0],"subString":"TagA || TagC","subVersion":"1795563103827",'
+        b'"tagsSet":["TagA","TagC"],"topic":"CppTopic"}]}]}\n'
+    )
+    assert (await client.request(RequestCode.HEART_BEAT, body=body)).code == 0
+    resp = await client.request(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "g-cpp"})
+    info = fastjson.loads(resp.body)
+    assert (info["consumeType"], info["messageModel"], info["consumeFromWhere"]) == (
+        "CONSUME_PASSIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET"
+    )
+    assert info["subscriptionTable"]["CppTopic"]["subVersion"] == 1795563103827
+    await client.send("CppTopic", 0, [message(b"a", TAGS="TagA"), message(b"b", TAGS="TagB")])
+    got = await client.pull("g-cpp", "CppTopic", 0, 0, sys_flag=0, subscription=None, sub_version=1795563103827)
+    assert [m.tags for m in got.messages] == ["TagA"]
