@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from remoting.pb import admin_pb2
+from client.admin_bodies import HAStatus, parse_ha_status
+from remoting.codes import RequestCode
 from tests.integration.broker.rpc import BrokerClient, message
 from tests.support.procs import Broker, Namesrv
 from tests.support.waiting import async_wait_until
@@ -50,12 +51,15 @@ def slave(tmp_path: Path, ns: Namesrv, name: str, broker_id: int = 1, sub: str =
                                       broker_id=broker_id, **conf))
 
 
-async def ha(client: BrokerClient) -> admin_pb2.HAStatus:
-    return await client.admin.GetHAStatus(admin_pb2.Empty(), timeout=10)
+async def ha(client: BrokerClient) -> HAStatus:
+    """GET_BROKER_HA_STATUS (907), read with the SDK's parser (the attribute names mqctl uses)."""
+    resp = await client.request(RequestCode.GET_BROKER_HA_STATUS)
+    assert resp.code == 0, resp.remark
+    return parse_ha_status(resp.body_bytes())
 
 
 async def slave_states(mc: BrokerClient) -> dict[int, str]:
-    """brokerId -> OK / FALL_BEHIND / DISCONNECTED, as the master's GetHAStatus shows its slaves."""
+    """brokerId -> OK / FALL_BEHIND / DISCONNECTED, as the master's HA status shows its slaves."""
     return {s.broker_id: s.state for s in (await ha(mc)).slaves}
 
 

@@ -73,7 +73,7 @@ async def test_an_empty_slave_copies_from_the_master_min_offset_after_old_files_
         # the slave serves what the master still serves, at the same queue offsets
         await wait_slave_knows_topic(sc, "TE")
         for q in (0, 1):
-            lows = [(await c.pull("g-e", "TE", q, 0)).response.min_offset for c in (mc, sc)]
+            lows = [(await c.pull("g-e", "TE", q, 0)).min_offset for c in (mc, sc)]
             assert lows[0] > 0 and lows[0] == lows[1], lows  # both consume queues start at the master's min
             on_m, on_s = await mc.pull_all("g-e", "TE", q, lows[0]), await sc.pull_all("g-e", "TE", q, lows[0])
             assert on_m and [(x.queue_offset, x.body) for x in on_s] == [(x.queue_offset, x.body) for x in on_m]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import grpc
 import pytest
 
 from client import (
@@ -28,6 +27,7 @@ from client import (
     PushConsumer,
     SendStatus,
 )
+from remoting.errors import RemotingError
 from tests.integration.broker.rpc import BrokerClient
 from tests.integration.replication.helpers import master, slave, wait_slave_knows_topic, wait_slaves_ok
 from tests.support.procs import Broker
@@ -73,13 +73,13 @@ async def watch_commits(nodes: dict[str, Broker], h: History, stop: asyncio.Even
                 c = clients.setdefault(name, BrokerClient(b.addr))
                 for q in range(QUEUES):
                     try:
-                        resp = await c.query_offset(GROUP, TOPIC, q)
-                    except grpc.aio.AioRpcError:
+                        code, offset = await c.query_offset(GROUP, TOPIC, q)
+                    except RemotingError:
                         continue  # the node is down or restarting: no sample
-                    if resp.code == 0:
+                    if code == 0:
                         seen = h.commits.setdefault((name, q), [])
-                        if not seen or seen[-1] != resp.offset:
-                            seen.append(resp.offset)
+                        if not seen or seen[-1] != offset:
+                            seen.append(offset)
             await asyncio.sleep(0.2)
     finally:
         for c in clients.values():
@@ -136,11 +136,12 @@ async def test_with_the_master_down_consumers_read_the_slave_producers_use_the_o
 
         # --- the master of broker-a dies with a backlog of the group on it -----------------------------------
         gate.clear()
-        await asyncio.sleep(1.5)
+        consumed_set = lambda: set(h.consumed)
+        await async_wait_until(lambda: len(h.acked("broker-a") - consumed_set()) > 60, 30,
+                               "a backlog of the group on broker-a (the listener holds its batch)", 0.05)
         ma.kill()
         killed_at = time.monotonic()
         acked_a_before = h.acked("broker-a")
-        consumed_set = lambda: set(h.consumed)
         backlog = acked_a_before - consumed_set()
         assert len(backlog) > 40, f"too small a backlog at the kill: {len(backlog)}"
         gate.set()
@@ -148,8 +149,12 @@ async def test_with_the_master_down_consumers_read_the_slave_producers_use_the_o
                                lambda: f"broker-a's acked messages read from the slave; "
                                        f"{len(acked_a_before - consumed_set())} missing", 0.1)
         drained_from_slave_s = time.monotonic() - killed_at
-        await asyncio.sleep(2.0)
-        late = {i: v for i, v in h.sent.items() if v[2] > killed_at + 1.0}
+
+        def late_sends() -> dict:  # answered a while after the kill: no send to broker-a was in flight any more
+            return {i: v for i, v in h.sent.items() if v[2] > killed_at + 1.0}
+
+        await async_wait_until(lambda: len(late_sends()) >= 30, 30, "sends answered after the kill", 0.05)
+        late = late_sends()
         assert late and {b for _, b, _ in late.values()} == {"broker-b"}, "sends after the kill must go to broker-b"
         assert all(st is SendStatus.SEND_OK for st, _, _ in late.values())
         # the SDK commits to the slave while the master is unreachable: its offsets reach the queues' ends
@@ -168,7 +173,7 @@ async def test_with_the_master_down_consumers_read_the_slave_producers_use_the_o
         ma.start(30)
         returned_at = time.monotonic()
         async with AdminClient(namesrv.addr) as a2:
-            # (the first calls may still fail for the 2 s gRPC reconnect backoff of the shared subchannel)
+            # (the first calls may fail while the returned master's port is not yet accepting)
             async def ask(q: int) -> tuple[int]:
                 return (await a2.query_consumer_offset(ma.addr, GROUP, TOPIC, q),)
 

@@ -5,8 +5,6 @@ the master only, unknown = no answer), the fault is applied, the survivors are d
 sets. The durability claims (DESIGN §4, reliability.md §3.2):
 - SYNC_MASTER: every SEND_OK message is on the slave (lost = 0);
 - ASYNC_MASTER: a SEND_OK message may be missing from the slave only if it lies beyond the slave's commitlog end.
-
-Skips with a reason while ``broker/server.py`` does not run the HA service (nothing listens on haListenPort).
 """
 
 from __future__ import annotations
@@ -18,8 +16,9 @@ import uuid
 
 import pytest
 
-from remoting.pb import admin_pb2
+from remoting.errors import RemotingError
 from tests.integration.broker.rpc import BrokerClient, message
+from tests.integration.replication.helpers import ha
 from tests.support.procs import Broker, Namesrv
 from tests.support.waiting import async_wait_until
 
@@ -29,7 +28,7 @@ TOPIC = "ReplTopic"
 QUEUES = 4
 SENDERS = 6
 BATCH = 10
-LOAD_S = 2.0
+MIN_ACKED_AT_KILL = 300
 RECORD_MAX = 1024  # bytes: an upper bound of one test record (200-byte body, a few properties)
 SEND_OK, FLUSH_DISK_TIMEOUT, SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT = 0, 10, 11, 12
 
@@ -72,7 +71,7 @@ async def sender(client: BrokerClient, ledger: Ledger, stop: asyncio.Event, n: i
         msgs = [message(f"{mid}".encode() + b"x" * 200, UNIQ_KEY=mid) for mid in ids]
         try:
             resp = await client.send(TOPIC, i % QUEUES, msgs)
-        except Exception:
+        except RemotingError:
             ledger.unknown.update(ids)
             return  # the master is gone
         if resp.code == SEND_OK:
@@ -96,13 +95,14 @@ async def run_kill_scenario(master: Broker, slave: Broker) -> tuple[Ledger, set[
         ledger = Ledger()
         stop = asyncio.Event()
         tasks = [asyncio.create_task(sender(mc, ledger, stop, n)) for n in range(SENDERS)]
-        await asyncio.sleep(LOAD_S)  # load runs; the kill lands in the middle of it
+        # the kill lands in the middle of the load, once enough of it was acked
+        await async_wait_until(lambda: len(ledger.acked) >= MIN_ACKED_AT_KILL, 60,
+                               lambda: f"{MIN_ACKED_AT_KILL} acked sends before the kill; {len(ledger.acked)} so far")
         master.kill()
         stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks), 30)
-        assert len(ledger.acked) > 100, f"too little load before the kill: {len(ledger.acked)} acked"
         # let the slave dispatch what it has, then drain every queue from it
-        status = await sc.admin.GetHAStatus(admin_pb2.Empty(), timeout=10)
+        status = await ha(sc)
         slave_max = status.commitlog_max_offset
         consumed: set[str] = set()
         await async_wait_until(lambda: _slave_dispatched(sc), 30, "slave dispatched its whole commitlog")
@@ -125,7 +125,7 @@ async def _slave_dispatched(sc: BrokerClient) -> bool:
 
 
 async def _master_has_slave(mc: BrokerClient) -> bool:
-    status = await mc.admin.GetHAStatus(admin_pb2.Empty(), timeout=5)
+    status = await ha(mc)
     return any(s.state == "OK" for s in status.slaves)
 
 
@@ -169,7 +169,7 @@ async def test_a_slave_without_ha_master_address_learns_it_from_the_nameserver_a
         await async_wait_until(lambda: _master_has_slave(mc), 30, "slave found the master HA address via namesrv")
         resp = await mc.send(TOPIC, 0, [message(b"via-namesrv", UNIQ_KEY="n-1")])
         assert resp.code == SEND_OK, resp.remark
-        status = await sc.admin.GetHAStatus(admin_pb2.Empty(), timeout=5)
+        status = await ha(sc)
         assert status.connected and status.master_ha_addr == master.ha_addr
         assert status.replicated_bytes > 0
     finally:

@@ -5,13 +5,14 @@ slaveSynchronizeInterval=1000 (first round after 3 s). The in-process versions: 
 
 from __future__ import annotations
 
-import asyncio
+import json
 
 import pytest
 
 from client import AdminClient
 from tests.integration.broker.rpc import BrokerClient
 from tests.integration.replication.helpers import master, slave, wait_sync_rounds
+from tests.support.procs import Broker
 from tests.support.waiting import async_wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
@@ -73,7 +74,7 @@ async def test_consumer_offsets_reach_the_slave_and_never_move_back_there(tmp_pa
         assert (await mc.commit_offset("GOff", "TOff", 1, 3)).code == 0
 
         async def slave_offset(q: int, want: int) -> bool:
-            return (await sc.query_offset("GOff", "TOff", q)).offset == want
+            return await sc.query_offset("GOff", "TOff", q) == (0, want)
 
         await async_wait_until(lambda: slave_offset(0, 5), 20, "offset 5 of queue 0 on the slave", 0.2)
         await async_wait_until(lambda: slave_offset(1, 3), 20, "offset 3 of queue 1 on the slave", 0.2)
@@ -81,13 +82,13 @@ async def test_consumer_offsets_reach_the_slave_and_never_move_back_there(tmp_pa
         # a consumer committed further on the slave (master unreachable for it): later rounds do not roll it back
         assert (await sc.commit_offset("GOff", "TOff", 0, 9)).code == 0
         await wait_sync_rounds(s, 2)  # two whole rounds with the master still at 5
-        assert (await sc.query_offset("GOff", "TOff", 0)).offset == 9
-        assert (await mc.query_offset("GOff", "TOff", 0)).offset == 5  # the slave never writes to a running master
+        assert await sc.query_offset("GOff", "TOff", 0) == (0, 9)
+        assert await mc.query_offset("GOff", "TOff", 0) == (0, 5)  # the slave never writes to a running master
 
         # the master moves past the slave: the larger value wins again
         assert (await mc.commit_offset("GOff", "TOff", 0, 12)).code == 0
         await async_wait_until(lambda: slave_offset(0, 12), 20, "offset 12 of queue 0 on the slave", 0.2)
-        assert (await sc.query_offset("GOff", "TOff", 1)).offset == 3
+        assert await sc.query_offset("GOff", "TOff", 1) == (0, 3)
     finally:
         await mc.close()
         await sc.close()
@@ -103,7 +104,9 @@ async def test_a_master_that_restarts_takes_the_offsets_its_slave_accepted_while
         assert (await mc.create_topic("TRe", 2)).code == 0
         assert (await mc.commit_offset("GRe", "TRe", 0, 4)).code == 0
         await async_wait_until(lambda: _offset(sc, "GRe", "TRe", 0, 4), 20, "offset 4 on the slave", 0.2)
-        await asyncio.sleep(6)  # flushConsumerOffsetInterval (5 s): the master's file holds 4 before the crash
+        await async_wait_until(lambda: _persisted_offset(m, "TRe@GRe", 0) == 4, 20,
+                               "the master's consumerOffset.json to hold 4 (flushConsumerOffsetInterval) before the crash",
+                               0.2)
 
         m.kill()
         await mc.close()
@@ -114,11 +117,11 @@ async def test_a_master_that_restarts_takes_the_offsets_its_slave_accepted_while
         m.start(30)
         mc = BrokerClient(m.addr)
         # from its first answer on, the master has the slave's offsets (pulled before it registered)
-        assert (await mc.query_offset("GRe", "TRe", 0)).offset == 20
-        assert (await mc.query_offset("GRe", "TRe", 1)).offset == 7
+        assert await mc.query_offset("GRe", "TRe", 0) == (0, 20)
+        assert await mc.query_offset("GRe", "TRe", 1) == (0, 7)
         await wait_sync_rounds(s, 2, 40)  # rounds from the returned master do not roll the slave back
-        assert (await sc.query_offset("GRe", "TRe", 0)).offset == 20
-        assert (await sc.query_offset("GRe", "TRe", 1)).offset == 7
+        assert await sc.query_offset("GRe", "TRe", 0) == (0, 20)
+        assert await sc.query_offset("GRe", "TRe", 1) == (0, 7)
     finally:
         await mc.close()
         await sc.close()
@@ -127,4 +130,12 @@ async def test_a_master_that_restarts_takes_the_offsets_its_slave_accepted_while
 
 
 async def _offset(client: BrokerClient, group: str, topic: str, q: int, want: int) -> bool:
-    return (await client.query_offset(group, topic, q)).offset == want
+    return await client.query_offset(group, topic, q) == (0, want)
+
+
+def _persisted_offset(broker: Broker, key: str, queue_id: int) -> int | None:
+    """The offset a broker's consumerOffset.json holds (what survives a SIGKILL)."""
+    path = broker.store_dir / "config" / "consumerOffset.json"
+    if not path.exists():
+        return None
+    return json.loads(path.read_text()).get("offsetTable", {}).get(key, {}).get(str(queue_id))

@@ -86,7 +86,7 @@ async def test_a_slave_with_slave_read_disabled_points_consumers_back_to_the_mas
     try:
         # the raw answer: the slave still returns the messages (4.x quirk, spec §5.2 step 2) but suggests 0
         direct = await sc.pull("GRead1", "TR", 0, 0, 4)
-        assert direct.code == 0 and direct.response.suggest_which_broker_id == 0
+        assert direct.code == 0 and direct.suggest_which_broker_id == 0
         async with PullConsumer("GRead1", namesrv.addr) as puller:
             first = await puller.pull(mq, 0, max_nums=4)  # the master (slaveReadEnable=true) advises the group's 1
             second = await puller.pull(mq, first.next_begin_offset, max_nums=4)

@@ -59,7 +59,7 @@ async def test_after_a_sync_run_the_slave_commitlog_is_byte_identical_and_serves
                     for x in got.messages:
                         seen_on_slave[(q, x.queue_offset)] = x.properties["UNIQ_KEY"]
                     if got.code == 0:
-                        next_off[q] = got.response.next_begin_offset
+                        next_off[q] = got.next_begin_offset
                 await asyncio.sleep(0.01)
 
         reader = asyncio.create_task(read_slave_during_load())

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from remoting.pb import namesrv_pb2
-from tests.integration.broker.rpc import BrokerClient, message, namesrv_stub
+from client import AdminClient
+from tests.integration.broker.rpc import BrokerClient, message
 from tests.integration.replication.helpers import (
     SEND_OK,
     ha,
@@ -33,7 +33,7 @@ async def test_each_broker_name_has_its_own_master_and_both_slaves_of_a_sync_mas
     sy1 = slave(tmp_path, namesrv, "broker-y", 1, sub="y1")
     procs = [sy1, sx2, sx1, my, mx]
     clients = {b: BrokerClient(b.addr) for b in procs}
-    channel, ns = namesrv_stub(namesrv.addr)
+    admin = AdminClient(namesrv.addr)
     try:
         cx, cy = clients[mx], clients[my]
         roles = {b.name + f"/{b.broker_id}": (await ha(c)).role for b, c in clients.items()}
@@ -44,7 +44,7 @@ async def test_each_broker_name_has_its_own_master_and_both_slaves_of_a_sync_mas
         # a slave belongs to the master of its own brokerName only
         assert sorted(s.broker_id for s in (await ha(cx)).slaves) == [1, 2]
         assert [s.broker_id for s in (await ha(cy)).slaves] == [1]
-        info = await ns.GetBrokerClusterInfo(namesrv_pb2.GetBrokerClusterInfoRequest(), timeout=10)
+        info = await admin.cluster_info()
         table = {name: dict(bd.broker_addrs) for name, bd in info.broker_addr_table.items()}
         assert table == {"broker-x": {0: mx.addr, 1: sx1.addr, 2: sx2.addr}, "broker-y": {0: my.addr, 1: sy1.addr}}
 
@@ -67,7 +67,7 @@ async def test_each_broker_name_has_its_own_master_and_both_slaves_of_a_sync_mas
         assert sorted(m.body for m in got) == sorted(f"y-{i}".encode() for i in range(20))
         assert (await clients[sy1].pull("g-y", "TX", 0, 0)).code != SEND_OK  # nothing of broker-x on y's slave
     finally:
-        await channel.close()
+        await admin.stop()
         for c in clients.values():
             await c.close()
         for b in procs:
