@@ -40,6 +40,10 @@ async def test_topics_and_groups_created_changed_and_deleted_on_the_master_follo
                 and g.retry_max_times == 5
 
         await async_wait_until(slave_has_both, 20, "topic TMeta and group GMeta on the slave", 0.2)
+        # the slave took the master's tables with their DataVersions (a later round compares them, RocketMQ's rule)
+        for read in (admin.all_topic_configs, admin.all_subscription_groups):
+            on_m, on_s = await read(m.addr), await read(s.addr)
+            assert on_s.data_version == on_m.data_version and on_m.data_version.counter > 0
 
         await admin.update_topic(m.addr, "TMeta", read_queue_nums=5, write_queue_nums=5)
         await admin.update_subscription_group(m.addr, "GMeta", broker_id=0, retry_max_times=7)
