@@ -9,9 +9,9 @@ import urllib.request
 
 import pytest
 
-from remoting.channel import aio_channel
-from remoting.codes import ResponseCode
-from remoting.pb import namesrv_pb2, namesrv_pb2_grpc
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.frame_codec import RemotingCommand
 from tests.integration.broker.rpc import BrokerClient, message
 from tests.integration.metrics.conftest import dashboard_queries
 from tests.integration.metrics.prom import PrometheusServer
@@ -58,7 +58,7 @@ def serves_metrics(port: int) -> bool:
 def prometheus(prometheus_binary, cluster, tmp_path_factory):
     ns, master, slave = cluster
     for proc in cluster:
-        wait_until(lambda: serves_metrics(proc.metrics_port), 10,
+        wait_until(lambda proc=proc: serves_metrics(proc.metrics_port), 10,
                    f"{proc.module} at {proc.addr} serves no /metrics on metricsPromExporterPort {proc.metrics_port}:"
                    " is common.metrics.MetricsServer wired into its server.py?")
     server = PrometheusServer(prometheus_binary, tmp_path_factory.mktemp("prometheus"), {
@@ -128,13 +128,14 @@ async def test_send_and_pull_counters_move_with_traffic(prometheus, client, clus
 
 async def test_namesrv_counts_live_brokers_and_route_queries(prometheus, cluster):
     ns = cluster[0]
-    channel = aio_channel(ns.addr)
+    remoting = RemotingClient()
     try:
-        stub = namesrv_pb2_grpc.NameServerStub(channel)
-        found = await stub.GetRouteInfoByTopic(namesrv_pb2.GetRouteInfoRequest(topic="MetricsCounters"), timeout=10)
-        missing = await stub.GetRouteInfoByTopic(namesrv_pb2.GetRouteInfoRequest(topic="NoSuchTopic"), timeout=10)
+        found, missing = [
+            await remoting.invoke(ns.addr, RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext={"topic": t}), 10)
+            for t in ("MetricsCounters", "NoSuchTopic")
+        ]
     finally:
-        await channel.close()
+        await remoting.close()
     assert missing.code == ResponseCode.TOPIC_NOT_EXIST and found.code in (ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST)
     live = f'broker_cluster="{CLUSTER}",node_type="namesrv"'
     await until(prometheus, f'rocketmq_namesrv_live_brokers{{{live},role="MASTER"}}', lambda v: v == 1)
