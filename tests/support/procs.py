@@ -165,7 +165,9 @@ class Namesrv(ServerProcess):
     def __init__(self, workdir: Path, **conf: object) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = int(conf.pop("listenPort", 0) or free_port())
-        values = {"listenPort": self.port, "metricsPromExporterPort": free_port(), **conf}
+        # the KV config (updateTopic -o) stays in the test directory, not in the user's ~/namesrv
+        values = {"listenPort": self.port, "metricsPromExporterPort": free_port(),
+                  "kvConfigPath": workdir / "kvConfig.json", **conf}
         self.metrics_port = int(values["metricsPromExporterPort"])
         self._values = values
         super().__init__("namesrv", write_conf(workdir / "namesrv.conf", values), workdir / "namesrv.log", NAMESRV_READY)
