@@ -183,7 +183,8 @@ class SlaveSynchronize(Service):
             await self.delay_offsets.persist()
 
     async def sync_subscription_group_config(self, addr: str) -> None:
-        groups, version = parse_subscription_groups(await self._fetch(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+        body = await self._fetch(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        groups, version = parse_subscription_groups(body)
         if self.groups.replace_all(groups, version):
             log.info("slave sync: took %d subscription groups from master %s", len(groups), addr)
             await self.groups.persist()
@@ -218,9 +219,11 @@ def slave_addrs_from_cluster_info(info: Mapping[str, Any], broker_name: str) -> 
     if not isinstance(data, dict):
         return []
     live = info.get("brokerLiveTable") or {}
-    ha_by_addr = {addr: (entry or {}).get("haServerAddr", "") for addr, entry in live.items() if isinstance(entry, dict)}
+    ha_by_addr = {addr: entry.get("haServerAddr", "") for addr, entry in live.items() if isinstance(entry, dict)}
     addrs = {int(bid): str(addr) for bid, addr in (data.get("brokerAddrs") or {}).items()}
-    return [group_internal_addr(addr, ha_by_addr.get(addr, "")) for bid, addr in sorted(addrs.items()) if bid > 0 and addr]
+    return [
+        group_internal_addr(addr, ha_by_addr.get(addr, "")) for bid, addr in sorted(addrs.items()) if bid > 0 and addr
+    ]
 
 
 async def pull_offsets_from_slaves(offsets, slave_addrs: Iterable[str], *, timeout_s: float = RPC_TIMEOUT_S,

@@ -1,4 +1,4 @@
-"""Admin: subscription groups and consume progress (RocketMQ AdminBrokerProcessor; spec remoting.md §2.4, §5.7, §5.8).
+"""Admin: subscription groups, consume progress, connections (RocketMQ AdminBrokerProcessor; spec §2.4, §5.7, §5.8).
 
 - UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), body SubscriptionGroupConfig with RocketMQ 4.9.7's names
   (``groupName``, ``consumeEnable``, ``consumeFromMinEnable``, ``consumeBroadcastEnable``, ``retryQueueNums``,

@@ -49,7 +49,8 @@ async def test_a_disabled_group_is_refused_pulls_until_it_is_enabled_again(clien
 
 
 async def test_a_group_config_body_of_the_wrong_shape_is_refused_with_the_field_named(client):
-    resp = await client.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b'{"groupName":"g","brokerId":"x"}')
+    bad_type = b'{"groupName":"g","brokerId":"x"}'
+    resp = await client.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=bad_type)
     assert resp.code == RC.SYSTEM_ERROR and "brokerId='x' must be an integer" in resp.remark
     resp = await client.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b"[]")
     assert resp.code == RC.SYSTEM_ERROR and "SubscriptionGroupConfig" in resp.remark

@@ -10,7 +10,9 @@ from tests.integration.broker.rpc import BrokerClient, group_config, make_broker
 
 pytestmark = pytest.mark.integration
 
-ROCKETMQ_SLAVE_REMARK = "Can't modify topic or subscription group from slave broker, please execute it from master broker"
+ROCKETMQ_SLAVE_REMARK = (
+    "Can't modify topic or subscription group from slave broker, please execute it from master broker"
+)
 
 
 @pytest.fixture(scope="module")

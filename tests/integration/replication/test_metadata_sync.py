@@ -109,8 +109,7 @@ async def test_a_master_that_restarts_takes_the_offsets_its_slave_accepted_while
         assert (await mc.commit_offset("GRe", "TRe", 0, 4)).code == 0
         await async_wait_until(lambda: _offset(sc, "GRe", "TRe", 0, 4), 20, "offset 4 on the slave", 0.2)
         await async_wait_until(lambda: _persisted_offset(m, "TRe@GRe", 0) == 4, 20,
-                               "the master's consumerOffset.json to hold 4 (flushConsumerOffsetInterval) before the crash",
-                               0.2)
+                               "the master's consumerOffset.json to hold 4 before the crash (flushed every 5 s)", 0.2)
 
         m.kill()
         await mc.close()
