@@ -4,7 +4,7 @@ send only it), 310/320 the one-letter V2 keys; ``SendHeader.parse`` reads both. 
 selects the batch body of §3.5.
 
 Checks: ``send_admit`` (role, permission, transactions, topic, queue), then the messages: bodies non-empty and
-at most ``maxMessageSize`` (13 MESSAGE_ILLEGAL with a remark), DELAY a configured level. Stored properties are
+at most ``maxMessageSize`` (13 MESSAGE_ILLEGAL with a remark), DELAY an integer (clamped to the highest level). Stored properties are
 the client's (plus, for a batch, the batch's own after each message's), with ``CLUSTER`` added and ``WAIT``
 dropped; ``WAIT=false`` still means "answer without waiting for the flush and the slave".
 
@@ -23,6 +23,7 @@ a weaker promise: the remark says which), else the refusal's code.
 
 from __future__ import annotations
 
+import re
 from operator import itemgetter
 
 from broker.context import BrokerContext
@@ -51,6 +52,7 @@ TRACE_ON = "true"
 PROPERTY_CLUSTER = "CLUSTER"
 MAX_BATCH_MESSAGES = 65536
 _DELAY_KEY = PROPERTY_DELAY_TIME_LEVEL.encode() + b"\x01"
+_LEVEL = re.compile(r"[+-]?[0-9]{1,9}\Z", re.ASCII)
 
 
 def _reply(
@@ -94,8 +96,11 @@ def _batch_properties(ctx: BrokerContext, text: str) -> tuple[dict[str, str], bo
 
 
 def _bad_delay(ctx: BrokerContext, props: dict[str, str], index: int) -> str | None:
+    """A DELAY that is not an integer is refused; like RocketMQ, a level above the highest is clamped to it (a
+    Java consumer's fallback sends DELAY = 3 + reconsumeTimes, past 18 after enough retries) and one of 0 or
+    below means no delay (both done by the store)."""
     delay = props.get(PROPERTY_DELAY_TIME_LEVEL)
-    if delay is None or (delay.isascii() and delay.isdigit() and int(delay) <= ctx.max_delay_level):
+    if delay is None or _LEVEL.match(delay):
         return None
     return f"message {index} DELAY={delay[:20]!r} is not a delay level; use 0..{ctx.max_delay_level}"
 
