@@ -108,7 +108,7 @@ def _hint_for(code: int) -> str:
 
 
 class BrokerUnreachableError(MQClientError):
-    """The transport failed: connection refused, reset, or the peer is gone (gRPC UNAVAILABLE and friends)."""
+    """The transport failed: connection refused or lost before the answer, or too many requests waiting on it."""
 
     retriable = True
 

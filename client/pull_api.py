@@ -12,7 +12,9 @@ When the target is a slave the COMMIT_OFFSET bit is cleared (commit-on-pull is m
 A transport failure marks the address unhealthy; when the group has another healthy node the pull is
 retried there at once (a dead master's consumers move to its slave without waiting for the nameserver).
 
-Records are decoded in one pass by ``client.records`` (the store codec's checks, about half its CPU); with a tag
+A body stored compressed (sysFlag 0x1: RocketMQ clients zlib bodies over 4 KiB, spec §3.4) is inflated before
+the application sees it, as RocketMQ's consumer does; pyrmq's producer never compresses. Records are decoded in
+one pass by ``client.records`` (the store codec's checks, about half its CPU); with a tag
 subscription the client re-checks the tag string (the broker filters by the tag's hash code only), like
 RocketMQ's processPullResult.
 """
@@ -20,6 +22,8 @@ RocketMQ's processPullResult.
 from __future__ import annotations
 
 import enum
+import logging
+import zlib
 from dataclasses import dataclass, field
 
 from client.errors import BrokerError, BrokerNotFoundError, MQClientError
@@ -30,6 +34,38 @@ from client.rpc import ClientRemoting, command
 from remoting.codes import RequestCode, ResponseCode
 from remoting.message_codec import MessageCodecError, TagFilter
 from remoting.message_headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, PullHeader
+
+log = logging.getLogger(__name__)
+
+# MessageSysFlag (spec §3.7): bit 0 = compressed; bits 8-10 = the compression type (0 or 0x300 ZLIB, 0x100 LZ4,
+# 0x200 ZSTD).
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_COMPRESSION_TYPE = 0x700
+SYSFLAG_ZLIB_TYPES = (0, 0x300)
+
+
+def _decompress(m: MessageExt, what: str) -> None:
+    """Inflate a zlib body in place and clear the flag; leave others (LZ4, ZSTD) as they are, with a warning."""
+    kind = m.sys_flag & SYSFLAG_COMPRESSION_TYPE
+    if kind not in SYSFLAG_ZLIB_TYPES:
+        log.warning(
+            "%s: message %s is compressed with type %#x, which pyrmq cannot inflate; delivered as stored",
+            what,
+            m.msg_id,
+            kind,
+        )
+        return
+    try:
+        m.body = zlib.decompress(m.body)
+    except zlib.error as exc:
+        log.warning(
+            "%s: message %s says it is zlib-compressed but does not inflate (%s); delivered as stored",
+            what,
+            m.msg_id,
+            exc,
+        )
+        return
+    m.sys_flag &= ~(SYSFLAG_COMPRESSED | SYSFLAG_COMPRESSION_TYPE)
 
 
 class PullStatus(enum.Enum):
@@ -165,6 +201,9 @@ class PullAPI:
             except MessageCodecError as exc:
                 raise MQClientError(f"{what}: {addr} answered records that do not decode: {exc.message}") from None
             self.pulled += len(messages)
+            for m in messages:
+                if m.sys_flag & SYSFLAG_COMPRESSED:
+                    _decompress(m, what)
             tag_filter = self._filter(subscription)
             if not tag_filter.match_all:
                 messages = [m for m in messages if tag_filter.match_tags(m.tags)]

@@ -62,7 +62,9 @@ class FakeCluster:
     def of(self, code: int) -> list[RemotingCommand]:
         return [r for r in self.requests if r.code == code]
 
-    def add_record(self, topic: str, queue_id: int, offset: int, body: bytes, **props: str) -> None:
+    def add_record(
+        self, topic: str, queue_id: int, offset: int, body: bytes, *, sys_flag: int = 0, **props: str
+    ) -> None:
         now = int(time.time() * 1000)
         self.records.setdefault((topic, queue_id), {})[offset] = encode_record(
             topic_bytes=topic.encode(),
@@ -70,7 +72,7 @@ class FakeCluster:
             flag=0,
             queue_offset=offset,
             physical_offset=1000 + offset,
-            sys_flag=0,
+            sys_flag=sys_flag,
             born_timestamp=now,
             born_host=host_bytes("127.0.0.1", 1),
             store_timestamp=now,

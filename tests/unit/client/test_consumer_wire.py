@@ -5,6 +5,7 @@ NOTIFY_CONSUMER_IDS_CHANGED, the send-back of a failed message and its %RETRY% f
 from __future__ import annotations
 
 import asyncio
+import zlib
 
 from client import ConsumeFromWhere, ConsumeStatus, PushConsumer
 from remoting import fastjson
@@ -149,3 +150,21 @@ async def test_consume_from_timestamp_searches_the_offset_by_time_when_nothing_i
     assert search.ext == {"topic": "T", "queueId": "0", "timestamp": "1700000000000"}
     assert not [r for r in fake.of(RequestCode.GET_MAX_OFFSET) if r.ext["topic"] == "T"]
     assert next(r for r in fake.of(RequestCode.PULL_MESSAGE) if r.ext["topic"] == "T").ext["queueOffset"] == "7"
+
+
+async def test_a_body_a_rocketmq_client_compressed_is_inflated_before_the_listener_sees_it():
+    body = b"compress me " * 1000
+    async with FakeCluster() as fake:
+        fake.topics.update({"T": 1, "%RETRY%G": 1})
+        fake.add_record("T", 0, 0, zlib.compress(body, 5), sys_flag=0x301, TAGS="A")  # Java 4.9.4+: ZLIB type bits
+        fake.add_record("T", 0, 1, zlib.compress(b"old style"), sys_flag=0x1, TAGS="A")  # before 4.9.4: type 0
+        got = []
+
+        def listener(msgs):
+            got.extend(msgs)
+            return ConsumeStatus.CONSUME_SUCCESS
+
+        async with consumer(fake, listener):
+            await async_wait_until(lambda: len(got) == 2, 5, "both messages")
+    assert [m.body for m in got] == [body, b"old style"]
+    assert [m.sys_flag for m in got] == [0, 0]
