@@ -211,6 +211,7 @@ class Producer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._svc = Service(f"producer.{group}")
         self._heartbeat_addrs: set[str] = set()
+        self._heartbeat_task: asyncio.Task | None = None
         self._state = "created"
 
     # lifecycle --------------------------------------------------------------------------------------------
@@ -576,7 +577,7 @@ class Producer:
             if not fut.done():
                 self._enqueue(msg, fut)
         if not self._master_addrs() <= self._heartbeat_addrs and self._state == "started":
-            self._svc.spawn(f"heartbeat.{ts.topic}", self._heartbeat())
+            self._heartbeat_now()
 
     # heartbeats -------------------------------------------------------------------------------------------
     def _master_addrs(self) -> set[str]:
@@ -587,6 +588,11 @@ class Producer:
             if route is not None:
                 addrs.update(ids[MASTER_ID] for ids in route.broker_addrs.values() if MASTER_ID in ids)
         return addrs
+
+    def _heartbeat_now(self) -> None:
+        """Heartbeat at once (a new master appeared), unless a heartbeat is already on its way."""
+        if self._heartbeat_task is None or self._heartbeat_task.done():
+            self._heartbeat_task = self._svc.spawn("heartbeat.now", self._heartbeat())
 
     async def _heartbeat(self) -> None:
         addrs = self._master_addrs()

@@ -11,6 +11,7 @@ broker depends on the heartbeat to serve them.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Self
 
@@ -58,6 +59,7 @@ class PullConsumer:
         self.offsets = RemoteBrokerOffsetStore(group, self.routes, self.remoting, timeout_s=request_timeout_s)
         self._topics: set[str] = set()  # topics this consumer used: its heartbeat's subscriptions
         self._svc = Service(f"pull-consumer.{group}")
+        self._heartbeat_task: asyncio.Task | None = None
         self._state = "created"
 
     async def start(self) -> PullConsumer:
@@ -118,7 +120,8 @@ class PullConsumer:
             await self.routes.refresh(topic)
         if topic not in self._topics:
             self._topics.add(topic)
-            self._svc.spawn(f"heartbeat.{topic}", self._heartbeat())
+            if self._heartbeat_task is None or self._heartbeat_task.done():
+                self._heartbeat_task = self._svc.spawn("heartbeat.now", self._heartbeat())
 
     async def __aenter__(self) -> Self:
         return await self.start()
