@@ -10,8 +10,9 @@ master with CONSUMER_SEND_MSG_BACK (36; delay level 0: the broker picks 3 + reco
 after the group's retryMaxTimes, or ``max_reconsume_times`` when set). When that fails, the message is sent as a
 new message to ``%RETRY%<group>`` on any reachable master, as RocketMQ's consumer does (properties RETRY_TOPIC,
 ORIGIN_MESSAGE_ID, DELAY = 3 + reconsumeTimes; header reconsumeTimes and maxReconsumeTimes). A message whose
-send-back failed both ways stays in flight and is consumed again locally after ``local_retry_delay_s``. Broadcasting messages are not retried (RocketMQ
-drops them with a warning). Messages of a dropped queue that did not start are skipped: they stay below the
+send-back failed both ways stays in flight and is consumed again locally after ``local_retry_delay_s``, its
+reconsumeTimes raised by one (as RocketMQ does). Broadcasting messages are not retried (RocketMQ drops them with
+a warning). Messages of a dropped queue that did not start are skipped: they stay below the
 queue's committable offset, so its next owner delivers them.
 """
 

@@ -4,9 +4,10 @@ Both keep offsets in memory (``update``) and write them out with ``persist_all``
 driven by the consumer).
 
 RemoteBrokerOffsetStore: QUERY_CONSUMER_OFFSET (14; QUERY_NOT_FOUND 22 = nothing stored) and
-UPDATE_CONSUMER_OFFSET (15), sent two-way so the store knows which node took a commit. Target (spec §6.2): the group's master while it is in the route and reachable, else
-another node of the group (the slave, which accepts and persists commits). "Reachable" uses the shared
-HealthTracker, so commits move to the slave as soon as the master fails a call, not after a route refresh.
+UPDATE_CONSUMER_OFFSET (15), sent two-way so the store knows which node took a commit. Target (spec §6.2): the
+group's master while it is in the route and reachable, else another node of the group (the slave, which accepts
+and persists commits). "Reachable" uses the shared HealthTracker, so commits move to the slave as soon as the
+master fails a call, not after a route refresh.
 
 LocalFileOffsetStore: ``<base_dir>/<group>/offsets.json`` written atomically (common/persist.py), keys
 ``topic@brokerName@queueId``.

@@ -5,7 +5,7 @@ one more 1 KiB message in a request costs a few µs (spec/performance.md Part C)
 
 - A topic has at most one *open batch*, bound to one queue. Every send joins the open batch until it holds its
   cap or ``max_batch_bytes``; it is then sealed at once, else ``linger_ms`` after it opened (0: at the end of
-  the current event-loop iteration, so every send made in one iteration shares an RPC).
+  the current event-loop iteration, so every send made in one iteration shares a request).
 - The cap and the rule for a due batch below it come from ``client.batch_policy``: concurrent senders are
   spread over ``pipeline_depth`` requests (each capped at ``max_batch_messages``) so that the client and the
   broker work at the same time, and a partial batch waits while its broker already has ``pipeline_depth``
@@ -27,8 +27,8 @@ level goes in a request of its own (RocketMQ refuses delays inside a batch).
 Outcomes, per message (all messages of a batch share one):
 - SUCCESS / FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: a SendResult with that
   SendStatus. The message is stored; it is never retried or hidden.
-- transport failure (unreachable, no answer in time): the broker is avoided for a few seconds and the batch is retried
-  on a queue of another broker group, up to ``retry_times_when_send_failed`` times within ``send_timeout_s``.
+- transport failure (unreachable, no answer in time): the broker is avoided for a few seconds and the batch is
+  retried on a queue of another broker group, up to ``retry_times_when_send_failed`` times within ``send_timeout_s``.
   A batch that timed out may have been stored: the retry keeps each message's UNIQ_KEY, and with
   ``dedup=True`` the broker stores a UNIQ_KEY it saw within sendDedupWindowSeconds only once; such a producer
   retries transport failures on the same queue, so a retry is idempotent (and fails if that group stays down).
@@ -81,7 +81,7 @@ class ProducerStats:
     messages: int = 0  # messages handed to send*/
     batches: int = 0  # sealed batches
     held: int = 0  # due batches that waited for a request to their broker to be answered (batch_policy)
-    retries: int = 0  # RPCs that were retries of a failed batch
+    retries: int = 0  # requests that were retries of a failed batch
     failed: int = 0  # messages that ended in an error
 
 

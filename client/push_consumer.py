@@ -274,7 +274,7 @@ class PushConsumer:
         )
 
     def _on_consumer_ids_changed(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
-        """NOTIFY_CONSUMER_IDS_CHANGED (40): a member joined or left; rebalance now (RocketMQ's rebalanceImmediately)."""
+        """NOTIFY_CONSUMER_IDS_CHANGED (40): a member joined or left; rebalance now (rebalanceImmediately)."""
         group = (request.ext or {}).get("consumerGroup")
         if group in (None, self.group):
             self.notifications += 1
