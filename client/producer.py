@@ -65,7 +65,7 @@ from client.heartbeat import heartbeat_body, new_client_id, send_heartbeats, unr
 from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult
 from client.namesrv import NamesrvClient
 from client.queue_choice import QueueChoice
-from client.route_cache import MASTER_ID, RouteCache, TopicRoute
+from client.route_cache import RouteCache, TopicRoute
 from client.rpc import ClientRemoting, command
 from common.service import Service
 from remoting.codes import RequestCode, ResponseCode
@@ -582,12 +582,7 @@ class Producer:
     # heartbeats -------------------------------------------------------------------------------------------
     def _master_addrs(self) -> set[str]:
         """The masters of the groups this producer sends to (the brokers that heartbeat and unregister go to)."""
-        addrs: set[str] = set()
-        for topic in self._topics:
-            route = self.routes.cached(topic)
-            if route is not None:
-                addrs.update(ids[MASTER_ID] for ids in route.broker_addrs.values() if MASTER_ID in ids)
-        return addrs
+        return self.routes.addrs_of(self._topics, masters_only=True)
 
     def _heartbeat_now(self) -> None:
         """Heartbeat at once (a new master appeared), unless a heartbeat is already on its way."""

@@ -90,13 +90,7 @@ class PullConsumer:
         await self.remoting.close()
 
     def _broker_addrs(self) -> set[str]:
-        addrs: set[str] = set()
-        for topic in self._topics:
-            route = self.routes.cached(topic)
-            if route is not None:
-                for ids in route.broker_addrs.values():
-                    addrs.update(ids.values())
-        return addrs
+        return self.routes.addrs_of(self._topics)
 
     async def _heartbeat(self) -> None:
         addrs = self._broker_addrs()

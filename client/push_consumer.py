@@ -240,13 +240,7 @@ class PushConsumer:
 
     # heartbeats -------------------------------------------------------------------------------------------
     def _all_broker_addrs(self) -> set[str]:
-        addrs: set[str] = set()
-        for topic in self._subscriptions:
-            route = self.routes.cached(topic)
-            if route is not None:
-                for ids in route.broker_addrs.values():
-                    addrs.update(ids.values())
-        return addrs
+        return self.routes.addrs_of(self._subscriptions)
 
     def _heartbeat_body(self) -> bytes:
         subs = [subscription_data(t, e, self.sub_version) for t, e in sorted(self._subscriptions.items())]

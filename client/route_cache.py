@@ -213,6 +213,20 @@ class RouteCache:
     def broker_addrs(self, broker_name: str) -> dict[int, str]:
         return self._brokers.get(broker_name, {})
 
+    def addrs_of(self, topics: Iterable[str], *, masters_only: bool = False) -> set[str]:
+        """Every node (or every master) of the groups in the cached routes of ``topics``: where heartbeats go."""
+        addrs: set[str] = set()
+        for topic in topics:
+            route = self._routes.get(topic)
+            if route is None:
+                continue
+            for ids in route.broker_addrs.values():
+                if not masters_only:
+                    addrs.update(ids.values())
+                elif MASTER_ID in ids:
+                    addrs.add(ids[MASTER_ID])
+        return addrs
+
     def find_broker_address_in_publish(self, broker_name: str) -> str | None:
         return self._brokers.get(broker_name, {}).get(MASTER_ID)
 
