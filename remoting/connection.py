@@ -331,8 +331,10 @@ class Connection(asyncio.Protocol):
     # serving -----------------------------------------------------------------------------------------------
     def _on_request(self, cmd: RemotingCommand, size: int) -> None:
         dispatch = self.dispatch
-        if dispatch is None:
-            result: Any = response_to(
+        if cmd.problem is not None:
+            result: Any = response_to(cmd, ResponseCode.SYSTEM_ERROR, f"request code {cmd.code}: {cmd.problem}")
+        elif dispatch is None:
+            result = response_to(
                 cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
             )
         else:

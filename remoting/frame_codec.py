@@ -63,7 +63,18 @@ class RemotingCommand:
     """One request or response. ``ext`` maps header field names to their text; ``body`` is bytes or, for a
     response written from the store's mapping, a sequence of buffers sent one after another."""
 
-    __slots__ = ("body", "code", "ext", "flag", "language", "opaque", "remark", "serialize_type", "version")
+    __slots__ = (
+        "body",
+        "code",
+        "ext",
+        "flag",
+        "language",
+        "opaque",
+        "problem",
+        "remark",
+        "serialize_type",
+        "version",
+    )
 
     def __init__(
         self,
@@ -87,6 +98,9 @@ class RemotingCommand:
         self.language = language
         self.version = version
         self.serialize_type = serialize_type
+        # Set by the decoder when the frame is sound but its header is not usable (extFields that are not a flat
+        # map of scalars): the request is answered with this text instead of being served.
+        self.problem: str | None = None
 
     @property
     def is_response(self) -> bool:
@@ -249,23 +263,28 @@ def _decode_json_header(raw: bytes) -> RemotingCommand:
     lang = _LANGUAGE_NAMES.get(language, LanguageCode.OTHER) if isinstance(language, str) else LanguageCode.OTHER
     raw_ext = obj.get("extFields")
     ext: dict[str, str] | None = None
+    problem = None
     if raw_ext is not None:
         if not isinstance(raw_ext, dict):
-            raise FrameError(f"extFields is a {type(raw_ext).__name__}, not an object of scalars")
-        # the C++ client sends numbers; nested values are refused
-        ext = raw_ext if all(type(v) is str for v in raw_ext.values()) else _scalar_texts(raw_ext)
-    return RemotingCommand(code, opaque=opaque, flag=flag, remark=remark, ext=ext, language=lang, version=version)
+            problem = f"extFields is a {type(raw_ext).__name__}; send an object of header fields with scalar values"
+        elif all(type(v) is str for v in raw_ext.values()):
+            ext = raw_ext
+        else:  # the C++ client sends numbers; nested values are refused
+            ext, problem = _scalar_texts(raw_ext)
+    cmd = RemotingCommand(code, opaque=opaque, flag=flag, remark=remark, ext=ext, language=lang, version=version)
+    cmd.problem = problem
+    return cmd
 
 
-def _scalar_texts(raw_ext: dict) -> dict[str, str]:
+def _scalar_texts(raw_ext: dict) -> tuple[dict[str, str] | None, str | None]:
     ext = {}
     for key, value in raw_ext.items():
         if value is None:
             continue
         if isinstance(value, (dict, list)):
-            raise FrameError(f"extFields[{key!r}] is a {type(value).__name__}; header fields must be scalars")
+            return None, f"extFields[{key!r}] is a {type(value).__name__}; header fields must be strings or numbers"
         ext[key] = _text(value)
-    return ext
+    return ext, None
 
 
 def _decode_binary_header(raw: bytes) -> RemotingCommand:

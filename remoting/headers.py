@@ -56,6 +56,8 @@ class Fields:
         return value
 
     def _number(self, name: str, value: str, lo: int, hi: int, kind: str) -> int:
+        if len(value) < 10 and value.isascii() and value.isdigit():  # the common case: small, unsigned
+            return int(value)
         if not _DECIMAL.match(value):
             raise HeaderError(f"{self.what}: header field {name}={value[:40]!r} is not a decimal {kind}")
         number = int(value)

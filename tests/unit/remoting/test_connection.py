@@ -111,6 +111,21 @@ async def test_malformed_frame_closes_only_that_connection(server, client):
     assert (await good.invoke(RemotingCommand(ECHO), 3)).code == 0
 
 
+async def test_nested_ext_fields_are_answered_and_the_connection_stays(server, client):
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    header = b'{"code":1,"opaque":5,"flag":0,"extFields":{"k":{"nested":1}}}'
+    writer.write(struct.pack(">ii", 4 + len(header), len(header)) + header)
+    (frame,) = FrameDecoder().feed(await asyncio.wait_for(reader.read(65536), 3))
+    resp = decode(frame)
+    assert (resp.code, resp.opaque, resp.flag) == (
+        ResponseCode.SYSTEM_ERROR,
+        5,
+        1,
+    ) and "strings or numbers" in resp.remark
+    assert server.seen == []  # not served
+    writer.close()
+
+
 async def test_closing_fails_waiting_callers(server, client):
     conn = await client.connection(addr(server))
     held = asyncio.ensure_future(conn.invoke(RemotingCommand(HOLD), 5))

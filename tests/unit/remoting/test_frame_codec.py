@@ -101,8 +101,6 @@ def test_response_replies_in_the_request_serialize_type():
         (b"[1,2]", "not an object"),
         (b'{"code":"105"}', "not an integer"),
         (b'{"opaque":1}', "no code"),
-        (b'{"code":1,"extFields":{"a":{"b":1}}}', "scalars"),
-        (b'{"code":1,"extFields":[1]}', "not an object"),
         (b'{"code":1,"remark":5}', "not a string"),
         (b"\xff\xfe", "does not parse"),
     ],
@@ -110,6 +108,18 @@ def test_response_replies_in_the_request_serialize_type():
 def test_bad_json_headers_raise_frame_error_with_the_reason(header, why):
     with pytest.raises(FrameError, match=why):
         decode(frame(header)[4:])
+
+
+@pytest.mark.parametrize(
+    "header,why",
+    [
+        (b'{"code":1,"opaque":3,"extFields":{"a":{"b":1}}}', "strings or numbers"),
+        (b'{"code":1,"extFields":[1]}', "object"),
+    ],
+)
+def test_ext_fields_that_are_not_flat_scalars_decode_with_a_problem_to_answer(header, why):
+    cmd = decode(frame(header)[4:])
+    assert cmd.ext is None and why in cmd.problem
 
 
 def test_header_length_past_the_frame_and_unknown_type_are_refused():
