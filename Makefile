@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: test unit integration compat system images proto bench clean
+.PHONY: test unit integration compat system images bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -39,10 +39,6 @@ images:
 system: $(STAMP)
 	deploy/images/build.sh
 	PYRMQ_SKIP_IMAGE_BUILD=1 $(BIN)/python -m pytest tests/system $(PYTEST_ARGS)
-
-# Regenerates remoting/pb from remoting/proto; tests fail when the committed stubs are stale.
-proto: $(STAMP)
-	$(BIN)/python -m remoting.build_proto
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -17,5 +17,3 @@ def setup_logging(level: str | int = "INFO") -> None:
         handler._pyrmq = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(level)
-    # grpc's own logger (the RocketMQ 5 endpoint's grpc.aio server) is chatty at INFO; keep it to warnings.
-    logging.getLogger("grpc").setLevel(logging.WARNING)
