@@ -53,6 +53,8 @@ VARIANTS = {  # producer settings; "roundrobin" is the producer before pipelinin
     "roundrobin": {"pipeline_depth": 1, "sticky_queue_bytes": 0},
     "batch32": {"max_batch_messages": 32},
     "sticky1m": {"sticky_queue_bytes": 1048576},
+    "depth4": {"pipeline_depth": 4, "max_inflight_per_queue": 4, "pipeline_min_batch": 8},
+    "depth8": {"pipeline_depth": 8, "max_inflight_per_queue": 8, "pipeline_min_batch": 4},
 }
 
 

@@ -409,7 +409,7 @@ class MessageStore:
     ) -> GetResult:
         self.stats["getMessageTimesTotal"] += 1
         result = get_path.get_message(self, topic, queue_id, offset, max_msg_nums, max_total_bytes, tag_filter)
-        if result.records:
+        if result.message_count:
             self.stats["getMessageFoundTotal"] += 1
         return result
 
