@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: test unit integration compat system images bench clean
+.PHONY: test unit integration compat system images proto bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -39,6 +39,11 @@ images:
 system: $(STAMP)
 	deploy/images/build.sh
 	PYRMQ_SKIP_IMAGE_BUILD=1 $(BIN)/python -m pytest tests/system $(PYTEST_ARGS)
+
+# Regenerates broker/grpc_v2/pb from the vendored apache/rocketmq-apis protos in broker/grpc_v2/proto; a unit
+# test fails when the committed stubs are stale.
+proto: $(STAMP)
+	$(BIN)/python -m broker.grpc_v2.build_proto
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
