@@ -1,8 +1,9 @@
 """Broker configuration: RocketMQ's BrokerConfig and MessageStoreConfig keys, defaults and startup rules.
 
 One ``broker.conf`` feeds both classes by key name, as in RocketMQ. Differences from RocketMQ, each deliberate:
-- unknown keys and bad values are errors (see ``common.conf``);
-- ``haListenPort`` defaults to 0, meaning ``listenPort + 1``; a positive value is honoured (4.x overwrote it);
+- unknown keys, bad values and values outside a key's declared range are errors (see ``common.conf``);
+- ``haListenPort`` defaults to 0, meaning ``listenPort + 1``; a port is honoured (4.x overwrote it), a negative one
+  refused (it used to become ``listenPort + 1`` silently);
 - ``fastListenPort`` (RocketMQ always derives it as ``listenPort - 2``): -1, the default, keeps that rule; 0 turns
   the fast (VIP) port off; a positive value is used as is;
 - a SLAVE's ``accessMessageInMemoryMaxRatio`` is not lowered by 10 (4.x meant to, but never did);
@@ -51,6 +52,14 @@ class CatchUpFrom(enum.Enum):
     LAST_FILE = "LAST_FILE"
 
 
+# Reasons given with a range error (conf.ranged): what the bounds protect.
+_INTERVAL_MS = "milliseconds between runs; 0 would spin the loop, and RocketMQ holds it in an int"
+_THOROUGH_MS = "milliseconds between flushes of everything; 0 makes every flush thorough"
+_TIMEOUT_MS = "milliseconds to wait; 0 would fail every wait"
+_PULL_LIMIT = "a per-pull limit: 0 would return nothing"
+_DISK_RATIO = "a percentage of the store's filesystem"
+
+
 def _local_address() -> str:
     """First non-loopback IPv4 address, as RocketMQ's NetworkUtil picks it; 127.0.0.1 when there is none."""
     try:
@@ -82,66 +91,64 @@ def parse_delay_levels(text: str) -> list[int]:
 class MessageStoreConfig:
     store_path_root_dir: str = "~/store"
     store_path_commit_log: str = ""  # empty: <storePathRootDir>/commitlog
-    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
-    mapped_file_size_consume_queue: int = 300_000 * 20
+    mapped_file_size_commit_log: int = conf.ranged(
+        1024 * 1024 * 1024, 4096, conf.JAVA_INT_MAX,
+        "bytes per commitlog file: at least one 4 KiB page; at most 2 GiB - 1, RocketMQ's int (each file is "
+        "fallocated and mapped whole, so a huge value would fail every send at the first file)",
+    )
+    mapped_file_size_consume_queue: int = conf.ranged(
+        300_000 * 20, 20, conf.JAVA_INT_MAX - 20,
+        "bytes per consume-queue file: at least one 20-byte unit; at most 2 GiB, RocketMQ's int",
+    )
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
-    flush_interval_commit_log: int = 500
-    flush_commit_log_least_pages: int = 4
-    flush_commit_log_thorough_interval: int = 10_000
-    flush_interval_consume_queue: int = 1000
-    flush_consume_queue_least_pages: int = 2
-    flush_consume_queue_thorough_interval: int = 60_000
-    sync_flush_timeout: int = 5000
-    slave_timeout: int = 3000
-    max_message_size: int = 4 * 1024 * 1024
+    flush_interval_commit_log: int = conf.ranged(500, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
+    flush_commit_log_least_pages: int = conf.ranged(4, 0, conf.JAVA_INT_MAX, "4 KiB pages; 0 flushes any dirty byte")
+    flush_commit_log_thorough_interval: int = conf.ranged(10_000, 0, conf.JAVA_INT_MAX, _THOROUGH_MS)
+    flush_interval_consume_queue: int = conf.ranged(1000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
+    flush_consume_queue_least_pages: int = conf.ranged(2, 0, conf.JAVA_INT_MAX, "4 KiB pages; 0 flushes any dirty byte")
+    flush_consume_queue_thorough_interval: int = conf.ranged(60_000, 0, conf.JAVA_INT_MAX, _THOROUGH_MS)
+    sync_flush_timeout: int = conf.ranged(5000, 1, conf.JAVA_INT_MAX, _TIMEOUT_MS)
+    slave_timeout: int = conf.ranged(3000, 1, conf.JAVA_INT_MAX, _TIMEOUT_MS)
+    max_message_size: int = conf.ranged(
+        4 * 1024 * 1024, 1, conf.JAVA_INT_MAX, "bytes of one message body; RocketMQ holds it in an int"
+    )
     check_crc_on_recover: bool = True
     # RocketMQ's default. Appends are pwrite calls, so pre-touching a file saves them only the page-cache allocation
     # (~0.06 s per GiB here) and costs ~2.5 s of CPU per GiB in a burst at every commitlog roll.
     warm_mapped_file_enable: bool = False
-    access_message_in_memory_max_ratio: int = 40
-    max_transfer_bytes_on_message_in_memory: int = 262_144
-    max_transfer_count_on_message_in_memory: int = 32
-    max_transfer_bytes_on_message_in_disk: int = 65_536
-    max_transfer_count_on_message_in_disk: int = 8
+    access_message_in_memory_max_ratio: int = conf.ranged(40, 0, 100, "a percentage of physical memory")
+    max_transfer_bytes_on_message_in_memory: int = conf.ranged(262_144, 1, conf.JAVA_INT_MAX, _PULL_LIMIT)
+    max_transfer_count_on_message_in_memory: int = conf.ranged(32, 1, conf.JAVA_INT_MAX, _PULL_LIMIT)
+    max_transfer_bytes_on_message_in_disk: int = conf.ranged(65_536, 1, conf.JAVA_INT_MAX, _PULL_LIMIT)
+    max_transfer_count_on_message_in_disk: int = conf.ranged(8, 1, conf.JAVA_INT_MAX, _PULL_LIMIT)
     message_delay_level: str = DEFAULT_DELAY_LEVELS
-    flush_delay_offset_interval: int = 10_000
-    file_reserved_time: int = 72  # hours
+    flush_delay_offset_interval: int = conf.ranged(10_000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
+    file_reserved_time: int = conf.ranged(72, 0, conf.JAVA_INT_MAX, "hours a commitlog file is kept")
     delete_when: str = "04"  # hours of the day (two digits, ';'-separated) when expired files are deleted
-    disk_max_used_space_ratio: int = 75  # above it, expired files are deleted at any hour
-    disk_space_clean_forcibly_ratio: int = 85  # above it, the oldest files go even if not expired
-    disk_space_warning_level_ratio: int = 90  # above it, writes are refused until space returns
-    clean_resource_interval: int = 10_000
-    ha_listen_port: int = 0  # 0: listenPort + 1
-    ha_send_heartbeat_interval: int = 5000
-    ha_housekeeping_interval: int = 20_000
-    ha_transfer_batch_size: int = 32_768
-    ha_slave_fallbehind_max: int = 256 * 1024 * 1024
+    # above it, expired files are deleted at any hour
+    disk_max_used_space_ratio: int = conf.ranged(75, 1, 100, _DISK_RATIO)
+    # above it, the oldest files go even if not expired
+    disk_space_clean_forcibly_ratio: int = conf.ranged(85, 1, 100, _DISK_RATIO)
+    # above it, writes are refused until space returns
+    disk_space_warning_level_ratio: int = conf.ranged(90, 1, 100, _DISK_RATIO)
+    clean_resource_interval: int = conf.ranged(10_000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
+    ha_listen_port: int = conf.port(0, zero_means="listenPort + 1")
+    ha_send_heartbeat_interval: int = conf.ranged(5000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
+    ha_housekeeping_interval: int = conf.ranged(20_000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
+    ha_transfer_batch_size: int = conf.ranged(32_768, 1, conf.JAVA_INT_MAX, "bytes per HA transfer")
+    ha_slave_fallbehind_max: int = conf.ranged(256 * 1024 * 1024, 0, None, "bytes a slave may lag and stay in sync")
     ha_master_address: str = ""
     ha_slave_catch_up_from: CatchUpFrom = CatchUpFrom.MIN_OFFSET
     ha_auth_secret: str = ""
     offset_check_in_slave: bool = False
 
     def __post_init__(self) -> None:
-        if self.mapped_file_size_commit_log < 4096:
-            raise ValueError("mappedFileSizeCommitLog must be at least 4096 bytes")
+        conf.validate_ranges(self)
         if self.mapped_file_size_consume_queue % 20:
             # RocketMQ's getter rounds up to a whole number of 20-byte units; do it once here.
             rounded = (self.mapped_file_size_consume_queue // 20 + 1) * 20
             object.__setattr__(self, "mapped_file_size_consume_queue", rounded)
-        if not 0 <= self.access_message_in_memory_max_ratio <= 100:
-            raise ValueError("accessMessageInMemoryMaxRatio must be a percentage between 0 and 100")
-        for key, value in (
-            ("diskMaxUsedSpaceRatio", self.disk_max_used_space_ratio),
-            ("diskSpaceCleanForciblyRatio", self.disk_space_clean_forcibly_ratio),
-            ("diskSpaceWarningLevelRatio", self.disk_space_warning_level_ratio),
-        ):
-            if not 0 < value <= 100:
-                raise ValueError(f"{key} must be a percentage between 1 and 100")
-        if self.ha_transfer_batch_size <= 0:
-            raise ValueError("haTransferBatchSize must be positive")
-        if self.max_message_size <= 0:
-            raise ValueError("maxMessageSize must be positive")
         parse_delay_levels(self.message_delay_level)
 
     # derived paths ------------------------------------------------------------------------------------------
@@ -172,44 +179,45 @@ class MessageStoreConfig:
 class BrokerConfig:
     broker_cluster_name: str = "DefaultCluster"
     broker_name: str = field(default_factory=socket.gethostname)
-    broker_id: int = 0
+    broker_id: int = conf.ranged(0, 0, None, "0 is the master, 1 and up are its slaves")
     namesrv_addr: str = ""
     broker_ip1: str = field(default_factory=_local_address, metadata={"key": "brokerIP1"})
     broker_ip2: str = field(default="", metadata={"key": "brokerIP2"})  # empty: same as brokerIP1
-    listen_port: int = 10911
-    fast_listen_port: int = -1  # -1: listenPort - 2 (RocketMQ's VIP channel); 0: off
+    listen_port: int = conf.port(10911, zero_means="any free port")
+    fast_listen_port: int = conf.ranged(
+        -1, -1, conf.PORT_MAX, "a TCP port; -1 means listenPort - 2 (RocketMQ's VIP channel), 0 turns it off"
+    )
     metrics_exporter_type: str = "PROM"
-    metrics_prom_exporter_port: int = 5557
+    metrics_prom_exporter_port: int = conf.port(5557, zero_means="any free port")
     metrics_prom_exporter_host: str = ""  # empty: all interfaces
     slave_read_enable: bool = False
-    register_name_server_period: int = 30_000
-    register_broker_timeout_mills: int = 6000
-    slave_synchronize_interval: int = 10_000
-    flush_consumer_offset_interval: int = 5000
+    register_name_server_period: int = conf.ranged(30_000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
+    register_broker_timeout_mills: int = conf.ranged(6000, 1, conf.JAVA_INT_MAX, _TIMEOUT_MS)
+    slave_synchronize_interval: int = conf.ranged(10_000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
+    flush_consumer_offset_interval: int = conf.ranged(5000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
     broker_permission: int = 6
-    default_topic_queue_nums: int = 8
+    default_topic_queue_nums: int = conf.ranged(
+        8, 1, 1024, "queues of an auto-created topic; 1024 is updateTopic's limit too"
+    )
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
     long_polling_enable: bool = True
-    short_polling_time_mills: int = 1000
-    broker_suspend_max_time_millis: int = 15_000
-    max_reconsume_times: int = 16
-    send_dedup_window_seconds: int = 600
+    short_polling_time_mills: int = conf.ranged(1000, 0, conf.JAVA_INT_MAX, "milliseconds a pull waits without long polling")
+    broker_suspend_max_time_millis: int = conf.ranged(15_000, 0, conf.JAVA_INT_MAX, "milliseconds a pull may be held")
+    max_reconsume_times: int = conf.ranged(16, 0, conf.JAVA_INT_MAX, "deliveries before a message goes to %DLQ%")
+    send_dedup_window_seconds: int = conf.ranged(600, 0, conf.JAVA_INT_MAX, "seconds; 0 turns send dedup off")
 
     def __post_init__(self) -> None:
         if not self.broker_name or not all(c.isalnum() or c in "-_%|" for c in self.broker_name):
             raise ValueError(f"brokerName {self.broker_name!r} must use letters, digits, '-' or '_'")
         if self.broker_permission not in (2, 4, 6):
             raise ValueError("brokerPermission must be 2 (write), 4 (read) or 6 (read and write)")
-        if not 0 <= self.listen_port < 65536:
-            raise ValueError("listenPort must be between 0 and 65535")
-        if not -1 <= self.fast_listen_port < 65536:
-            raise ValueError("fastListenPort must be -1 (listenPort - 2), 0 (off) or a port up to 65535")
+        conf.validate_ranges(self)
         if self.metrics_exporter_type not in ("PROM", "DISABLE"):
             raise ValueError("metricsExporterType must be PROM or DISABLE")
         for part in filter(None, self.namesrv_addr.split(";")):
             host, _, port = part.rpartition(":")
-            if not host or not port.isdigit():
+            if not host or not (port.isascii() and port.isdigit() and 0 < int(port) <= conf.PORT_MAX):
                 raise ValueError(f"namesrvAddr entry {part!r} is not host:port (separate several with ';')")
 
     @property

@@ -7,8 +7,13 @@ the process with an error naming the file, the line, the key and the closest val
 Conventions:
 - Dataclass fields are snake_case; the file key is the camelCase form (``mapped_file_size_commit_log`` <->
   ``mappedFileSizeCommitLog``) unless the field declares ``metadata={"key": ...}`` (``brokerIP1``).
-- Values: ``int`` (decimal), ``float``, ``bool`` (``true``/``false``, any case), ``str``, and ``Enum``
+- Values: ``int`` (ASCII decimal digits with an optional sign: ``int()`` alone would take ``1_000`` and
+  Unicode digits such as ``٣``), ``float``, ``bool`` (``true``/``false``, any case), ``str``, and ``Enum``
   subclasses by member name.
+- A numeric field may declare its range with ``ranged(default, lo, hi, why)`` (metadata ``range`` and
+  ``why``); a value outside it stops the load with the range and the reason, so a port of 99999 or a file
+  size of 10^20 never reaches the code that would wrap or fail on it later.
+- The file must be UTF-8; a byte that is not is reported with its line, not as a traceback.
 - ``# comment`` and ``! comment`` lines and blank lines are skipped; ``key=value``, ``key = value`` and
   ``key: value`` are accepted, as in Java properties files.
 - A dataclass may validate itself in ``__post_init__`` by raising ``ValueError``; the message is reported
@@ -31,6 +36,59 @@ from common.errors import ConfigError
 T = TypeVar("T")
 
 _CAMEL_BOUNDARY = re.compile(r"_([a-z0-9])")
+_ASCII_INT = re.compile(r"[+-]?[0-9]+")
+_ASCII_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+PORT_MAX = 65535
+JAVA_INT_MAX = 2**31 - 1  # RocketMQ holds most numeric keys in a Java int: a larger value is no RocketMQ setting
+
+
+def ranged(default: Any, lo: float | None, hi: float | None, why: str, **metadata: Any) -> Any:
+    """A dataclass field whose loaded value must lie in ``[lo, hi]`` (``None``: unbounded on that side).
+
+    ``why`` says what the bounds protect (or what a special value such as 0 means); it becomes the error's hint.
+    """
+    return dataclasses.field(default=default, metadata={"range": (lo, hi), "why": why, **metadata})
+
+
+def port(default: int, zero_means: str | None = None, **metadata: Any) -> Any:
+    """A TCP port field: 1..65535, or 0..65535 when 0 has a documented meaning (``zero_means``)."""
+    if zero_means:
+        return ranged(default, 0, PORT_MAX, f"a TCP port; 0 means {zero_means}", **metadata)
+    return ranged(default, 1, PORT_MAX, "a TCP port", **metadata)
+
+
+def range_problem(field: dataclasses.Field, value: Any) -> str | None:
+    """What is wrong with ``value`` for ``field``'s declared range, or None (also for fields without one)."""
+    bounds = field.metadata.get("range") if field.metadata else None
+    if bounds is None or value is None:
+        return None
+    lo, hi = bounds
+    if (lo is None or value >= lo) and (hi is None or value <= hi):
+        return None
+    if lo is not None and hi is not None:
+        allowed = f"between {lo} and {hi}"
+    elif lo is not None:
+        allowed = f"at least {lo}"
+    else:
+        allowed = f"at most {hi}"
+    return f"{value} is out of range: must be {allowed}"
+
+
+def check_range(field: dataclasses.Field, value: Any, *, source: str, key: str) -> None:
+    """Raise ConfigError when ``value`` is outside the field's declared range."""
+    problem = range_problem(field, value)
+    if problem is not None:
+        raise ConfigError(problem, source=source, key=key, hint=field.metadata.get("why") or "use a value in range")
+
+
+def validate_ranges(obj: Any) -> None:
+    """For ``__post_init__``: raise ValueError (``"<key>: <problem>; <why>"``) for the first field out of range,
+    so objects built in code (tests, tools) get the checks the loader applies to files."""
+    for field in dataclasses.fields(obj):
+        problem = range_problem(field, getattr(obj, field.name))
+        if problem is not None:
+            raise ValueError(f"{conf_key(field)}: {problem}; {field.metadata.get('why')}")
 
 
 def conf_key(field: dataclasses.Field) -> str:
@@ -94,15 +152,17 @@ def _convert(raw: str, typ: Any, *, source: str, key: str) -> Any:
             return lowered == "true"
         raise ConfigError(f"{raw!r} is not a boolean", source=source, key=key, hint="use true or false")
     if typ is int:
-        try:
-            return int(raw.strip())
-        except ValueError:
-            raise ConfigError(f"{raw!r} is not an integer", source=source, key=key, hint="use a whole number") from None
+        text = raw.strip()
+        if not _ASCII_INT.fullmatch(text):
+            raise ConfigError(f"{raw!r} is not an integer", source=source, key=key,
+                              hint="use a whole number written with the digits 0-9")
+        return int(text)
     if typ is float:
-        try:
-            return float(raw.strip())
-        except ValueError:
-            raise ConfigError(f"{raw!r} is not a number", source=source, key=key, hint="use a number") from None
+        text = raw.strip()
+        if not _ASCII_FLOAT.fullmatch(text):
+            raise ConfigError(f"{raw!r} is not a number", source=source, key=key,
+                              hint="use a number written with the digits 0-9")
+        return float(text)
     if typ is str:
         return raw
     raise TypeError(f"unsupported config field type {typ!r} for {key}")
@@ -129,7 +189,9 @@ def build(classes: tuple[type, ...], values: Mapping[str, str], *, source: str) 
             raise ConfigError("unknown key", source=source, key=key, hint=hint)
         for idx in owners:
             field = conf_keys(classes[idx])[key]
-            per_class[idx][field.name] = _convert(raw, hints_by_class[idx][field.name], source=source, key=key)
+            value = _convert(raw, hints_by_class[idx][field.name], source=source, key=key)
+            check_range(field, value, source=source, key=key)
+            per_class[idx][field.name] = value
     built = []
     for cls, kwargs in zip(classes, per_class):
         try:
@@ -147,15 +209,30 @@ def load(
     source = str(path) if path else "<defaults>"
     if path is not None:
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            data = Path(path).read_bytes()
         except OSError as exc:
             raise ConfigError(
                 f"cannot read: {exc.strerror}", source=source, hint="pass an existing file with -c"
             ) from None
+        text = decode_text(data, source)
         values = {k: v for k, (v, _) in parse_properties(text, source).items()}
     for key, value in (overrides or {}).items():
         values[key] = value
     return build(classes, values, source=source)
+
+
+def decode_text(data: bytes, source: str) -> str:
+    """The file's text; a byte that is not UTF-8 is a ConfigError naming its line and column."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError(
+            f"line {line}, column {column}: byte 0x{data[exc.start]:02x} is not UTF-8",
+            source=source,
+            hint="save the file as UTF-8 (non-ASCII values are rare in broker.conf: check for a stray character)",
+        ) from None
 
 
 def render(obj: Any) -> list[tuple[str, str]]:

@@ -18,37 +18,31 @@ from pathlib import Path
 from common import conf
 
 METRICS_EXPORTER_TYPES = ("PROM", "DISABLE")
+_INTERVAL_MS = "milliseconds between scans; 0 would spin the loop"
 
 
 @dataclass(frozen=True)
 class NamesrvConfig:
-    listen_port: int = 9876
+    listen_port: int = conf.port(9876, zero_means="any free port")
     listen_host: str = "0.0.0.0"
-    scan_not_active_broker_interval: int = 10_000  # ms between scans for silent brokers
-    broker_channel_expired_time: int = 120_000  # ms of silence after which a broker is dropped
+    # ms between scans for silent brokers
+    scan_not_active_broker_interval: int = conf.ranged(10_000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
+    # ms of silence after which a broker is dropped
+    broker_channel_expired_time: int = conf.ranged(120_000, 1, conf.JAVA_INT_MAX, "milliseconds; 0 would drop every broker")
     order_message_enable: bool = False  # routes carry orderTopicConf from the KV config (RocketMQ's gate)
     kv_config_path: str = "~/namesrv/kvConfig.json"
-    server_channel_max_idle_time_seconds: int = 120
+    server_channel_max_idle_time_seconds: int = conf.ranged(
+        120, 1, conf.JAVA_INT_MAX, "seconds; 0 would close every connection at once"
+    )
     metrics_exporter_type: str = "PROM"
-    metrics_prom_exporter_port: int = 5557
+    metrics_prom_exporter_port: int = conf.port(5557, zero_means="any free port")
     metrics_prom_exporter_host: str = ""  # empty: all interfaces
 
     def __post_init__(self) -> None:
         # Messages start with the key so the loader prints "<file>: <key>: <problem>".
-        ports = (("listenPort", self.listen_port), ("metricsPromExporterPort", self.metrics_prom_exporter_port))
-        for key, port in ports:
-            if not 0 <= port < 65536:
-                raise ValueError(f"{key}: {port} is not a port between 0 and 65535 (0 picks a free one)")
+        conf.validate_ranges(self)  # ports and intervals: the loader checked file values already, this is for code
         if not self.listen_host:
             raise ValueError("listenHost: must not be empty (0.0.0.0 listens on every interface)")
-        if self.scan_not_active_broker_interval <= 0:
-            raise ValueError(f"scanNotActiveBrokerInterval: {self.scan_not_active_broker_interval} must be > 0 ms")
-        if self.broker_channel_expired_time <= 0:
-            raise ValueError(f"brokerChannelExpiredTime: {self.broker_channel_expired_time} must be > 0 ms")
-        if self.server_channel_max_idle_time_seconds <= 0:
-            raise ValueError(
-                f"serverChannelMaxIdleTimeSeconds: {self.server_channel_max_idle_time_seconds} must be > 0 s"
-            )
         if self.metrics_exporter_type not in METRICS_EXPORTER_TYPES:
             raise ValueError(
                 f"metricsExporterType: {self.metrics_exporter_type!r} is not one of {', '.join(METRICS_EXPORTER_TYPES)}"

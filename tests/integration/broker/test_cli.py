@@ -41,3 +41,22 @@ def test_print_config_lists_the_effective_keys_of_both_config_classes(tmp_path):
     lines = dict(line.split("=", 1) for line in done.stdout.splitlines())
     assert lines["brokerName"] == "broker-x" and lines["flushDiskType"] == "SYNC_FLUSH"
     assert lines["registerNameServerPeriod"] == "30000" and lines["messageDelayLevel"].startswith("1s 5s")
+
+
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [
+        (b"brokerName=broker-a\nbrokerIP1=10.0.\xff.1\n", "line 2, column 16"),  # was a UnicodeDecodeError traceback
+        (b"haListenPort=99999\n", "haListenPort"),  # booted on a wrapped port and advertised the wrong one
+        (b"haListenPort=-5\n", "haListenPort"),  # silently became listenPort + 1
+        (b"metricsPromExporterPort=70000\n", "metricsPromExporterPort"),
+        (b"mappedFileSizeCommitLog=100000000000000000000\n", "mappedFileSizeCommitLog"),  # booted, every send failed
+    ],
+)
+def test_a_bad_value_exits_2_with_one_line_before_anything_starts(tmp_path, content, named):
+    conf = tmp_path / "broker.conf"
+    conf.write_bytes(content + f"storePathRootDir={tmp_path / 'store'}\n".encode())
+    done = run_broker("-c", str(conf))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and named in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "store").exists()

@@ -128,3 +128,102 @@ def test_consume_queue_file_size_is_rounded_up_to_whole_units(tmp_path):
 def test_bad_delay_levels_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="messageDelayLevel"):
         load_broker_settings(write(tmp_path, "messageDelayLevel=1s 5x\n"), environ={})
+
+
+# ranges, ASCII numbers and encoding (issue 12 item 6) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ("haListenPort=99999", "haListenPort"),
+        ("haListenPort=-5", "haListenPort"),  # was silently listenPort + 1
+        ("metricsPromExporterPort=70000", "metricsPromExporterPort"),
+        ("listenPort=65536", "listenPort"),
+        ("fastListenPort=-2", "fastListenPort"),
+        ("mappedFileSizeCommitLog=100000000000000000000", "mappedFileSizeCommitLog"),  # 1e20: booted, sends failed
+        ("mappedFileSizeCommitLog=1024", "mappedFileSizeCommitLog"),
+        ("mappedFileSizeConsumeQueue=0", "mappedFileSizeConsumeQueue"),
+        ("flushIntervalCommitLog=0", "flushIntervalCommitLog"),
+        ("slaveTimeout=-1", "slaveTimeout"),
+        ("diskSpaceWarningLevelRatio=101", "diskSpaceWarningLevelRatio"),
+        ("defaultTopicQueueNums=0", "defaultTopicQueueNums"),
+        ("brokerId=-1", "brokerId"),
+    ],
+)
+def test_broker_values_out_of_range_are_refused_naming_key_range_and_reason(tmp_path, line, key):
+    with pytest.raises(ConfigError) as err:
+        load_broker_settings(write(tmp_path, line + "\n"), environ={})
+    text = str(err.value)
+    assert f": {key}: " in text and "out of range" in text
+    assert "\n" not in text
+
+
+def test_a_range_error_says_what_the_special_value_means(tmp_path):
+    with pytest.raises(ConfigError, match=r"between 0 and 65535; a TCP port; 0 means listenPort \+ 1"):
+        load_broker_settings(write(tmp_path, "haListenPort=99999\n"), environ={})
+
+
+def test_values_at_the_range_edges_are_accepted(tmp_path):
+    settings = load_broker_settings(
+        write(tmp_path, "haListenPort=65535\nmetricsPromExporterPort=0\nfastListenPort=-1\n"
+                        f"mappedFileSizeCommitLog={2**31 - 1}\nmappedFileSizeConsumeQueue=20\n"),
+        environ={},
+    )
+    assert settings.ha_port == 65535 and settings.broker.metrics_prom_exporter_port == 0
+    assert settings.store.mapped_file_size_commit_log == 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [("listenPort=70000", "listenPort"), ("metricsPromExporterPort=-1", "metricsPromExporterPort"),
+     ("scanNotActiveBrokerInterval=0", "scanNotActiveBrokerInterval")],
+)
+def test_namesrv_values_out_of_range_are_refused(tmp_path, line, key):
+    from namesrv.config import load_namesrv_config
+
+    with pytest.raises(ConfigError, match=f": {key}: .*out of range"):
+        load_namesrv_config(write(tmp_path, line + "\n"))
+
+
+def test_every_default_is_within_its_declared_range():
+    from broker.config import BrokerConfig, MessageStoreConfig
+    from namesrv.config import NamesrvConfig
+
+    for cls in (BrokerConfig, MessageStoreConfig, NamesrvConfig):
+        obj = cls()
+        for field in dataclasses.fields(cls):
+            assert conf.range_problem(field, getattr(obj, field.name)) is None, (cls.__name__, field.name)
+
+
+def test_config_objects_built_in_code_are_range_checked_too():
+    from broker.config import MessageStoreConfig
+
+    with pytest.raises(ValueError, match="haListenPort: 99999 is out of range"):
+        MessageStoreConfig(ha_listen_port=99999)
+
+
+@pytest.mark.parametrize("value", ["²", "٣", "1_000", "0x10", "1e3", " ", "+-1"])
+def test_integers_are_ascii_decimal_only(tmp_path, value):
+    with pytest.raises(ConfigError, match="not an integer"):
+        conf.load((Sample,), write(tmp_path, f"listenPort={value}\n"))
+
+
+@pytest.mark.parametrize("value", ["٣.5", "nan", "inf", "1_0.5"])
+def test_floats_are_ascii_only(tmp_path, value):
+    with pytest.raises(ConfigError, match="not a number"):
+        conf.load((Sample,), write(tmp_path, f"ratio={value}\n"))
+
+
+def test_signed_and_padded_integers_still_parse(tmp_path):
+    (sample,) = conf.load((Sample,), write(tmp_path, "listenPort = +0042\nratio=-1.5e-1\n"))
+    assert sample.listen_port == 42 and sample.ratio == -0.15
+
+
+def test_a_byte_that_is_not_utf8_is_a_config_error_naming_line_and_column(tmp_path):
+    path = tmp_path / "broker.conf"
+    path.write_bytes(b"listenPort=1\nbrokerIP1=10.0.\xff.1\n")
+    with pytest.raises(ConfigError) as err:
+        conf.load((Sample,), path)
+    text = str(err.value)
+    assert str(path) in text and "line 2, column 16" in text and "0xff" in text and "UTF-8" in text
