@@ -22,6 +22,7 @@ import time
 from broker.metadata.delay_offsets import DelayOffsetManager
 from broker.store.types import SCHEDULE_TOPIC, GetStatus, MessageDraft
 from common.service import Service
+from remoting.headers import INT_MAX, NumberError, parse_int
 from remoting.message_codec import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
@@ -52,8 +53,10 @@ def runs_by_target(messages: list[StoredMessage]) -> list[tuple[str, int, list[S
     runs: list[tuple[str, int, list[StoredMessage]]] = []
     for msg in messages:
         topic = msg.properties.get(PROPERTY_REAL_TOPIC, "")
-        qid_text = msg.properties.get(PROPERTY_REAL_QUEUE_ID, "")
-        qid = int(qid_text) if qid_text.isdigit() else -1
+        try:
+            qid = parse_int(msg.properties.get(PROPERTY_REAL_QUEUE_ID, ""), 0, INT_MAX)
+        except NumberError:
+            qid = -1  # dropped with an error by the level's task
         if runs and runs[-1][0] == topic and runs[-1][1] == qid:
             runs[-1][2].append(msg)
         else:

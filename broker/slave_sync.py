@@ -39,6 +39,7 @@ from remoting import fastjson
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode, describe
 from remoting.frame_codec import RemotingCommand
+from remoting.headers import parse_int
 
 log = logging.getLogger(__name__)
 
@@ -89,15 +90,15 @@ def parse_subscription_groups(obj: Mapping[str, Any]) -> tuple[list[Subscription
 def parse_consumer_offsets(obj: Mapping[str, Any]) -> tuple[dict[str, dict[int, int]], dict[str, int]]:
     """GET_ALL_CONSUMER_OFFSET (43): ``offsetTable`` plus pyrmq's ``resetVersion`` (absent from a Java broker)."""
     table = {
-        str(key): {int(q): int(o) for q, o in (queues or {}).items()}
+        str(key): {parse_int(q): parse_int(o) for q, o in (queues or {}).items()}
         for key, queues in _table(obj, "offsetTable", "GET_ALL_CONSUMER_OFFSET").items()
     }
-    versions = {str(k): int(v) for k, v in _table(obj, "resetVersion", "GET_ALL_CONSUMER_OFFSET").items() if v}
+    versions = {str(k): parse_int(v) for k, v in _table(obj, "resetVersion", "GET_ALL_CONSUMER_OFFSET").items() if v}
     return table, versions
 
 
 def parse_delay_offsets(obj: Mapping[str, Any]) -> dict[int, int]:
-    return {int(k): int(v) for k, v in _table(obj, "offsetTable", "GET_ALL_DELAY_OFFSET").items()}
+    return {parse_int(k): parse_int(v) for k, v in _table(obj, "offsetTable", "GET_ALL_DELAY_OFFSET").items()}
 
 
 class SlaveSynchronize(Service):
@@ -220,7 +221,7 @@ def slave_addrs_from_cluster_info(info: Mapping[str, Any], broker_name: str) -> 
         return []
     live = info.get("brokerLiveTable") or {}
     ha_by_addr = {addr: entry.get("haServerAddr", "") for addr, entry in live.items() if isinstance(entry, dict)}
-    addrs = {int(bid): str(addr) for bid, addr in (data.get("brokerAddrs") or {}).items()}
+    addrs = {parse_int(bid): str(addr) for bid, addr in (data.get("brokerAddrs") or {}).items()}
     return [
         group_internal_addr(addr, ha_by_addr.get(addr, "")) for bid, addr in sorted(addrs.items()) if bid > 0 and addr
     ]

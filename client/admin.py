@@ -24,6 +24,7 @@ from client.rpc import ClientRemoting, request_name
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
 from remoting.frame_codec import RemotingCommand
+from remoting.headers import parse_int
 from remoting.message_headers import DEFAULT_TOPIC, SendHeader
 
 PERM_RW = 6
@@ -117,12 +118,12 @@ class AdminClient:
     async def wipe_write_perm(self, broker_name: str) -> int:
         """WIPE_WRITE_PERM_OF_BROKER (205): the number of topics whose write permission was removed."""
         response = await self._ns().call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": broker_name})
-        return int((response.ext or {}).get("wipeTopicCount", 0))
+        return parse_int((response.ext or {}).get("wipeTopicCount", 0), what="wipeTopicCount")
 
     async def add_write_perm(self, broker_name: str) -> int:
         """ADD_WRITE_PERM_OF_BROKER (327): the number of topics whose write permission was restored."""
         response = await self._ns().call(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": broker_name})
-        return int((response.ext or {}).get("addTopicCount", 0))
+        return parse_int((response.ext or {}).get("addTopicCount", 0), what="addTopicCount")
 
     async def get_kv_config(self, namespace: str, key: str) -> str | None:
         """GET_KV_CONFIG (101); None when the nameserver has no such entry (QUERY_NOT_FOUND)."""
@@ -339,14 +340,15 @@ def _send_result(response: RemotingCommand, addr: str, mq: MessageQueue, msg_id:
     if status is None:
         raise BrokerError(response.code, response.remark or "", addr, request="SEND_MESSAGE_V2 (310)")
     ext = response.ext or {}
-    queue = MessageQueue(mq.topic, mq.broker_name, int(ext.get("queueId", mq.queue_id)))
-    return SendResult(status, msg_id, ext.get("msgId", ""), queue, int(ext.get("queueOffset", -1)))
+    queue = MessageQueue(mq.topic, mq.broker_name, _long(response, "queueId", addr, mq.queue_id))
+    return SendResult(status, msg_id, ext.get("msgId", ""), queue, _long(response, "queueOffset", addr, -1))
 
 
-def _long(response: RemotingCommand, field: str, addr: str) -> int:
-    """A number from the answer's header; BrokerError naming the field when it is missing or not a number."""
-    value = (response.ext or {}).get(field)
+def _long(response: RemotingCommand, field: str, addr: str, default: int | None = None) -> int:
+    """A number from the answer's header; BrokerError naming the field when it is not a number (or is missing and
+    there is no ``default``)."""
+    value = (response.ext or {}).get(field, default)
     try:
-        return int(value)  # type: ignore[arg-type]
+        return parse_int(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise BrokerError(ResponseCode.SYSTEM_ERROR, f"the answer's {field} header is {value!r}", addr) from None

@@ -29,6 +29,7 @@ from typing import Any
 
 from client.errors import MQClientError
 from remoting import fastjson
+from remoting.headers import NumberError, parse_int
 
 
 class AdminBodyError(MQClientError):
@@ -69,6 +70,14 @@ def _mq(key: Any, what: str) -> dict[str, Any]:
     raise AdminBodyError(what, f"map key {key!r} is not a MessageQueue")
 
 
+def _int(value: Any) -> int:
+    """A number field: a JSON integer or its ASCII decimal text (``remoting.headers.parse_int``)."""
+    try:
+        return parse_int(value)
+    except NumberError as exc:
+        raise AdminBodyError("admin answer", str(exc)) from None
+
+
 # metadata ------------------------------------------------------------------------------------------------
 @dataclass(slots=True)
 class DataVersion:
@@ -79,7 +88,7 @@ class DataVersion:
 
 def parse_data_version(obj: Any) -> DataVersion:
     obj = obj if isinstance(obj, dict) else {}
-    return DataVersion(int(obj.get("timestamp", 0)), int(obj.get("counter", 0)), int(obj.get("stateVersion", 0)))
+    return DataVersion(_int(obj.get("timestamp", 0)), _int(obj.get("counter", 0)), _int(obj.get("stateVersion", 0)))
 
 
 @dataclass(slots=True)
@@ -102,10 +111,10 @@ class AllTopicConfig:
 def parse_topic_config(name: str, obj: dict[str, Any]) -> TopicConfig:
     return TopicConfig(
         topic_name=str(obj.get("topicName") or name),
-        read_queue_nums=int(obj.get("readQueueNums", 16)),
-        write_queue_nums=int(obj.get("writeQueueNums", 16)),
-        perm=int(obj.get("perm", 6)),
-        topic_sys_flag=int(obj.get("topicSysFlag", 0)),
+        read_queue_nums=_int(obj.get("readQueueNums", 16)),
+        write_queue_nums=_int(obj.get("writeQueueNums", 16)),
+        perm=_int(obj.get("perm", 6)),
+        topic_sys_flag=_int(obj.get("topicSysFlag", 0)),
         order=bool(obj.get("order", False)),
         topic_filter_type=str(obj.get("topicFilterType") or "SINGLE_TAG"),
     )
@@ -158,10 +167,10 @@ def parse_subscription_group(name: str, obj: dict[str, Any]) -> SubscriptionGrou
         consume_enable=bool(obj.get("consumeEnable", True)),
         consume_from_min_enable=bool(obj.get("consumeFromMinEnable", True)),
         consume_broadcast_enable=bool(obj.get("consumeBroadcastEnable", True)),
-        retry_queue_nums=int(obj.get("retryQueueNums", 1)),
-        retry_max_times=int(obj.get("retryMaxTimes", 16)),
-        broker_id=int(obj.get("brokerId", 0)),
-        which_broker_when_consume_slowly=int(obj.get("whichBrokerWhenConsumeSlowly", 1)),
+        retry_queue_nums=_int(obj.get("retryQueueNums", 1)),
+        retry_max_times=_int(obj.get("retryMaxTimes", 16)),
+        broker_id=_int(obj.get("brokerId", 0)),
+        which_broker_when_consume_slowly=_int(obj.get("whichBrokerWhenConsumeSlowly", 1)),
         notify_consumer_ids_changed_enable=bool(obj.get("notifyConsumerIdsChangedEnable", True)),
     )
 
@@ -197,14 +206,14 @@ def parse_all_consumer_offsets(body: bytes) -> AllConsumerOffset:
     versions = _table(obj, "resetVersion", what)
     table = {}
     for key, queues in _table(obj, "offsetTable", what).items():
-        offsets = {int(q): int(o) for q, o in (queues or {}).items()}
-        table[str(key)] = QueueOffsets(offsets, int(versions.get(key, 0)))
+        offsets = {_int(q): _int(o) for q, o in (queues or {}).items()}
+        table[str(key)] = QueueOffsets(offsets, _int(versions.get(key, 0)))
     return AllConsumerOffset(table)
 
 
 def parse_all_delay_offsets(body: bytes) -> dict[int, int]:
     what = "GET_ALL_DELAY_OFFSET"
-    return {int(k): int(v) for k, v in _table(load_object(body, what), "offsetTable", what).items()}
+    return {_int(k): _int(v) for k, v in _table(load_object(body, what), "offsetTable", what).items()}
 
 
 def parse_kv_table(body: bytes, what: str) -> dict[str, str]:
@@ -249,10 +258,10 @@ def parse_topic_stats(body: bytes, topic: str) -> TopicStats:
         value = value or {}
         queues.append(
             QueueStat(
-                int(mq.get("queueId", 0)),
-                int(value.get("minOffset", 0)),
-                int(value.get("maxOffset", 0)),
-                int(value.get("lastUpdateTimestamp", 0)),
+                _int(mq.get("queueId", 0)),
+                _int(value.get("minOffset", 0)),
+                _int(value.get("maxOffset", 0)),
+                _int(value.get("lastUpdateTimestamp", 0)),
             )
         )
     return TopicStats(broker_name, sorted(queues, key=lambda q: q.queue_id))
@@ -285,10 +294,10 @@ def parse_consume_stats(body: bytes, group: str) -> ConsumeStats:
             QueueConsumeStat(
                 str(mq.get("topic", "")),
                 str(mq.get("brokerName", "")),
-                int(mq.get("queueId", 0)),
-                int(value.get("brokerOffset", 0)),
-                int(value.get("consumerOffset", 0)),
-                int(value.get("lastTimestamp", 0)),
+                _int(mq.get("queueId", 0)),
+                _int(value.get("brokerOffset", 0)),
+                _int(value.get("consumerOffset", 0)),
+                _int(value.get("lastTimestamp", 0)),
             )
         )
     queues.sort(key=lambda q: (q.topic, q.broker_name, q.queue_id))
@@ -321,7 +330,7 @@ def parse_consumer_connection(body: bytes, group: str) -> ConsumerConnection:
             str(c.get("clientId", "")),
             str(c.get("clientAddr", "")),
             str(c.get("language", "")),
-            int(c.get("version", 0)),
+            _int(c.get("version", 0)),
         )
         for c in obj.get("connectionSet") or []
         if isinstance(c, dict)
@@ -383,35 +392,35 @@ def parse_ha_status(body: bytes) -> HAStatus:
         raise AdminBodyError(what, "haClientRuntimeInfo is not an object")
     is_master = bool(obj.get("master", False))
     role = str(obj.get("role") or ("MASTER" if is_master else "SLAVE"))
-    master_max = int(obj.get("masterCommitLogMaxOffset", 0))
-    max_offset = int(obj.get("commitLogMaxOffset", master_max if is_master else client.get("maxOffset", 0)))
+    master_max = _int(obj.get("masterCommitLogMaxOffset", 0))
+    max_offset = _int(obj.get("commitLogMaxOffset", master_max if is_master else client.get("maxOffset", 0)))
     slaves = []
     for c in obj.get("haConnectionInfo") or []:
         if not isinstance(c, dict):
             raise AdminBodyError(what, "haConnectionInfo holds something other than objects")
-        ack = int(c.get("slaveAckOffset", 0))
+        ack = _int(c.get("slaveAckOffset", 0))
         slaves.append(
             SlaveConnection(
                 slave_addr=str(c.get("addr", "")),
-                broker_id=int(c.get("brokerId", 0)),
+                broker_id=_int(c.get("brokerId", 0)),
                 ack_offset=ack,
-                lag_bytes=int(c.get("diff", max(0, max_offset - max(ack, 0)))),
+                lag_bytes=_int(c.get("diff", max(0, max_offset - max(ack, 0)))),
                 state=str(c.get("state") or ("OK" if c.get("inSync") else "FALL_BEHIND")),
-                transfer_from=int(c.get("transferFromWhere", 0)),
-                transferred_bytes=int(c.get("transferredBytes", 0)),
-                last_ack_timestamp=int(c.get("lastAckTimestamp", 0)),
+                transfer_from=_int(c.get("transferFromWhere", 0)),
+                transferred_bytes=_int(c.get("transferredBytes", 0)),
+                last_ack_timestamp=_int(c.get("lastAckTimestamp", 0)),
             )
         )
     return HAStatus(
         role=role,
         commitlog_max_offset=max_offset,
-        commitlog_min_offset=int(obj.get("commitLogMinOffset", 0)),
+        commitlog_min_offset=_int(obj.get("commitLogMinOffset", 0)),
         slaves=slaves,
-        in_sync_slave_count=int(obj.get("inSyncSlaveNums", sum(s.state == "OK" for s in slaves))),
+        in_sync_slave_count=_int(obj.get("inSyncSlaveNums", sum(s.state == "OK" for s in slaves))),
         master_ha_addr=str(client.get("masterAddr") or ""),
         connected=bool(client.get("activated", client.get("isActivated", False))),
-        last_read_timestamp=int(client.get("lastReadTimestamp", 0)),
-        last_write_timestamp=int(client.get("lastWriteTimestamp", 0)),
-        replicated_bytes=int(client.get("replicatedBytes", 0)),
-        master_flush_offset=int(client.get("masterFlushOffset", 0)),
+        last_read_timestamp=_int(client.get("lastReadTimestamp", 0)),
+        last_write_timestamp=_int(client.get("lastWriteTimestamp", 0)),
+        replicated_bytes=_int(client.get("replicatedBytes", 0)),
+        master_flush_offset=_int(client.get("masterFlushOffset", 0)),
     )

@@ -25,6 +25,7 @@ from client.rpc import Body, ClientRemoting, command, request_name
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
 from remoting.frame_codec import RemotingCommand
+from remoting.headers import LONG_MAX, NumberError, parse_host_port, parse_int
 
 log = logging.getLogger(__name__)
 
@@ -33,15 +34,17 @@ def parse_namesrv_addr(namesrv_addr: str | list[str]) -> list[str]:
     parts = namesrv_addr if isinstance(namesrv_addr, list) else namesrv_addr.replace(",", ";").split(";")
     addrs = [p.strip() for p in parts if p.strip()]
     for a in addrs:
-        host, _, port = a.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"nameserver address {a!r} is not host:port (separate several with ';')")
+        try:
+            parse_host_port(a, "nameserver address")
+        except NumberError as exc:
+            raise ValueError(f"{exc} (separate several with ';')") from None
     return addrs
 
 
 def broker_addrs(broker_data: Mapping[str, Any]) -> dict[int, str]:
     """A BrokerData's ``brokerAddrs`` with int ids (fastjson writes them bare, standard JSON quoted)."""
-    return {int(k): str(v) for k, v in (broker_data.get("brokerAddrs") or {}).items()}
+    addrs = broker_data.get("brokerAddrs") or {}
+    return {parse_int(k, 0, LONG_MAX, what="brokerId"): str(v) for k, v in addrs.items()}
 
 
 def parse_body(response: RemotingCommand, what: str) -> Any:

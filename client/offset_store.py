@@ -25,6 +25,7 @@ from client.route_cache import MASTER_ID, RouteCache
 from client.rpc import ClientRemoting, command
 from common.persist import read_json, write_json_atomic
 from remoting.codes import RequestCode, ResponseCode
+from remoting.headers import parse_int
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class RemoteBrokerOffsetStore(_InMemoryOffsets):
             if resp.code != ResponseCode.SUCCESS:
                 raise BrokerError(resp.code, resp.remark or "", addr, request=what)
             try:
-                return int((resp.ext or {})["offset"])
+                return parse_int((resp.ext or {})["offset"], what="offset")
             except (KeyError, ValueError):
                 raise MQClientError(f"{what}: {addr} answered SUCCESS without a numeric offset header") from None
         assert last is not None
@@ -166,7 +167,8 @@ class LocalFileOffsetStore(_InMemoryOffsets):
     async def read(self, mq: MessageQueue) -> int:
         if self._loaded is None:
             data = await asyncio.to_thread(read_json, self.path, {})
-            self._loaded = {str(k): int(v) for k, v in (data.get("offsetTable", {}) if data else {}).items()}
+            table = data.get("offsetTable", {}) if data else {}
+            self._loaded = {str(k): parse_int(v, what=f"{self.path} {k}") for k, v in table.items()}
         return self._loaded.get(self._key(mq), -1)
 
     async def commit(self, mq: MessageQueue, offset: int) -> str:

@@ -69,6 +69,7 @@ from client.route_cache import RouteCache, TopicRoute
 from client.rpc import ClientRemoting, command
 from common.service import Service
 from remoting.codes import RequestCode, ResponseCode
+from remoting.headers import INT_MAX, INT_MIN, parse_int
 from remoting.message_codec import MessageCodecError, encode_batch
 from remoting.message_headers import DEFAULT_TOPIC, SendHeader
 
@@ -521,8 +522,8 @@ class Producer:
         """SendMessageResponseHeader (spec §3.6): ``msgId`` (offset ids, comma-joined), ``queueId``,
         ``queueOffset`` (of the first message)."""
         try:
-            queue_id = int(ext.get("queueId", mq.queue_id))
-            base = int(ext.get("queueOffset", -1))
+            queue_id = parse_int(ext.get("queueId", mq.queue_id), INT_MIN, INT_MAX)
+            base = parse_int(ext.get("queueOffset", -1))
         except ValueError:
             queue_id, base = mq.queue_id, -1
         if queue_id != mq.queue_id:

@@ -32,6 +32,7 @@ from client.records import decode_records
 from client.route_cache import RouteCache
 from client.rpc import ClientRemoting, command
 from remoting.codes import RequestCode, ResponseCode
+from remoting.headers import parse_int
 from remoting.message_codec import MessageCodecError, TagFilter
 from remoting.message_headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, PullHeader
 
@@ -183,10 +184,10 @@ class PullAPI:
             raise BrokerError(resp.code, resp.remark or "", addr, request=what)
         ext = resp.ext or {}
         try:
-            suggest = int(ext.get("suggestWhichBrokerId", 0))
-            next_begin = int(ext["nextBeginOffset"])
-            min_offset = int(ext.get("minOffset", 0))
-            max_offset = int(ext.get("maxOffset", 0))
+            suggest = parse_int(ext.get("suggestWhichBrokerId", 0), what="suggestWhichBrokerId")
+            next_begin = parse_int(ext["nextBeginOffset"], what="nextBeginOffset")
+            min_offset = parse_int(ext.get("minOffset", 0), what="minOffset")
+            max_offset = parse_int(ext.get("maxOffset", 0), what="maxOffset")
         except (KeyError, ValueError) as exc:
             raise MQClientError(
                 f"{what}: {addr} answered without a usable {exc} in the pull response header",

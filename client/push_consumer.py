@@ -58,6 +58,7 @@ from common.service import Service
 from remoting.codes import RequestCode, ResponseCode
 from remoting.connection import Connection
 from remoting.frame_codec import RemotingCommand, response_to
+from remoting.headers import parse_int
 from remoting.message_codec import RETRY_GROUP_TOPIC_PREFIX
 
 __all__ = ["ConsumeFromWhere", "ConsumeStatus", "MessageModel", "PushConsumer"]
@@ -438,7 +439,7 @@ class PushConsumer:
             raise MQClientError(f"no address for broker group {mq.broker_name}", hint="check the topic route")
         resp = await self.remoting.call(addr, code, ext, timeout_s=self.request_timeout_s)
         try:
-            return int((resp.ext or {})["offset"])
+            return parse_int((resp.ext or {})["offset"], what="offset")
         except (KeyError, ValueError):
             raise BrokerError(resp.code, "answer without a numeric offset header", addr, request=f"{code}") from None
 

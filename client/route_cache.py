@@ -35,6 +35,7 @@ from client.errors import NoRouteError
 from client.message import MessageQueue
 from client.namesrv import NamesrvClient, broker_addrs
 from client.rpc import HealthTracker
+from remoting.headers import INT_MAX, parse_int
 from remoting.message_headers import DEFAULT_TOPIC
 
 log = logging.getLogger(__name__)
@@ -69,14 +70,15 @@ def build_route(
     publish: list[MessageQueue] = []
     subscribe: list[MessageQueue] = []
     for qd in sorted(queue_datas, key=lambda q: q["brokerName"]):
-        name, perm = str(qd["brokerName"]), int(qd.get("perm", 0))
+        name, perm = str(qd["brokerName"]), parse_int(qd.get("perm", 0), 0, INT_MAX, what="perm")
         if perm & PERM_WRITE and MASTER_ID in addrs.get(name, {}):
-            n = int(qd.get("writeQueueNums", 0))
+            n = parse_int(qd.get("writeQueueNums", 0), 0, INT_MAX, what="writeQueueNums")
             if max_write_queues is not None:
                 n = min(n, max_write_queues)
             publish.extend(MessageQueue(topic, name, i) for i in range(n))
         if perm & PERM_READ:
-            subscribe.extend(MessageQueue(topic, name, i) for i in range(int(qd.get("readQueueNums", 0))))
+            n = parse_int(qd.get("readQueueNums", 0), 0, INT_MAX, what="readQueueNums")
+            subscribe.extend(MessageQueue(topic, name, i) for i in range(n))
     return TopicRoute(topic, publish, subscribe, addrs)
 
 

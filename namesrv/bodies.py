@@ -49,6 +49,7 @@ from typing import Any
 from common.errors import PyrmqError
 from namesrv.route_table import BrokerData, DataVersion, LiveBroker, TopicConfig, TopicRouteData
 from remoting import fastjson
+from remoting.headers import NumberError, parse_int
 
 STANDARD_JSON_VERSION = 401  # MQVersion.V4_9_4: from here on a Java namesrv quotes numeric keys in routes
 REGISTER_BODY_VERSION = 37  # MQVersion.V3_0_11: older brokers send a bare TopicConfigSerializeWrapper
@@ -330,9 +331,10 @@ def _topic_line(line: str, i: int) -> TopicConfig:
         raise BodyError(f"topic config #{i} {line[:80]!r} has an empty topic name")
     numbers = []
     for label, text, hi in (("readQueueNums", read, INT_MAX), ("writeQueueNums", write, INT_MAX), ("perm", perm, 7)):
-        if not text.isascii() or not text.isdigit() or int(text) > hi:
-            raise BodyError(f"topic config #{i} ({name}): {label}={text[:20]!r} is not an integer in 0..{hi}")
-        numbers.append(int(text))
+        try:
+            numbers.append(parse_int(text, 0, hi, what=label))
+        except NumberError:
+            raise BodyError(f"topic config #{i} ({name}): {label}={text[:20]!r} is not an integer in 0..{hi}") from None
     if filter_type not in TOPIC_FILTER_TYPES:
         raise BodyError(f"topic config #{i} ({name}): topicFilterType {filter_type[:20]!r} is not SINGLE_TAG/MULTI_TAG")
     return TopicConfig(name, numbers[0], numbers[1], numbers[2])

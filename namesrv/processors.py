@@ -31,7 +31,7 @@ from namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
 from remoting.codes import RequestCode, ResponseCode
 from remoting.connection import Connection
 from remoting.frame_codec import RemotingCommand, response_to
-from remoting.headers import Fields, HeaderError
+from remoting.headers import Fields, HeaderError, NumberError, parse_host_port
 from remoting.server import RemotingServer
 
 log = logging.getLogger(__name__)
@@ -49,10 +49,10 @@ def wall_ms() -> int:
 
 
 def _check_addr(field: str, value: str, fix: str) -> None:
-    host, _, port = value.rpartition(":")
-    if not (host and port.isascii() and port.isdigit() and 0 < int(port) < 65536):
-        raise HeaderError(f"header field {field}={value[:80]!r} is not host:port: {fix}",
-                          code=ResponseCode.INVALID_PARAMETER)
+    try:
+        parse_host_port(value, f"header field {field}")
+    except NumberError as exc:
+        raise HeaderError(f"{exc}: {fix}", code=ResponseCode.INVALID_PARAMETER) from None
 
 
 def _broker_id(fields: Fields) -> int:

@@ -15,16 +15,15 @@ from remoting.codes import ResponseCode
 from remoting.connection import DEFAULT_LIMITS, Connection, Limits
 from remoting.errors import RemotingConnectError
 from remoting.frame_codec import RemotingCommand, response_to
+from remoting.headers import parse_host_port
 from remoting.server import Processor
 
 log = logging.getLogger(__name__)
 
 
 def split_addr(addr: str) -> tuple[str, int]:
-    host, sep, port = addr.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"address {addr!r} is not host:port")
-    return host.strip("[]"), int(port)
+    """``(host, port)`` of an address a route or a caller gave; ``ValueError`` when it is not host:port."""
+    return parse_host_port(addr)
 
 
 class RemotingClient:

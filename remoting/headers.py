@@ -1,10 +1,17 @@
-"""Typed reading of a request's extFields (RocketMQ's ``decodeCommandCustomHeader``), strict where Java is lax.
+"""Typed reading of a request's extFields (RocketMQ's ``decodeCommandCustomHeader``), strict where Java is lax, and
+the one strict number parser of the code base (``parse_int``, ``parse_host_port``).
 
 Every value travels as text. Numbers are ASCII decimal with an optional sign and must fit the Java type
 (``int`` 32-bit, ``long`` 64-bit); Unicode digits, blanks, fractions and overflow are refused (Python's
 ``int()`` would accept several of them). Booleans are ``true``/``false`` in any case, and ``1``/``0`` (the C++
 client sends the latter). A missing required field or a bad value raises ``HeaderError`` naming the field and
 what to send instead; processors turn it into a response (RocketMQ answers SYSTEM_ERROR with the text).
+
+``parse_int`` applies the same rule to every other number that comes from outside the process: JSON body fields,
+stored properties (DELAY, REAL_QID), file and directory names, addresses, config values. ``str.isdigit()`` is not
+such a check: superscripts and other Unicode digits pass it and then make ``int()`` raise (``"²"``) or return a
+number the sender never wrote (``"٣"`` is 3). A bad number raises ``NumberError``, a ``ValueError`` naming the value
+and the range, so callers that already catch ``ValueError`` keep working.
 """
 
 from __future__ import annotations
@@ -19,6 +26,40 @@ INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 _TRUE = frozenset({"true", "1"})
 _FALSE = frozenset({"false", "0"})
+
+
+class NumberError(ValueError):
+    """Text (or a JSON value) that is not a strict ASCII decimal integer within its range."""
+
+
+def parse_int(value: str | int, lo: int = LONG_MIN, hi: int = LONG_MAX, *, what: str = "value") -> int:
+    """``value`` as an integer in ``lo..hi``: ASCII decimal text with an optional sign (at most 20 digits), or an
+    ``int`` as a JSON parser returns it. Unicode digits, blanks, ``_``, fractions, exponents, ``bool`` and ``float``
+    raise ``NumberError``; ``what`` names the value in the message."""
+    if isinstance(value, str):
+        if not (len(value) < 10 and value.isascii() and value.isdigit()) and not _DECIMAL.match(value):
+            raise NumberError(f"{what}={value[:40]!r} is not a decimal integer (ASCII digits, optional sign)")
+        number = int(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = int(value)
+    else:
+        raise NumberError(f"{what} is {type(value).__name__} {str(value)[:40]!r}, not an integer")
+    if not lo <= number <= hi:
+        raise NumberError(f"{what}={number} does not fit in {lo}..{hi}")
+    return number
+
+
+def parse_host_port(addr: str, what: str = "address") -> tuple[str, int]:
+    """``host:port`` (an IPv6 host may be bracketed; the brackets are dropped) with a port in 1..65535;
+    ``NumberError`` (a ``ValueError``) names ``what`` and the text otherwise."""
+    host, sep, port = addr.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host:
+        raise NumberError(f"{what} {addr[:80]!r} is not host:port")
+    try:
+        return host, parse_int(port, 1, 65535, what="port")
+    except NumberError as exc:
+        raise NumberError(f"{what} {addr[:80]!r} is not host:port: {exc}") from None
 
 
 class HeaderError(PyrmqError):
@@ -58,12 +99,10 @@ class Fields:
     def _number(self, name: str, value: str, lo: int, hi: int, kind: str) -> int:
         if len(value) < 10 and value.isascii() and value.isdigit():  # the common case: small, unsigned
             return int(value)
-        if not _DECIMAL.match(value):
-            raise HeaderError(f"{self.what}: header field {name}={value[:40]!r} is not a decimal {kind}")
-        number = int(value)
-        if not lo <= number <= hi:
-            raise HeaderError(f"{self.what}: header field {name}={number} does not fit a {kind} ({lo}..{hi})")
-        return number
+        try:
+            return parse_int(value, lo, hi, what=f"header field {name}")
+        except NumberError as exc:
+            raise HeaderError(f"{self.what}: {exc}; send a decimal {kind}") from None
 
     def int(self, name: str, default: int | None = None, *, required: bool = False) -> int | None:
         value = self._raw(name, required)

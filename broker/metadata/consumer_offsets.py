@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.metadata.config_file import ConfigFile
+from remoting.headers import parse_int
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +55,10 @@ class ConsumerOffsetManager(ConfigFile):
 
     def load_json(self, obj: Any) -> None:
         self.table = {
-            key: {int(q): int(off) for q, off in qs.items()} for key, qs in (obj.get("offsetTable") or {}).items()
+            key: {parse_int(q): parse_int(off) for q, off in qs.items()}
+            for key, qs in (obj.get("offsetTable") or {}).items()
         }
-        self.reset_versions = {key: int(v) for key, v in (obj.get("resetVersion") or {}).items()}
+        self.reset_versions = {key: parse_int(v) for key, v in (obj.get("resetVersion") or {}).items()}
 
     # consumer commits and queries ---------------------------------------------------------------------------
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -122,11 +124,11 @@ class ConsumerOffsetManager(ConfigFile):
         changed: set[str] = set()
         versions_adopted = False
         for key, incoming in table.items():
-            theirs = int(reset_versions.get(key, 0))
+            theirs = parse_int(reset_versions.get(key, 0))
             ours = self.reset_versions.get(key, 0)
             local = self.table.get(key)
             if theirs > ours:
-                new = {int(q): int(o) for q, o in incoming.items()}
+                new = {parse_int(q): parse_int(o) for q, o in incoming.items()}
                 self.reset_versions[key] = theirs
                 versions_adopted = True
                 if new != local:
@@ -138,7 +140,7 @@ class ConsumerOffsetManager(ConfigFile):
             if local is None:
                 local = self.table[key] = {}
             for q, off in incoming.items():
-                q, off = int(q), int(off)
+                q, off = parse_int(q), parse_int(off)
                 if off > local.get(q, -1):
                     local[q] = off
                     changed.add(key)

@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from remoting.headers import parse_int
+
 
 @dataclass(slots=True)
 class DataVersion:
@@ -35,4 +37,4 @@ class DataVersion:
     def from_json(cls, obj: Any) -> DataVersion:
         if not isinstance(obj, dict):
             return cls()
-        return cls(timestamp=int(obj.get("timestamp", 0)), counter=int(obj.get("counter", 0)))
+        return cls(timestamp=parse_int(obj.get("timestamp", 0)), counter=parse_int(obj.get("counter", 0)))

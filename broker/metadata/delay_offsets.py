@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.metadata.config_file import ConfigFile
+from remoting.headers import parse_int
 
 
 class DelayOffsetManager(ConfigFile):
@@ -23,7 +24,7 @@ class DelayOffsetManager(ConfigFile):
         return {"offsetTable": {str(level): off for level, off in sorted(self.table.items())}}
 
     def load_json(self, obj: Any) -> None:
-        self.table = {int(level): int(off) for level, off in (obj.get("offsetTable") or {}).items()}
+        self.table = {parse_int(level): parse_int(off) for level, off in (obj.get("offsetTable") or {}).items()}
 
     def get(self, level: int) -> int:
         return self.table.get(level, 0)
@@ -37,7 +38,7 @@ class DelayOffsetManager(ConfigFile):
         return dict(self.table)
 
     def replace_all(self, table: dict[int, int]) -> bool:
-        new = {int(k): int(v) for k, v in table.items()}
+        new = {parse_int(k): parse_int(v) for k, v in table.items()}
         if new == self.table:
             return False
         self.table = new

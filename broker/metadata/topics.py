@@ -21,6 +21,7 @@ from typing import Any
 from broker.metadata.config_file import ConfigFile
 from broker.metadata.data_version import DataVersion
 from broker.store.types import SCHEDULE_TOPIC
+from remoting.headers import parse_int
 from remoting.message_codec import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 PERM_PRIORITY = 8
@@ -99,10 +100,10 @@ class TopicConfig:
     def from_json(cls, obj: dict[str, Any]) -> TopicConfig:
         return cls(
             topic_name=str(obj["topicName"]),
-            read_queue_nums=int(obj.get("readQueueNums", 16)),
-            write_queue_nums=int(obj.get("writeQueueNums", 16)),
-            perm=int(obj.get("perm", 6)),
-            topic_sys_flag=int(obj.get("topicSysFlag", 0)),
+            read_queue_nums=parse_int(obj.get("readQueueNums", 16)),
+            write_queue_nums=parse_int(obj.get("writeQueueNums", 16)),
+            perm=parse_int(obj.get("perm", 6)),
+            topic_sys_flag=parse_int(obj.get("topicSysFlag", 0)),
             order=bool(obj.get("order", False)),
         )
 

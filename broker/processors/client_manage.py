@@ -27,7 +27,7 @@ from remoting.codes import LanguageCode, RequestCode, ResponseCode
 from remoting.connection import Connection
 from remoting.errors import RemotingError
 from remoting.frame_codec import RemotingCommand, response_to
-from remoting.headers import Fields
+from remoting.headers import Fields, NumberError, parse_int
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +66,10 @@ def _int(value: Any, what: str) -> int:
     """A long given as a JSON number or as its decimal text (the C++ client sends ``"subVersion":"1795563103827"``)."""
     if value is None:
         return 0
-    if isinstance(value, str) and _DECIMAL.match(value):
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BodyError(f"{what} is {value!r}, not an integer")
-    return value
+    try:
+        return parse_int(value, what=what)
+    except NumberError as exc:
+        raise BodyError(str(exc)) from None
 
 
 # Java's enum ordinals, which the C++ client sends instead of the names (CLIENT_NOTES.md).
@@ -90,8 +89,8 @@ def _enum(value: Any, names: tuple[str, ...], what: str) -> str:
     """An enum field as its name, whether it came as the name (Java, Go) or as the ordinal (C++)."""
     if value is None:
         return ""
-    if isinstance(value, str) and not value.isdigit():
-        return value
+    if isinstance(value, str) and not _DECIMAL.match(value):
+        return value  # a name (an unknown one is kept as sent)
     index = _int(value, what)
     if not 0 <= index < len(names):
         raise BodyError(f"{what} is {value!r}, not one of {', '.join(names)} (or their numbers 0..{len(names) - 1})")

@@ -23,7 +23,6 @@ a weaker promise: the remark says which), else the refusal's code.
 
 from __future__ import annotations
 
-import re
 from operator import itemgetter
 
 from broker.context import BrokerContext
@@ -34,6 +33,7 @@ from broker.store.types import MessageDraft, PutResult, PutStatus, RawBatch
 from remoting.codes import RequestCode, ResponseCode
 from remoting.connection import Connection
 from remoting.frame_codec import RemotingCommand, response_to
+from remoting.headers import INT_MAX, INT_MIN, NumberError, parse_host_port, parse_int
 from remoting.message_codec import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_UNIQ_KEY,
@@ -52,7 +52,6 @@ TRACE_ON = "true"
 PROPERTY_CLUSTER = "CLUSTER"
 MAX_BATCH_MESSAGES = 65536
 _DELAY_KEY = PROPERTY_DELAY_TIME_LEVEL.encode() + b"\x01"
-_LEVEL = re.compile(r"[+-]?[0-9]{1,9}\Z", re.ASCII)
 
 
 def _reply(
@@ -80,8 +79,10 @@ def _born_host(conn: Connection) -> tuple[str, int]:
     """The producer's address as the broker sees it (RocketMQ's bornHost is the channel's remote address)."""
     host = conn.attrs.get("bornHost")
     if host is None:
-        ip, _, port = conn.peer.rpartition(":")
-        host = (ip.strip("[]") or "127.0.0.1", int(port) if port.isdigit() else 0)
+        try:
+            host = parse_host_port(conn.peer)
+        except ValueError:  # "?" when the socket had no peer name
+            host = ("127.0.0.1", 0)
         conn.attrs["bornHost"] = host
     return host
 
@@ -100,9 +101,13 @@ def _bad_delay(ctx: BrokerContext, props: dict[str, str], index: int) -> str | N
     Java consumer's fallback sends DELAY = 3 + reconsumeTimes, past 18 after enough retries) and one of 0 or
     below means no delay (both done by the store)."""
     delay = props.get(PROPERTY_DELAY_TIME_LEVEL)
-    if delay is None or _LEVEL.match(delay):
+    if delay is None:
         return None
-    return f"message {index} DELAY={delay[:20]!r} is not a delay level; use 0..{ctx.max_delay_level}"
+    try:
+        parse_int(delay, INT_MIN, INT_MAX)
+    except NumberError:
+        return f"message {index} DELAY={delay[:20]!r} is not a delay level; use 0..{ctx.max_delay_level}"
+    return None
 
 
 class _Batch:

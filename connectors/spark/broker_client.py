@@ -35,6 +35,7 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import RemotingError
 from remoting.frame_codec import RemotingCommand
+from remoting.headers import parse_int
 
 log = logging.getLogger("pyrmq.spark")
 
@@ -225,7 +226,7 @@ def header_long(response: RemotingCommand, name: str, default: int = 0) -> int:
     if value is None:
         return default
     try:
-        return int(value)
+        return parse_int(value)
     except ValueError:
         return default
 

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 
 from connectors.spark.errors import OptionError
+from remoting.headers import INT_MAX, INT_MIN, parse_int
 
 EARLIEST = -2
 LATEST = -1
@@ -28,9 +29,12 @@ def qkey(broker_name: str, queue_id: int) -> str:
 
 def parse_qkey(key: str) -> tuple[str, int]:
     broker, sep, qid = key.rpartition(":")
-    if not sep or not broker or not qid.lstrip("-").isdigit():
-        raise ValueError(f"queue key {key!r} is not brokerName:queueId")
-    return broker, int(qid)
+    try:
+        if not sep or not broker:
+            raise ValueError("no ':'")
+        return broker, parse_int(qid, INT_MIN, INT_MAX, what="queueId")
+    except ValueError as exc:
+        raise ValueError(f"queue key {key!r} is not brokerName:queueId ({exc})") from None
 
 
 def _qsort(key: str) -> tuple[str, int]:
@@ -39,7 +43,7 @@ def _qsort(key: str) -> tuple[str, int]:
 
 def canonical(offsets: Offsets) -> Offsets:
     """The same offsets in canonical key order (plain ints, string keys)."""
-    return {t: {q: int(offsets[t][q]) for q in sorted(offsets[t], key=_qsort)} for t in sorted(offsets)}
+    return {t: {q: parse_int(offsets[t][q]) for q in sorted(offsets[t], key=_qsort)} for t in sorted(offsets)}
 
 
 def parse_spec(text: str | None, option: str, topics: tuple[str, ...], *, allow_earliest: bool = True) -> str | Offsets:

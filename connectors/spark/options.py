@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from connectors.spark.errors import OptionError
+from remoting.headers import parse_host_port, parse_int
 
 READ_MODES = ("auto", "never", "prefer")
 
@@ -151,7 +152,7 @@ def _int(opts: dict[str, str], key: str, default: int | None, *, minimum: int = 
     if raw is None or raw.strip() == "":
         return default
     try:
-        value = int(raw)
+        value = parse_int(raw.strip())
     except ValueError:
         raise OptionError(CAMEL[key], f"{raw!r} is not a whole number", f"give an integer >= {minimum}") from None
     if value < minimum:
@@ -185,9 +186,10 @@ def _bool(opts: dict[str, str], key: str, default: bool) -> bool:
 def _namesrv(opts: dict[str, str]) -> str:
     value = _required(opts, "namesrv", "127.0.0.1:9876")
     for part in filter(None, (p.strip() for p in value.replace(",", ";").split(";"))):
-        host, _, port = part.rpartition(":")
-        if not host or not port.isdigit():
-            raise OptionError("namesrv", f"{part!r} is not host:port", "separate several nameservers with ';'")
+        try:
+            parse_host_port(part)
+        except ValueError as exc:
+            raise OptionError("namesrv", str(exc), "separate several nameservers with ';'") from None
     return value
 
 

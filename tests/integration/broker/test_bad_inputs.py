@@ -61,6 +61,8 @@ async def max_offset(client, topic: str, queue_id: int = 0) -> int:
         ("BadT", 0, [message(b"x", DELAY="soon")], RC.MESSAGE_ILLEGAL, "delay level"),
         ("BadT", 0, [message(b"x", DELAY="1.5")], RC.MESSAGE_ILLEGAL, "delay level"),
         ("BadT", 0, [message(b"x", DELAY="٣")], RC.MESSAGE_ILLEGAL, "delay level"),
+        ("BadT", 0, [message(b"x", DELAY="²")], RC.MESSAGE_ILLEGAL, "delay level"),
+        ("BadT", 0, [message(b"x", DELAY=" 2")], RC.MESSAGE_ILLEGAL, "delay level"),
         ("BadT", 0, [message(b"a"), message(b"")], RC.MESSAGE_ILLEGAL, "empty body"),
         ("BadT", 0, [message(b"a"), message(b"x" * (MAX_BODY + 1))], RC.MESSAGE_ILLEGAL, "maxMessageSize"),
         ("T" * 128, 0, [message(b"x")], RC.MESSAGE_ILLEGAL, "limit is 127"),

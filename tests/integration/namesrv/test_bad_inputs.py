@@ -36,6 +36,8 @@ async def test_an_unknown_request_code_is_answered_request_code_not_supported(na
         ({"brokerId": "-1"}, ResponseCode.INVALID_PARAMETER, ["brokerId -1 is negative"]),
         ({"brokerAddr": "no-port"}, ResponseCode.INVALID_PARAMETER, ["brokerAddr", "listenPort"]),
         ({"haServerAddr": "h:99999"}, ResponseCode.INVALID_PARAMETER, ["haServerAddr", "haListenPort"]),
+        ({"haServerAddr": "h:²"}, ResponseCode.INVALID_PARAMETER, ["haServerAddr", "not a decimal integer"]),
+        ({"brokerAddr": "h:١٠٩١١"}, ResponseCode.INVALID_PARAMETER, ["brokerAddr", "not a decimal integer"]),
         ({"compressed": "maybe"}, ResponseCode.SYSTEM_ERROR, ["compressed", "true/false"]),
         ({"bodyCrc32": "12"}, ResponseCode.SYSTEM_ERROR, ["crc32 not match"]),
     ],
