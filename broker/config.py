@@ -10,7 +10,8 @@ One ``broker.conf`` feeds both classes by key name, as in RocketMQ. Differences 
 - ``haSlaveFallbehindMax`` is a 64-bit value (4.x used an int, capping it at 2 GiB);
 - RocketMQ's disk thresholds that were JVM system properties (``diskSpaceWarningLevelRatio`` 90,
   ``diskSpaceCleanForciblyRatio`` 85) are ordinary keys;
-- the HA stream additions of DESIGN.md §3: ``haAuthSecret`` and ``haSlaveCatchUpFrom``.
+- the HA stream additions of DESIGN.md §3: ``haAuthSecret`` and ``haSlaveCatchUpFrom``;
+- ``grpcServerPort`` (RocketMQ 5's proxy key, 8081) is the broker's own: every broker serves the v2 endpoint.
 """
 
 from __future__ import annotations
@@ -206,6 +207,8 @@ class BrokerConfig:
     broker_suspend_max_time_millis: int = conf.ranged(15_000, 0, conf.JAVA_INT_MAX, "milliseconds a pull may be held")
     max_reconsume_times: int = conf.ranged(16, 0, conf.JAVA_INT_MAX, "deliveries before a message goes to %DLQ%")
     send_dedup_window_seconds: int = conf.ranged(600, 0, conf.JAVA_INT_MAX, "seconds; 0 turns send dedup off")
+    # RocketMQ 5's key: the apache.rocketmq.v2 endpoint for RocketMQ 5 clients (broker/grpc_v2)
+    grpc_server_port: int = conf.port(8081, zero_means="the RocketMQ 5 endpoint is off")
 
     def __post_init__(self) -> None:
         if not self.broker_name or not all(c.isalnum() or c in "-_%|" for c in self.broker_name):

@@ -32,6 +32,7 @@ from broker.client_manager import ClientManager
 from broker.config import BrokerSettings
 from broker.context import BrokerContext
 from broker.dedup import SendDedupWindow, restore_from_store
+from broker.grpc_v2.endpoint import GrpcEndpoint
 from broker.ha.service import HAService
 from broker.long_polling import PullRequestHoldService
 from broker.metadata.consumer_offsets import ConsumerOffsetManager
@@ -112,6 +113,7 @@ class BrokerServer(Service):
         self.schedule: ScheduleService | None = None
         self.remoting: RemotingServer | None = None
         self.fast_remoting: RemotingServer | None = None
+        self.grpc_v2: GrpcEndpoint | None = None  # the RocketMQ 5 endpoint on grpcServerPort
         self._services: list[Service] = []
         self.metrics_registry = new_registry()
         self.metrics: BrokerMetrics | None = None
@@ -145,6 +147,8 @@ class BrokerServer(Service):
             settings = settings.with_ports(listen_port=port, ha_port=ha_port)
         if fast:
             fast = _probe_port(fast, "fastListenPort (the fast/VIP port, listenPort - 2 by default; 0 turns it off)")
+        if settings.broker.grpc_server_port:
+            _probe_port(settings.broker.grpc_server_port, "grpcServerPort (the RocketMQ 5 endpoint; 0 turns it off)")
         # Record the resolved fast port so nothing derives it again from the bound listenPort.
         return replace(settings, broker=replace(settings.broker, fast_listen_port=fast))
 
@@ -252,6 +256,9 @@ class BrokerServer(Service):
         await self.remoting.start()
         if self.fast_remoting is not None:
             await self.fast_remoting.start()
+        if broker.grpc_server_port:
+            self.grpc_v2 = GrpcEndpoint(ctx, LISTEN_HOST, broker.grpc_server_port)
+            await self.grpc_v2.start()
         self.run_every("persist-offsets", broker.flush_consumer_offset_interval / 1000, offsets.persist)
         self.run_every("persist-metadata", 10.0, self._persist_tables)
         await self.registration.start()
@@ -308,6 +315,8 @@ class BrokerServer(Service):
             await self.registration.stop()
         if ctx is not None:
             await ctx.hold.stop()
+        if self.grpc_v2 is not None:
+            await self.grpc_v2.stop(REMOTING_STOP_GRACE_S)
         for server in (self.fast_remoting, self.remoting):
             if server is not None:
                 await server.stop(REMOTING_STOP_GRACE_S)

@@ -197,6 +197,7 @@ class Broker(ServerProcess):
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = int(conf.pop("listenPort", 0) or free_port())
         self.ha_port = int(conf.pop("haListenPort", 0) or free_port())
+        self.grpc_port = int(conf.pop("grpcServerPort", None) or free_port())  # the RocketMQ 5 endpoint
         self.store_dir = workdir / "store"
         values: dict[str, object] = {
             "brokerClusterName": cluster,
@@ -208,6 +209,7 @@ class Broker(ServerProcess):
             "listenPort": self.port,
             "fastListenPort": 0,  # off: listenPort - 2 is not known to be free (a test may set a free port)
             "haListenPort": self.ha_port,
+            "grpcServerPort": self.grpc_port,
             "metricsPromExporterPort": free_port(),
             "storePathRootDir": str(self.store_dir),
             "mappedFileSizeCommitLog": 4 * 1024 * 1024,
@@ -226,12 +228,19 @@ class Broker(ServerProcess):
         return f"127.0.0.1:{self.port}"
 
     @property
+    def grpc_addr(self) -> str:
+        """The RocketMQ 5 endpoint (access point of the official RocketMQ 5 clients)."""
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
     def ha_addr(self) -> str:
         return f"127.0.0.1:{self.ha_port}"
 
     def reassign_ports(self) -> None:
         self.port, self.ha_port, self.metrics_port = free_port(), free_port(), free_port()
-        self._values.update(listenPort=self.port, haListenPort=self.ha_port, metricsPromExporterPort=self.metrics_port)
+        self.grpc_port = free_port()
+        self._values.update(listenPort=self.port, haListenPort=self.ha_port, metricsPromExporterPort=self.metrics_port,
+                            grpcServerPort=self.grpc_port)
         write_conf(self.conf_path, self._values)
 
 

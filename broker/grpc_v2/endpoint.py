@@ -1,0 +1,53 @@
+"""GrpcEndpoint: the grpc.aio server of ``MessagingService`` on ``grpcServerPort`` (0 in the config turns it off;
+the broker binds the port before touching the store, so a taken port fails at start with the key named).
+
+Stop: stop accepting, give RPCs in flight ``grace_s`` (held long polls are released first by the pop service), then
+cancel. Message size limit: maxMessageSize plus room for the envelope.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from broker.context import BrokerContext
+from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
+from broker.grpc_v2.service import MessagingService
+
+log = logging.getLogger(__name__)
+
+ENVELOPE_BYTES = 1024 * 1024
+
+
+class GrpcEndpoint:
+    def __init__(self, ctx: BrokerContext, host: str, port: int, pop=None) -> None:
+        self.ctx = ctx
+        self.host = host
+        self.port = port
+        self.service = MessagingService(ctx, pop)
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> int:
+        limit = self.ctx.max_message_size + ENVELOPE_BYTES
+        server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.so_reuseport", 0),
+        ])
+        sgrpc.add_MessagingServiceServicer_to_server(self.service, server)
+        try:
+            bound = server.add_insecure_port(f"{self.host}:{self.port}")
+        except RuntimeError as exc:
+            raise OSError(f"grpcServerPort {self.port} cannot be bound ({exc}); choose another port, or 0 in"
+                          " grpcServerPort turns the RocketMQ 5 endpoint off") from None
+        self.port = self.service.grpc_port = bound
+        await server.start()
+        self._server = server
+        log.info("RocketMQ 5 gRPC endpoint (apache.rocketmq.v2.MessagingService) on %s:%d", self.host, bound)
+        return bound
+
+    async def stop(self, grace_s: float) -> None:
+        if self._server is not None:
+            await self._server.stop(grace_s)
+            self._server = None

@@ -1,0 +1,80 @@
+"""SendMessage (RocketMQ's proxy ``SendMessageActivity``): one or many messages, each admitted by the same
+function as a remoting send (``broker.processors.send_admit.admit``: role, permission, topic, queue), converted by
+``convert.to_draft`` and appended with ``MessageStore.put_messages``.
+
+Queue choice: a message with a message_group (FIFO) goes to ``crc32(group) % writeQueueNums`` so a group stays in
+one queue; any other to a queue ``admit`` picks. The answer has one entry per message (the official client sends
+one and asserts exactly one entry), each with the client's message_id and the queue offset; the top-level status
+is the first non-OK entry's (errors belong there: the client ignores entry statuses). A weak "stored" status of a
+SYNC_MASTER is never OK (``codes.put_status``). Transactional messages are refused with UNSUPPORTED.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+
+from broker.context import BrokerContext
+from broker.grpc_v2 import codes
+from broker.grpc_v2.convert import BadMessage, to_draft
+from broker.grpc_v2.pb import definition_pb2 as pb
+from broker.grpc_v2.pb import service_pb2 as spb
+from broker.processors.send_admit import Refusal, admit
+from remoting.message_headers import DEFAULT_TOPIC, SendHeader
+
+MAX_MESSAGES_PER_REQUEST = 1024
+
+
+def _header(topic: str, queue_id: int, born_ms: int) -> SendHeader:
+    return SendHeader(
+        producer_group="", topic=topic, default_topic=DEFAULT_TOPIC, default_topic_queue_nums=4, queue_id=queue_id,
+        sys_flag=0, born_timestamp=born_ms, flag=0, properties="", reconsume_times=0, max_reconsume_times=None,
+        batch=False, broker_name=None, dedup=False,
+    )
+
+
+async def _send_one(ctx: BrokerContext, msg: pb.Message, born_host: tuple[str, int]) -> spb.SendResultEntry:
+    sp = msg.system_properties
+    entry = spb.SendResultEntry(message_id=sp.message_id)
+    if sp.message_type == pb.MessageType.TRANSACTION:
+        entry.status.CopyFrom(codes.unsupported(
+            "transactional messages (EndTransaction)", "send NORMAL, FIFO or DELAY messages"))
+        return entry
+    topic = msg.topic.name
+    now_ms = int(time.time() * 1000)
+    queue_id = -1
+    if sp.HasField("message_group") and sp.message_group:
+        cfg = ctx.topics.get(topic)
+        if cfg is not None and cfg.write_queue_nums > 0:
+            queue_id = zlib.crc32(sp.message_group.encode()) % cfg.write_queue_nums
+    target = admit(ctx, _header(topic, queue_id, now_ms))
+    if isinstance(target, Refusal):
+        entry.status.CopyFrom(codes.from_remoting(target.code, target.remark))
+        return entry
+    try:
+        draft = to_draft(msg, born_host=born_host, levels_ms=ctx.settings.store.delay_levels_ms,
+                         max_body=ctx.max_message_size, now_ms=now_ms, cluster=ctx.settings.broker.broker_cluster_name)
+    except BadMessage as exc:
+        entry.status.CopyFrom(codes.status(exc.code, str(exc)))
+        return entry
+    result = await ctx.store.put_messages(target.topic, target.queue_id, [draft])
+    entry.status.CopyFrom(codes.put_status(result.status, result.remark))
+    if result.status.stored:
+        entry.offset = result.queue_offset
+        ctx.stats.put.add(1)
+    if ctx.metrics is not None:
+        ctx.metrics.on_send(target.topic, 1, len(draft.body), result.status, sizes=[len(draft.body)])
+    return entry
+
+
+async def send_message(
+    ctx: BrokerContext, req: spb.SendMessageRequest, born_host: tuple[str, int]
+) -> spb.SendMessageResponse:
+    if not req.messages:
+        return spb.SendMessageResponse(status=codes.status(pb.Code.BAD_REQUEST, "no message in the request"))
+    if len(req.messages) > MAX_MESSAGES_PER_REQUEST:
+        return spb.SendMessageResponse(status=codes.status(
+            pb.Code.BAD_REQUEST, f"{len(req.messages)} messages in one request; send at most {MAX_MESSAGES_PER_REQUEST}"))
+    entries = [await _send_one(ctx, m, born_host) for m in req.messages]
+    first_bad = next((e.status for e in entries if e.status.code != pb.Code.OK), None)
+    return spb.SendMessageResponse(status=first_bad or codes.OK, entries=entries)

@@ -1,0 +1,230 @@
+"""The thin ``MessagingService`` servicer: each RPC validates the client id, calls one handler module and
+answers. No exception leaves a handler as a gRPC UNKNOWN: a failure becomes INTERNAL_SERVER_ERROR in the
+response's status, with the error named (and the traceback logged).
+
+Handlers: ``route`` (QueryRoute, QueryAssignment), ``send`` (SendMessage), ``settings`` (the Telemetry reply),
+``pop`` (ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue). What pyrmq does not
+do answers UNSUPPORTED naming the feature: EndTransaction, RecallMessage, PullMessage, UpdateOffset, GetOffset,
+QueryOffset.
+
+Telemetry: the first command must be ``settings`` (within ``SETTINGS_WAIT_S``, else the stream ends with
+BAD_REQUEST saying so); each settings command is answered with ``settings.answer``; other client commands are
+ignored. At most ``MAX_STREAMS_PER_CLIENT`` streams per client id, ``MAX_STREAMS`` in all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+
+import grpc
+
+from broker.context import BrokerContext
+from broker.grpc_v2 import codes, route, send, settings
+from broker.grpc_v2.clients import MAX_STREAMS_PER_CLIENT, V2Clients
+from broker.grpc_v2.pb import definition_pb2 as pb
+from broker.grpc_v2.pb import service_pb2 as spb
+from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
+
+log = logging.getLogger(__name__)
+
+CLIENT_ID_HEADER = "x-mq-client-id"
+SETTINGS_WAIT_S = 30.0
+MAX_STREAMS = 4096
+
+
+def client_id(context: grpc.aio.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == CLIENT_ID_HEADER:
+            return value if isinstance(value, str) else value.decode(errors="replace")
+    return ""
+
+
+def peer_host(context: grpc.aio.ServicerContext) -> tuple[str, int]:
+    """``ipv4:1.2.3.4:5678`` -> ("1.2.3.4", 5678); anything else -> ("127.0.0.1", 0)."""
+    peer = context.peer() or ""
+    kind, _, rest = peer.partition(":")
+    host, _, port = rest.rpartition(":")
+    if kind in ("ipv4", "ipv6") and port.isdigit():
+        return host.strip("[]") or "127.0.0.1", int(port)
+    return "127.0.0.1", 0
+
+
+def _guarded(response_cls):
+    """Unary handler wrapper: a missing client id is CLIENT_ID_REQUIRED; an exception INTERNAL_SERVER_ERROR."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        async def handler(self, request, context):
+            if not client_id(context):
+                return response_cls(status=codes.status(
+                    pb.Code.CLIENT_ID_REQUIRED, f"the {CLIENT_ID_HEADER} header is missing; RocketMQ 5 clients set it"))
+            try:
+                return await fn(self, request, context)
+            except Exception as exc:  # noqa: BLE001 - every failure is answered in-band
+                log.exception("%s failed", fn.__name__)
+                return response_cls(status=codes.status(
+                    pb.Code.INTERNAL_SERVER_ERROR, f"{fn.__name__} failed on broker: {exc!r}; see the broker log"))
+
+        return handler
+
+    return wrap
+
+
+class MessagingService(sgrpc.MessagingServiceServicer):
+    def __init__(self, ctx: BrokerContext, pop=None) -> None:
+        self.ctx = ctx
+        self.pop = pop  # broker.grpc_v2.pop.service.PopService, None on a slave
+        self.clients = V2Clients()
+        self.grpc_port = 0  # the bound port, set by the endpoint before serving
+        self._streams = 0
+
+    # routes and sessions ------------------------------------------------------------------------------------
+    @_guarded(spb.QueryRouteResponse)
+    async def QueryRoute(self, request, context):
+        return route.query_route(self.ctx, self.grpc_port, request)
+
+    @_guarded(spb.QueryAssignmentResponse)
+    async def QueryAssignment(self, request, context):
+        return route.query_assignment(self.ctx, self.grpc_port, request)
+
+    @_guarded(spb.HeartbeatResponse)
+    async def Heartbeat(self, request, context):
+        client = self.clients.touch(client_id(context))
+        if client is None:
+            return spb.HeartbeatResponse(status=codes.status(
+                pb.Code.TOO_MANY_REQUESTS, f"this broker tracks {self.clients.max_clients} clients already; retry later"))
+        client.client_type = request.client_type
+        if request.HasField("group"):
+            client.group = request.group.name
+        return spb.HeartbeatResponse(status=codes.OK)
+
+    @_guarded(spb.NotifyClientTerminationResponse)
+    async def NotifyClientTermination(self, request, context):
+        self.clients.remove(client_id(context))
+        return spb.NotifyClientTerminationResponse(status=codes.OK)
+
+    async def Telemetry(self, request_iterator, context):
+        cid = client_id(context)
+        if not cid:
+            yield spb.TelemetryCommand(status=codes.status(
+                pb.Code.CLIENT_ID_REQUIRED, "the x-mq-client-id header is missing; RocketMQ 5 clients set it"))
+            return
+        client = self.clients.touch(cid)
+        if client is None or client.streams >= MAX_STREAMS_PER_CLIENT or self._streams >= MAX_STREAMS:
+            yield spb.TelemetryCommand(status=codes.status(
+                pb.Code.TOO_MANY_REQUESTS,
+                f"too many Telemetry streams (at most {MAX_STREAMS_PER_CLIENT} per client id, {MAX_STREAMS} in all);"
+                " close idle clients"))
+            return
+        client.streams += 1
+        self._streams += 1
+        try:
+            iterator = request_iterator.__aiter__()
+            first = True
+            while True:
+                try:
+                    if first:
+                        command = await asyncio.wait_for(iterator.__anext__(), SETTINGS_WAIT_S)
+                    else:
+                        command = await iterator.__anext__()
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    yield spb.TelemetryCommand(status=codes.status(
+                        pb.Code.BAD_REQUEST, f"no settings within {SETTINGS_WAIT_S:.0f} s of opening the Telemetry"
+                        " stream; a client sends its Settings first"))
+                    return
+                client.last_seen = time.monotonic()
+                if command.WhichOneof("command") == "settings":
+                    first = False
+                    client.settings = command.settings
+                    if command.settings.HasField("client_type"):
+                        client.client_type = command.settings.client_type
+                    if command.settings.WhichOneof("pub_sub") == "subscription":
+                        client.group = command.settings.subscription.group.name
+                    yield spb.TelemetryCommand(status=codes.OK, settings=settings.answer(self.ctx, command.settings))
+                elif first:
+                    yield spb.TelemetryCommand(status=codes.status(
+                        pb.Code.BAD_REQUEST, "the first Telemetry command must be settings"))
+                    return
+        finally:
+            client.streams -= 1
+            self._streams -= 1
+
+    # sending ------------------------------------------------------------------------------------------------
+    @_guarded(spb.SendMessageResponse)
+    async def SendMessage(self, request, context):
+        return await send.send_message(self.ctx, request, peer_host(context))
+
+    # pop consumption ----------------------------------------------------------------------------------------
+    def _no_pop(self, what: str) -> pb.Status:
+        if self.ctx.is_slave:
+            return codes.status(pb.Code.FORBIDDEN, self.ctx.slave_refusal(f"{what} on the master"))
+        return codes.unsupported("pop consumption", "this broker was started without it")
+
+    async def ReceiveMessage(self, request, context):
+        if not client_id(context):
+            yield spb.ReceiveMessageResponse(status=codes.status(
+                pb.Code.CLIENT_ID_REQUIRED, "the x-mq-client-id header is missing; RocketMQ 5 clients set it"))
+            return
+        if self.pop is None:
+            yield spb.ReceiveMessageResponse(status=self._no_pop("receive"))
+            return
+        try:
+            async for response in self.pop.receive(request, context.time_remaining()):
+                yield response
+        except Exception as exc:  # noqa: BLE001
+            log.exception("ReceiveMessage failed")
+            yield spb.ReceiveMessageResponse(status=codes.status(
+                pb.Code.INTERNAL_SERVER_ERROR, f"ReceiveMessage failed on broker: {exc!r}; see the broker log"))
+
+    @_guarded(spb.AckMessageResponse)
+    async def AckMessage(self, request, context):
+        if self.pop is None:
+            return spb.AckMessageResponse(status=self._no_pop("ack"))
+        return await self.pop.ack(request)
+
+    @_guarded(spb.ChangeInvisibleDurationResponse)
+    async def ChangeInvisibleDuration(self, request, context):
+        if self.pop is None:
+            return spb.ChangeInvisibleDurationResponse(status=self._no_pop("change invisible durations"))
+        return await self.pop.change_invisible_duration(request)
+
+    @_guarded(spb.ForwardMessageToDeadLetterQueueResponse)
+    async def ForwardMessageToDeadLetterQueue(self, request, context):
+        if self.pop is None:
+            return spb.ForwardMessageToDeadLetterQueueResponse(status=self._no_pop("dead-letter messages"))
+        return await self.pop.forward_to_dlq(request)
+
+    # not supported ------------------------------------------------------------------------------------------
+    @_guarded(spb.EndTransactionResponse)
+    async def EndTransaction(self, request, context):
+        return spb.EndTransactionResponse(status=codes.unsupported(
+            "transactional messages (EndTransaction)", "pyrmq has no transactions yet; send NORMAL messages"))
+
+    @_guarded(spb.RecallMessageResponse)
+    async def RecallMessage(self, request, context):
+        return spb.RecallMessageResponse(status=codes.unsupported(
+            "RecallMessage (cancelling a delay message)", "consumers must skip a message they no longer want"))
+
+    @_guarded(spb.UpdateOffsetResponse)
+    async def UpdateOffset(self, request, context):
+        return spb.UpdateOffsetResponse(status=codes.unsupported(
+            "UpdateOffset (the v2 pull consumer)", "use a SimpleConsumer or PushConsumer, or the remoting protocol"))
+
+    @_guarded(spb.GetOffsetResponse)
+    async def GetOffset(self, request, context):
+        return spb.GetOffsetResponse(status=codes.unsupported(
+            "GetOffset (the v2 pull consumer)", "use a SimpleConsumer or PushConsumer, or the remoting protocol"))
+
+    @_guarded(spb.QueryOffsetResponse)
+    async def QueryOffset(self, request, context):
+        return spb.QueryOffsetResponse(status=codes.unsupported(
+            "QueryOffset (the v2 pull consumer)", "use a SimpleConsumer or PushConsumer, or the remoting protocol"))
+
+    async def PullMessage(self, request, context):
+        yield spb.PullMessageResponse(status=codes.unsupported(
+            "PullMessage (the v2 pull consumer)", "use a SimpleConsumer or PushConsumer, or the remoting protocol"))

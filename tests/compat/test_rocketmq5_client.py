@@ -1,0 +1,112 @@
+"""The official RocketMQ 5 Python client (``rocketmq-python-client`` 5.1.2, unchanged, in its own process) against
+real pyrmq processes: a nameserver, a SYNC_MASTER and its slave, the client talking to the master's
+apache.rocketmq.v2 endpoint (``grpcServerPort``). Raw v2 calls (the broker's own stubs) check the answers the client
+does not show: unsupported RPCs, a missing client id, an unknown topic.
+"""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from broker.grpc_v2.pb import definition_pb2 as pb
+from broker.grpc_v2.pb import service_pb2 as spb
+from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
+from tests.compat import harness
+from tests.compat.rocketmq5 import Rmq5Client, client_python
+from tests.integration.ctl.cli import ok_json
+from tests.support.procs import Broker, Namesrv
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+CLIENT_ID = [("x-mq-client-id", "pytest@raw")]
+
+
+def _start_group(root) -> harness.Group:
+    """A nameserver, a SYNC_MASTER and its slave sharing an HA secret; the v2 clients use the master's endpoint."""
+    namesrv = Namesrv(root / "namesrv").start(harness.BOOT_S)
+    started: list = [namesrv]
+    try:
+        common = {"slaveSynchronizeInterval": 1000, "haAuthSecret": "v2-compat-" + "0" * 54}
+        master = Broker(root / "master", name=harness.BROKER_NAME, namesrv_addr=namesrv.addr, role="SYNC_MASTER",
+                        cluster=harness.CLUSTER, **common).start(harness.BOOT_S)
+        started.append(master)
+        slave = Broker(root / "slave", name=harness.BROKER_NAME, namesrv_addr=namesrv.addr, role="SLAVE",
+                       broker_id=1, cluster=harness.CLUSTER, haMasterAddress=master.ha_addr,
+                       **common).start(harness.BOOT_S)
+        started.append(slave)
+        g = harness.Group(namesrv, master, slave)
+        wait_until(lambda: harness.slave_in_sync(g), harness.READY_S,
+                   lambda: f"haStatus never showed the slave attached and OK\n{g.logs()}")
+        return g
+    except BaseException:
+        for proc in reversed(started):
+            proc.stop()
+        raise
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory):
+    g = _start_group(tmp_path_factory.mktemp("v2-cluster"))
+    yield g
+    for proc in g.procs():
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def python5():
+    return client_python()
+
+
+@pytest.fixture
+def client(python5, tmp_path):
+    made: list[Rmq5Client] = []
+
+    def make() -> Rmq5Client:
+        c = Rmq5Client(python5, tmp_path / f"client-{len(made)}")
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+@pytest.fixture
+def stub(group):
+    channel = grpc.insecure_channel(group.master.grpc_addr)
+    yield sgrpc.MessagingServiceStub(channel)
+    channel.close()
+
+
+def _queue_max_offsets(group, topic: str) -> int:
+    rows = ok_json("topicStatus", "-n", group.namesrv_addr, "-t", topic)
+    return sum(int(r["maxOffset"]) for r in rows if r["brokerName"] == harness.BROKER_NAME)
+
+
+def test_producer_send_and_send_async_get_receipts_and_the_messages_are_stored(group, client):
+    topic = harness.unique("v2send")
+    harness.create_topic(group, topic, 4)
+    producer = client()
+    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    sync = producer.call(op="send", topic=topic, body="one", tag="TagA", keys=["k1", "k2"], props={"p": "v"})
+    asynchronous = producer.call(op="send", topic=topic, body="two", **{"async": True})
+    fifo = producer.call(op="send", topic=topic, body="three", group="order-1")
+    ids = [r["message_id"] for r in (sync, asynchronous, fifo)]
+    assert all(ids) and len(set(ids)) == 3
+    assert _queue_max_offsets(group, topic) == 3
+
+
+def test_unsupported_rpcs_answer_unsupported_naming_the_feature(group, stub):
+    end = stub.EndTransaction(spb.EndTransactionRequest(), metadata=CLIENT_ID, timeout=5)
+    assert end.status.code == pb.Code.UNSUPPORTED and "transaction" in end.status.message
+    recall = stub.RecallMessage(spb.RecallMessageRequest(), metadata=CLIENT_ID, timeout=5)
+    assert recall.status.code == pb.Code.UNSUPPORTED and "RecallMessage" in recall.status.message
+
+
+def test_a_call_without_client_id_and_an_unknown_topic_get_v2_codes(group, stub):
+    req = spb.QueryRouteRequest(topic=pb.Resource(name="no_such_topic_v2"))
+    assert stub.QueryRoute(req, timeout=5).status.code == pb.Code.CLIENT_ID_REQUIRED
+    answer = stub.QueryRoute(req, metadata=CLIENT_ID, timeout=5)
+    assert answer.status.code == pb.Code.TOPIC_NOT_FOUND and "mqctl updateTopic" in answer.status.message

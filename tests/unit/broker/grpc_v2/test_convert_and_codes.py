@@ -1,0 +1,82 @@
+"""Pure pieces of the v2 endpoint: message conversion both ways, delay levels, status mapping."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.grpc_v2 import codes
+from broker.grpc_v2.convert import BadMessage, delay_level, to_draft, to_proto
+from broker.grpc_v2.pb import definition_pb2 as pb
+from broker.store.types import PutStatus
+from remoting.message_codec import StoredMessage
+
+LEVELS = [1000, 5000, 10_000, 30_000]
+
+
+def _msg(**sp) -> pb.Message:
+    m = pb.Message(topic=pb.Resource(name="t"), body=b"hello", system_properties=pb.SystemProperties(**sp))
+    m.user_properties["color"] = "red"
+    return m
+
+
+def _draft(m: pb.Message, now_ms: int = 1_000_000):
+    return to_draft(m, born_host=("10.0.0.1", 0), levels_ms=LEVELS, max_body=100, now_ms=now_ms, cluster="c")
+
+
+def test_a_message_becomes_rocketmq_properties():
+    d = _draft(_msg(message_id="ID1", tag="TagA", keys=["k1", "k2"], message_group="g1"))
+    assert d.properties == {"color": "red", "UNIQ_KEY": "ID1", "TAGS": "TagA", "KEYS": "k1 k2",
+                            "__SHARDINGKEY": "g1", "CLUSTER": "c"}
+    assert d.body == b"hello" and d.born_host == ("10.0.0.1", 0)
+
+
+def test_delivery_timestamp_picks_the_smallest_level_not_shorter_and_refuses_past_the_highest():
+    assert [delay_level(ms, LEVELS) for ms in (-5, 0, 1, 1000, 1001, 30_000)] == [0, 0, 1, 1, 2, 4]
+    assert delay_level(30_001, LEVELS) == -1
+    m = _msg(message_id="ID1")
+    m.system_properties.delivery_timestamp.seconds = 1_006  # 6 s after now
+    d = _draft(m)
+    assert d.properties["DELAY"] == "3" and d.properties["TIMER_DELIVER_MS"] == "1006000"
+    m.system_properties.delivery_timestamp.seconds = 2_000
+    with pytest.raises(BadMessage) as err:
+        _draft(m)
+    assert err.value.code == pb.Code.ILLEGAL_DELIVERY_TIME
+
+
+@pytest.mark.parametrize(("change", "code"), [
+    ({"body": b""}, pb.Code.BAD_REQUEST),
+    ({"body": b"x" * 101}, pb.Code.MESSAGE_BODY_TOO_LARGE),
+    ({"message_id": ""}, pb.Code.ILLEGAL_MESSAGE_ID),
+    ({"tag": "a||b"}, pb.Code.ILLEGAL_MESSAGE_TAG),
+    ({"prop": ("UNIQ_KEY", "x")}, pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+    ({"prop": ("a\x01", "x")}, pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+])
+def test_bad_messages_are_refused_with_the_v2_code(change, code):
+    m = _msg(message_id=change.get("message_id", "ID1"), tag=change.get("tag", "t"))
+    if "body" in change:
+        m.body = change["body"]
+    if "prop" in change:
+        m.user_properties[change["prop"][0]] = change["prop"][1]
+    with pytest.raises(BadMessage) as err:
+        _draft(m)
+    assert err.value.code == code
+
+
+def test_a_stored_record_becomes_the_message_a_consumer_receives():
+    stored = StoredMessage("%RETRY%g_t", 0, 7, 1234, 200, b"hello",
+                           {"UNIQ_KEY": "ID1", "TAGS": "TagA", "KEYS": "k1 k2", "color": "red"},
+                           0, 0, 1_000, ("10.0.0.1", 5), 2_000, ("127.0.0.1", 10911), 2, 0)
+    m = to_proto(stored, topic="t", receipt_handle="H", invisible_ms=15_000, store_host="b")
+    sp = m.system_properties
+    assert (m.topic.name, sp.message_id, sp.tag, list(sp.keys)) == ("t", "ID1", "TagA", ["k1", "k2"])
+    assert sp.delivery_attempt == 3 and sp.receipt_handle == "H" and sp.body_encoding == pb.Encoding.IDENTITY
+    assert sp.body_digest.checksum == "3610A686" and dict(m.user_properties) == {"color": "red"}
+
+
+def test_weak_stored_statuses_are_never_ok_and_say_stored():
+    for put, code in [(PutStatus.FLUSH_SLAVE_TIMEOUT, pb.Code.SLAVE_PERSISTENCE_TIMEOUT),
+                      (PutStatus.SLAVE_NOT_AVAILABLE, pb.Code.HA_NOT_AVAILABLE),
+                      (PutStatus.FLUSH_DISK_TIMEOUT, pb.Code.MASTER_PERSISTENCE_TIMEOUT)]:
+        st = codes.put_status(put)
+        assert st.code == code and "stored on the master" in st.message
+    assert codes.put_status(PutStatus.PUT_OK).code == pb.Code.OK
