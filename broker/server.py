@@ -170,6 +170,10 @@ class BrokerServer(Service):
         broker, store_cfg = settings.broker, settings.store
         levels = store_cfg.delay_levels_ms
 
+        # Lock every directory this broker writes before the config files are read or written: a second broker
+        # sharing any of them (storePathCommitLog included) stops here, naming the directory and its holder.
+        self.store = store = MessageStore(store_cfg, store_host=(broker.broker_ip1, broker.listen_port))
+        store.lock()
         config_dir = store_cfg.config_dir
         topics = TopicConfigManager(config_dir, schedule_queue_nums=len(levels))
         groups = SubscriptionGroupManager(config_dir, auto_create=broker.auto_create_subscription_group)
@@ -184,7 +188,6 @@ class BrokerServer(Service):
             topics.create_if_absent(DEFAULT_TOPIC, broker.default_topic_queue_nums, PERM_INHERIT | PERM_READ | PERM_WRITE)
         await topics.persist()
 
-        self.store = store = MessageStore(store_cfg, store_host=(broker.broker_ip1, broker.listen_port))
         await store.start()
         self.metrics = metrics = BrokerMetrics(
             self.metrics_registry,

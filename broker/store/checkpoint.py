@@ -14,8 +14,13 @@ Crash behaviour: ``flush`` pwrites the whole 4096-byte page and fdatasyncs; a 24
 cannot tear on the filesystems we run on, and a zeroed or missing file only makes recovery start earlier.
 The abort marker exists while the store runs; finding it at start means the last exit was a crash.
 
-The lock is an exclusive ``flock`` on ``<root>/lock`` (per open file, so even a second store in the same
-process is refused); the kernel drops it when the process dies, so a crash never leaves a stale lock.
+Locks: every directory the broker writes holds a ``broker.lock`` file with an exclusive ``flock`` while the store runs
+(``StoreLocks``): the store root (checkpoint, abort, and by default everything below), the commitlog directory
+(``storePathCommitLog`` may point anywhere, even at another broker's commitlog), the consume-queue directory and
+the config directory (topics, offsets, groups). Every lock file has the same name, so a second broker is refused
+whichever of its directories coincides with one of the first broker's, and the file says who holds it (pid and
+store root), which the refusal names. ``flock`` is per open file, so even a second store in the same process is
+refused; the kernel drops it when the process dies, so a crash never leaves a stale lock.
 
 Task-safety: the setters are plain attribute writes from the event loop; ``flush`` blocks (executor).
 """
@@ -95,10 +100,21 @@ class StoreLockedError(PyrmqError):
     """Another broker process (or store object) holds the store directory."""
 
 
+LOCK_FILE = "broker.lock"  # a "." cannot be in a topic name, so it never collides with consumequeue/<topic>
+_HOLDER_MAX_BYTES = 4096
+
+
 class StoreLock:
-    def __init__(self, path: Path) -> None:
+    """An exclusive ``flock`` on one ``lock`` file; the file names the holder (``pid=<pid> store=<root>``)."""
+
+    def __init__(self, path: Path, *, owner: str = "") -> None:
         self.path = path
+        self.owner = owner  # the store root, written into the file for the refusal message
         self._fd = -1
+
+    @property
+    def held(self) -> bool:
+        return self._fd >= 0
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -106,15 +122,16 @@ class StoreLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
+            holder = _read_holder(fd)
             os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
                 raise StoreLockedError(
-                    f"store {self.path.parent} is in use by another broker process (lock {self.path} is held)",
-                    hint="stop the other broker or give this one its own storePathRootDir",
+                    f"{self.path.parent} belongs to another running broker: its lock {self.path} is held by {holder}",
+                    hint="stop that broker, or give this one its own storePathRootDir and storePathCommitLog",
                 ) from None
             raise
         os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        os.pwrite(fd, f"pid={os.getpid()} store={self.owner or self.path.parent}\n".encode(), 0)
         self._fd = fd
 
     def release(self) -> None:
@@ -123,3 +140,53 @@ class StoreLock:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = -1
+
+
+def _read_holder(fd: int) -> str:
+    """What the holder wrote into its lock file, for the refusal (it writes right after taking the lock, so an
+    empty file means it is just starting)."""
+    try:
+        text = os.pread(fd, _HOLDER_MAX_BYTES, 0).decode("utf-8", "replace").strip()
+    except OSError:
+        text = ""
+    return text or "a process that is starting (no pid written yet)"
+
+
+class StoreLocks:
+    """The locks of every directory a broker writes, taken in order and released together.
+
+    Directories that are the same after resolving symlinks are locked once (a second ``flock`` from this process
+    on the same file would refuse this very store). Taking them is all or nothing: a refusal releases the locks
+    already taken.
+    """
+
+    def __init__(self, directories: list[Path], *, owner: str) -> None:
+        seen: dict[Path, StoreLock] = {}
+        for directory in directories:
+            key = directory.expanduser().resolve()
+            if key not in seen:
+                seen[key] = StoreLock(directory / LOCK_FILE, owner=owner)
+        self.locks = list(seen.values())
+
+    @property
+    def held(self) -> bool:
+        return any(lock.held for lock in self.locks)
+
+    @property
+    def paths(self) -> list[Path]:
+        return [lock.path for lock in self.locks]
+
+    def acquire(self) -> None:
+        taken = []
+        try:
+            for lock in self.locks:
+                lock.acquire()
+                taken.append(lock)
+        except BaseException:
+            for lock in reversed(taken):
+                lock.release()
+            raise
+
+    def release(self) -> None:
+        for lock in reversed(self.locks):
+            lock.release()

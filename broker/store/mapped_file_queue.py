@@ -19,6 +19,7 @@ import logging
 import os
 from pathlib import Path
 
+from broker.store.checkpoint import LOCK_FILE
 from broker.store.mapped_file import MappedFile, parse_file_name
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ class MappedFileQueue:
         for entry in os.scandir(self.directory):
             start = parse_file_name(entry.name)
             if start is None:
-                if entry.is_file():
+                if entry.is_file() and entry.name != LOCK_FILE:
                     log.warning("%s: ignoring %s (not a store file name)", self.directory, entry.name)
                 continue
             paths.append((start, Path(entry.path)))

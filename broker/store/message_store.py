@@ -1,10 +1,13 @@
 """MessageStore: the broker's storage facade (RocketMQ DefaultMessageStore), statuses in, statuses out.
 
 On disk under ``storePathRootDir``: ``commitlog/`` (commitlog.py), ``consumequeue/<topic>/<queueId>/``
-(consume_queue.py), ``checkpoint`` and ``abort`` (checkpoint.py), ``lock`` (an flock held while running: a
-second store on the same directory fails at start with a clear error).
+(consume_queue.py), ``checkpoint`` and ``abort`` (checkpoint.py). A ``broker.lock`` file (an flock held while running) in
+every directory the store or the broker writes: the root, the commitlog directory (``storePathCommitLog`` may lie
+outside the root), ``consumequeue`` and ``config``; a second broker sharing any of them fails at start with an
+error naming the directory and the holder (``checkpoint.StoreLocks``).
 
-Lifecycle: ``start`` takes the lock, loads the files, recovers (normal without an abort marker, abnormal with
+Lifecycle: ``lock`` takes the locks (the broker calls it before it touches its config files; ``start`` takes them
+if nobody did), ``start`` loads the files, recovers (normal without an abort marker, abnormal with
 one), cuts every consume queue back to the recovered commitlog end, re-dispatches what the queues lack,
 corrects queue min offsets, creates the abort marker and starts the services (flush, consume-queue flush,
 allocation, cleanup, and on a SLAVE the tailing dispatcher). ``stop`` refuses new puts, waits for the one in
@@ -36,7 +39,7 @@ from broker.config import BrokerRole, MessageStoreConfig
 from broker.store import get as get_path
 from broker.store import put as put_path
 from broker.store.allocate import AllocateService
-from broker.store.checkpoint import AbortMarker, StoreCheckpoint, StoreLock, StoreLockedError  # noqa: F401
+from broker.store.checkpoint import AbortMarker, StoreCheckpoint, StoreLocks, StoreLockedError  # noqa: F401
 from broker.store.cleanup import CleanupService, DiskMonitor
 from broker.store.commitlog import CommitLog
 from broker.store.consume_queue import UNIT_SIZE, ConsumeQueue
@@ -94,7 +97,9 @@ class MessageStore:
         self._delay_levels_ms = config.delay_levels_ms
         self._checkpoint: StoreCheckpoint | None = None
         self._abort = AbortMarker(self.root / "abort")
-        self._lock = StoreLock(self.root / "lock")
+        self._locks = StoreLocks(
+            [self.root, config.commitlog_dir, config.consume_queue_dir, config.config_dir], owner=str(self.root)
+        )
         self._put_lock = asyncio.Lock()
         self._dispatched = 0
         self._running = False
@@ -117,10 +122,25 @@ class MessageStore:
         }
 
     # lifecycle -------------------------------------------------------------------------------------------
+    def lock(self) -> None:
+        """Lock every directory this broker writes (blocking, quick); StoreLockedError names a directory another
+        broker holds and that broker. Idempotent; ``stop``, ``kill`` or a failed ``start`` release the locks."""
+        if not self._locks.held:
+            self._locks.acquire()
+
+    def unlock(self) -> None:
+        """Release the locks of a store that was locked but will not be started."""
+        if not self._running:
+            self._locks.release()
+
+    @property
+    def lock_paths(self) -> list[Path]:
+        return self._locks.paths
+
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.root.mkdir(parents=True, exist_ok=True)
-        self._lock.acquire()
+        self.lock()
         try:
             abnormal = self._abort.exists
             self._checkpoint = StoreCheckpoint(self.root / "checkpoint")
@@ -149,7 +169,7 @@ class MessageStore:
             for svc in reversed(self._services):
                 await svc.stop(timeout_s=0.5)
             self._close_files()
-            self._lock.release()
+            self._locks.release()
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._alloc_executor.shutdown(wait=False, cancel_futures=True)
             raise
@@ -169,6 +189,7 @@ class MessageStore:
 
     async def stop(self) -> None:
         if not self._running:
+            self.unlock()  # locked by the broker, but its start failed before the store's
             return
         self._stopping = True
         loop = asyncio.get_running_loop()
@@ -180,7 +201,7 @@ class MessageStore:
         await loop.run_in_executor(self._executor, self._final_flush)
         await loop.run_in_executor(self._executor, self._abort.remove)
         self._close_files()
-        self._lock.release()
+        self._locks.release()
         self._executor.shutdown(wait=True)
         self._alloc_executor.shutdown(wait=True)
         log.info("store %s stopped cleanly at commitlog offset %d", self.root, self.max_phy_offset)
@@ -204,7 +225,7 @@ class MessageStore:
             await svc.stop(timeout_s=0.5)
         self._services = []
         self._close_files()
-        self._lock.release()
+        self._locks.release()
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._alloc_executor.shutdown(wait=True, cancel_futures=True)
 

@@ -20,7 +20,7 @@ def disk_snapshot(root) -> dict[str, bytes]:
     out = {}
     for dirpath, _, files in os.walk(root):
         for name in files:
-            if name in ("checkpoint", "lock", "abort"):
+            if name in ("checkpoint", "broker.lock", "abort"):
                 continue
             path = os.path.join(dirpath, name)
             with open(path, "rb") as fh:
@@ -197,7 +197,7 @@ async def test_batches_roll_files_with_a_blank_record_and_span_files_when_larger
 
 async def test_second_store_on_the_same_directory_is_refused(config, store):
     other = MessageStore(config)
-    with pytest.raises(StoreLockedError, match="in use by another broker process"):
+    with pytest.raises(StoreLockedError, match="belongs to another running broker"):
         await other.start()
 
 
@@ -342,4 +342,4 @@ async def test_a_second_process_on_the_same_store_fails_with_a_clear_error(confi
     )
     out, _ = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 3, out
-    assert b"is in use by another broker process" in out and b"lock" in out
+    assert b"belongs to another running broker" in out and b"broker.lock" in out

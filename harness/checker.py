@@ -1,0 +1,218 @@
+"""The chaos checker: classify a history of sends and reads like Jepsen's queue checker (spec/reliability.md §8).
+
+Pure: no I/O, no clock. Input is what the workload recorded:
+
+- every send, with its outcome: ACKED (SEND_OK), WEAK (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT,
+  SLAVE_NOT_AVAILABLE: stored on the master, not replicated as asked), FAILED (a definite refusal: the broker
+  answered that it did not store it) or UNKNOWN (a timeout or a broken connection: it may or may not be stored);
+  with the writer and its sequence number, and the commitlog offset of a stored message (from its offsetMsgId);
+- every read by the consumer group (at-least-once: an id may come twice);
+- optionally the reads of one node on its own (the slave, drained after the master was destroyed) and the
+  slave's acknowledged offset recorded at that fault.
+
+Output (``Report``): attempted / acked / weak / failed / unknown; read; ``lost`` = acked - read (split per writer
+into prefix / middle / postfix, Jepsen's lost-breakout); ``weak_lost`` and ``recovered`` (weak or unknown, yet
+read); ``unexpected`` = reads of ids never attempted; ``aborted_reads`` = reads of FAILED sends; ``duplicated``;
+``inconsistent_offsets`` = one queue offset holding different ids across reads; ``lost_on_slave`` = acked ids
+the slave does not hold, and among them ``lost_on_slave_below_ack``: those whose whole record lies below the
+slave's acknowledged offset.
+
+The verdict (``Report.problems(mode)``): in both modes lost = unexpected = aborted reads = inconsistent offsets = 0.
+SYNC: lost on the slave = 0 (every SEND_OK was on the slave when it was acknowledged). ASYNC: a message may be
+missing on the slave only beyond the slave's acknowledged offset (the unreplicated suffix). Duplicates, weak
+losses and recoveries are reported, never a failure (at-least-once delivery; stored-on-master-only statuses).
+
+A record's end is not known from the client, so "below the ack" uses the next known record start after it (the
+smallest commitlog offset of any stored send above it): the record ends at or before it. That bound is never
+below the true end, so the check can miss a loss just under the ack but never accuses a message that was not
+wholly acknowledged.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+class Outcome(enum.Enum):
+    ACKED = "acked"
+    WEAK = "weak"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+class Mode(enum.Enum):
+    SYNC = "SYNC"
+    ASYNC = "ASYNC"
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    id: str
+    writer: str
+    seq: int
+    outcome: Outcome
+    offset: int | None = None  # commitlog offset of the stored message (ACKED and WEAK), from its offsetMsgId
+    detail: str = ""  # the status or the error, for the report
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    id: str
+    queue: str  # topic:queueId
+    queue_offset: int
+    node: str = "group"  # "group" for the consumer group; a node name for a per-node drain
+
+
+@dataclass
+class Breakout:
+    prefix: int = 0
+    middle: int = 0
+    postfix: int = 0
+
+
+@dataclass
+class Report:
+    attempted: int = 0
+    acked: int = 0
+    weak: int = 0
+    failed: int = 0
+    unknown: int = 0
+    read: int = 0  # distinct ids the group read
+    reads: int = 0  # reads, duplicates included
+    lost: list[str] = field(default_factory=list)
+    lost_breakout: Breakout = field(default_factory=Breakout)
+    weak_lost: int = 0
+    recovered: int = 0
+    unexpected: list[str] = field(default_factory=list)
+    aborted_reads: list[str] = field(default_factory=list)
+    duplicated: int = 0  # ids read more than once
+    duplicate_reads: int = 0  # reads beyond the first
+    inconsistent_offsets: list[str] = field(default_factory=list)
+    slave_checked: bool = False
+    slave_ack: int | None = None
+    slave_read: int = 0
+    lost_on_slave: list[str] = field(default_factory=list)
+    lost_on_slave_below_ack: list[str] = field(default_factory=list)
+
+    def problems(self, mode: Mode) -> list[str]:
+        """What breaks the promise of ``mode``; empty when the history is valid."""
+        out = []
+        if self.lost:
+            out.append(f"{len(self.lost)} acknowledged messages never read (lost-breakout {self.lost_breakout}), "
+                       f"e.g. {self.lost[:5]}")
+        if self.unexpected:
+            out.append(f"{len(self.unexpected)} reads of ids never sent, e.g. {self.unexpected[:5]}")
+        if self.aborted_reads:
+            out.append(f"{len(self.aborted_reads)} reads of sends the broker refused, e.g. {self.aborted_reads[:5]}")
+        if self.inconsistent_offsets:
+            out.append(f"{len(self.inconsistent_offsets)} queue offsets hold different ids, "
+                       f"e.g. {self.inconsistent_offsets[:5]}")
+        if self.slave_checked:
+            if mode is Mode.SYNC and self.lost_on_slave:
+                out.append(f"SYNC: {len(self.lost_on_slave)} SEND_OK messages missing on the slave, "
+                           f"e.g. {self.lost_on_slave[:5]}")
+            if mode is Mode.ASYNC and self.lost_on_slave_below_ack:
+                out.append(f"ASYNC: {len(self.lost_on_slave_below_ack)} acknowledged messages missing on the slave "
+                           f"below its acked offset {self.slave_ack}, e.g. {self.lost_on_slave_below_ack[:5]}")
+        return out
+
+    def figures(self) -> dict[str, object]:
+        """Counts only (for tables and JSON)."""
+        return {
+            "attempted": self.attempted, "acked": self.acked, "weak": self.weak, "failed": self.failed,
+            "unknown": self.unknown, "read": self.read, "reads": self.reads, "lost": len(self.lost),
+            "lost_prefix": self.lost_breakout.prefix, "lost_middle": self.lost_breakout.middle,
+            "lost_postfix": self.lost_breakout.postfix, "weak_lost": self.weak_lost, "recovered": self.recovered,
+            "unexpected": len(self.unexpected), "aborted_reads": len(self.aborted_reads),
+            "duplicated": self.duplicated, "duplicate_reads": self.duplicate_reads,
+            "inconsistent_offsets": len(self.inconsistent_offsets), "slave_checked": self.slave_checked,
+            "slave_ack": self.slave_ack, "slave_read": self.slave_read, "lost_on_slave": len(self.lost_on_slave),
+            "lost_on_slave_below_ack": len(self.lost_on_slave_below_ack),
+        }
+
+
+def check(
+    sends: Iterable[Send],
+    reads: Iterable[Read],
+    *,
+    slave_reads: Iterable[Read] | None = None,
+    slave_ack: int | None = None,
+) -> Report:
+    """Classify the history. ``slave_reads``: what a drain of the slave alone found after the master was
+    destroyed; ``slave_ack``: the slave's acknowledged commitlog offset recorded at that fault (None: unknown,
+    then nothing counts as below it)."""
+    by_id: dict[str, Send] = {}
+    for s in sends:
+        by_id[s.id] = s
+    rep = Report(attempted=len(by_id))
+    counts = Counter(s.outcome for s in by_id.values())
+    rep.acked, rep.weak = counts[Outcome.ACKED], counts[Outcome.WEAK]
+    rep.failed, rep.unknown = counts[Outcome.FAILED], counts[Outcome.UNKNOWN]
+
+    group_reads = list(reads)
+    times_read = Counter(r.id for r in group_reads)
+    rep.reads = len(group_reads)
+    rep.read = len(times_read)
+    rep.duplicated = sum(1 for n in times_read.values() if n > 1)
+    rep.duplicate_reads = sum(n - 1 for n in times_read.values() if n > 1)
+    rep.unexpected = sorted(i for i in times_read if i not in by_id)
+    rep.aborted_reads = sorted(i for i in times_read if i in by_id and by_id[i].outcome is Outcome.FAILED)
+    rep.recovered = sum(1 for i in times_read if i in by_id and by_id[i].outcome in (Outcome.WEAK, Outcome.UNKNOWN))
+    rep.weak_lost = sum(1 for s in by_id.values() if s.outcome is Outcome.WEAK and s.id not in times_read)
+
+    acked = [s for s in by_id.values() if s.outcome is Outcome.ACKED]
+    rep.lost = sorted(s.id for s in acked if s.id not in times_read)
+    rep.lost_breakout = _breakout([by_id[i] for i in rep.lost], by_id.values(), times_read)
+
+    node_reads = list(slave_reads) if slave_reads is not None else []
+    rep.inconsistent_offsets = _inconsistent(group_reads + node_reads)
+    if slave_reads is not None:
+        rep.slave_checked = True
+        rep.slave_ack = slave_ack
+        on_slave = {r.id for r in node_reads}
+        rep.slave_read = len(on_slave)
+        missing = [s for s in acked if s.id not in on_slave]
+        rep.lost_on_slave = sorted(s.id for s in missing)
+        if slave_ack is not None:
+            starts = sorted({s.offset for s in by_id.values() if s.offset is not None})
+            rep.lost_on_slave_below_ack = sorted(
+                s.id for s in missing if s.offset is not None and _end_bound(starts, s.offset) <= slave_ack
+            )
+    return rep
+
+
+def _end_bound(starts: list[int], offset: int) -> float:
+    """An upper bound of the end of the record at ``offset``: the next known record start (inf if none)."""
+    i = bisect.bisect_right(starts, offset)
+    return starts[i] if i < len(starts) else float("inf")
+
+
+def _breakout(lost: list[Send], sends: Iterable[Send], times_read: Counter) -> Breakout:
+    """Per writer: a lost message before every read one of its writer is prefix, after every one postfix,
+    between two read ones middle ("we read things before and after that value": the worst kind)."""
+    read_seqs: dict[str, list[int]] = defaultdict(list)
+    for s in sends:
+        if s.id in times_read:
+            read_seqs[s.writer].append(s.seq)
+    bounds = {w: (min(seqs), max(seqs)) for w, seqs in read_seqs.items()}
+    out = Breakout()
+    for s in lost:
+        lo_hi = bounds.get(s.writer)
+        if lo_hi is None or s.seq > lo_hi[1]:
+            out.postfix += 1
+        elif s.seq < lo_hi[0]:
+            out.prefix += 1
+        else:
+            out.middle += 1
+    return out
+
+
+def _inconsistent(reads: list[Read]) -> list[str]:
+    ids_at: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for r in reads:
+        ids_at[(r.queue, r.queue_offset)].add(r.id)
+    return sorted(f"{q}@{o}: {sorted(ids)}" for (q, o), ids in ids_at.items() if len(ids) > 1)
