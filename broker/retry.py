@@ -1,7 +1,10 @@
 """ConsumerSendMsgBack: a message the consumer failed to process goes to ``%RETRY%<group>`` through the delay
 levels, or to ``%DLQ%<group>`` once it was retried too often (RocketMQ SendMessageProcessor.consumerSendMsgBack).
 
-The original record is read by its commitlog offset. The copy keeps body, flag, keys, tags, UNIQ_KEY and user
+The original record is read by its commitlog offset, which the consumer names: ``broker.record_reader`` answers it
+only when a whole message record starts exactly there (29 INVALID_PARAMETER otherwise, 22 QUERY_NOT_FOUND when it
+expired; RocketMQ answers 1 to both, and its consumers, like pyrmq's, then send the message to the retry topic
+themselves whatever the code). The copy keeps body, flag, keys, tags, UNIQ_KEY and user
 properties, counts one more reconsume, and records where it came from: ``RETRY_TOPIC`` (the original topic,
 kept across retries) and ``ORIGIN_MESSAGE_ID``. A retry carries ``DELAY = 3 + reconsumeTimes`` (or the level the
 consumer asked for), capped at the highest configured level, so the store parks it in SCHEDULE_TOPIC_XXXX and the
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from broker.metadata.subscription_groups import SubscriptionGroupManager
 from broker.metadata.topics import TopicConfigManager, dlq_topic, retry_topic
 from broker.processors.status_map import put_code
+from broker.record_reader import RecordRefusal, max_record_size, record_at
 from broker.store.types import MessageDraft
 from remoting.codes import ResponseCode
 from remoting.message_codec import (
@@ -27,6 +31,7 @@ from remoting.message_codec import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
     RETRY_GROUP_TOPIC_PREFIX,
+    decode,
 )
 
 log = logging.getLogger(__name__)
@@ -69,13 +74,11 @@ class RetryService:
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                 f"group {req.group} does not exist and autoCreateSubscriptionGroup=false; create it first",
             ), False
-        original = self.store.read_message(req.physical_offset) if req.physical_offset >= 0 else None
-        if original is None:
-            return SendBackResult(
-                ResponseCode.SYSTEM_ERROR,
-                f"no message at commitlog offset {req.physical_offset}; it expired or the offset is wrong."
-                " Give the physical offset of the message you pulled",
-            ), False
+        raw = record_at(self.store, req.physical_offset, max_record_size(self.store.config.max_message_size),
+                        "this broker")
+        if isinstance(raw, RecordRefusal):
+            return SendBackResult(raw.code, raw.remark), False
+        original = decode(raw)
         reconsume = original.reconsume_times + 1
         max_times = req.max_reconsume_times if req.max_reconsume_times > 0 else group.retry_max_times
         props = dict(original.properties)

@@ -2,7 +2,10 @@
 (RocketMQ QueryMessageProcessor; spec remoting.md §2.4, §4.5).
 
 VIEW_MESSAGE_BY_ID, header ``offset`` (the commitlog offset inside an offset msgId, spec §6.5): the body is the
-stored record as it is on disk; 1 with RocketMQ's remark when no valid record starts there.
+stored record as it is on disk, only when a whole message record starts exactly there (``broker.record_reader``).
+Otherwise RocketMQ's remark ``can not find message by the offset`` with 29 INVALID_PARAMETER (no message ever
+started there: the msgId is wrong) or 22 QUERY_NOT_FOUND (the file expired); RocketMQ answers 1, which its clients
+treat like any other failure (mqadmin then queries by UNIQ_KEY), while pyrmq's 1 would say "retry".
 
 QUERY_MESSAGE, header ``topic``, ``key``, ``maxNum``, ``beginTimestamp``, ``endTimestamp`` (ms) and the ext field
 ``_UNIQUE_KEY_QUERY`` (``true``: a UNIQ_KEY lookup, ``maxNum`` becomes 32 as RocketMQ's ``defaultQueryMaxNum``).
@@ -27,10 +30,11 @@ import itertools
 from collections import deque
 
 from broker.context import BrokerContext
+from broker.record_reader import RecordRefusal, max_record_size, record_at
 from remoting.codes import RequestCode, ResponseCode
 from remoting.frame_codec import RemotingCommand, response_to
 from remoting.headers import Fields
-from remoting.message_codec import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, RecordStatus, check_record, property_value
+from remoting.message_codec import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, RecordStatus, property_value
 
 MAX_SCAN_BYTES = 256 * 1024 * 1024
 SLICE_RECORDS = 2048
@@ -41,14 +45,9 @@ UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 
 def view_message(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
     offset = Fields(request.ext, "VIEW_MESSAGE_BY_ID").req_long("offset")
-    record = ctx.store.read_record(offset) if offset >= 0 else None
-    if record is None or check_record(record, 0).status is not RecordStatus.VALID:
-        return response_to(
-            request,
-            ResponseCode.SYSTEM_ERROR,
-            f"can not find message by the offset, {offset}: no stored record starts there on {ctx.broker_name}"
-            " (expired and deleted, or not a message's offset); check the msgId",
-        )
+    record = record_at(ctx.store, offset, max_record_size(ctx.max_message_size), ctx.broker_name)
+    if isinstance(record, RecordRefusal):
+        return response_to(request, record.code, record.remark)
     return response_to(request, ResponseCode.SUCCESS, body=record)
 
 

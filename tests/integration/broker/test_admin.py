@@ -220,7 +220,7 @@ async def test_view_message_returns_the_record_at_a_commitlog_offset(client, adm
     msg = decode(record, check_crc=True)
     assert msg.body == b"look at me" and msg.physical_offset == sent.physical_offset and msg.keys == "k1"
     bad = await client.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(sent.physical_offset + 3)})
-    assert bad.code == RC.SYSTEM_ERROR and "can not find message by the offset" in bad.remark
+    assert bad.code == RC.INVALID_PARAMETER and "can not find message by the offset" in bad.remark
 
 
 async def test_query_message_finds_records_by_key_and_by_uniq_key(client):
