@@ -3,8 +3,10 @@
 fastjson writes map keys that are not strings without quotes: numbers bare (``{"offsetTable":{"T@G":{0:15}}}``)
 and beans as inline objects (``{{"brokerName":"b","queueId":0,"topic":"T"}:{...}}``). Neither is JSON, so
 ``loads`` is a small recursive-descent parser that accepts both besides standard JSON: a bare number key comes
-back as an ``int``, an object key as a ``FrozenObject`` (hashable, with ``dict()`` for its fields). Depth and
-size are bounded by the caller's frame cap; recursion is capped at ``MAX_DEPTH``.
+back as an ``int``, an object key as a ``FrozenObject`` (hashable, with ``dict()`` for its fields; a key object
+must hold string names and scalar values, as the beans fastjson writes do). Depth and size are bounded by the
+caller's frame cap; recursion is capped at ``MAX_DEPTH``; a number longer than ``int()`` converts (4,300 digits)
+is refused like any other bad input, with ``JsonBodyError``.
 
 ``dumps`` writes compact JSON (no blanks: Go's route parser splits on them) with numeric keys quoted, which
 fastjson maps back to numbers; ``FrozenObject`` keys are written inline, as brokers write MessageQueue keys.
@@ -101,7 +103,12 @@ class _Parser:
             self.fail(f"unexpected {ch!r}")
         self.pos = m.end()
         token = m.group()
-        return float(token) if any(c in token for c in ".eE") else int(token)
+        if any(c in token for c in ".eE"):
+            return float(token)
+        try:
+            return int(token)
+        except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits, 4300 by default)
+            self.fail(f"a number of {len(token)} digits is too long")
 
     def obj(self, depth: int) -> dict:
         self.pos += 1
@@ -114,7 +121,7 @@ class _Parser:
             self.skip_ws()
             key = self.value(depth + 1)
             if isinstance(key, dict):
-                key = FrozenObject.of(key)
+                key = self.bean_key(key)
             elif isinstance(key, list):
                 self.fail("an array cannot be a key")
             self.skip_ws()
@@ -130,6 +137,14 @@ class _Parser:
                 self.pos += 1
                 return out
             self.fail("expected ',' or '}'")
+
+    def bean_key(self, fields: dict) -> FrozenObject:
+        """An inline object key is a bean (a MessageQueue): string names, scalar values. Anything else could
+        not be hashed or ordered, and no fastjson writer produces it."""
+        for name, value in fields.items():
+            if not isinstance(name, str) or isinstance(value, (dict, list)):
+                self.fail("an object used as a key may only hold string names with scalar values")
+        return FrozenObject.of(fields)
 
     def arr(self, depth: int) -> list:
         self.pos += 1

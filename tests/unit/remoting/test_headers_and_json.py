@@ -78,3 +78,27 @@ def test_fastjson_parses_or_raises_its_error(text):
         fastjson.loads(text)
     except fastjson.JsonBodyError:
         pass
+
+
+# found by bench/fuzz.py (harness.fuzz_targets' json target) --------------------------------------------------
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" + b"9" * 5000 + b"]",  # more digits than Python's int() takes (4300): ValueError escaped
+        b'{"offsetTable":{1:' + b"7" * 4400 + b"}}",
+        b'{{"a":{"b":1}}:2}',  # an inline object key holding an object: TypeError (unhashable dict) escaped
+        b'{{"a":[1]}:2}',  # ... holding an array
+        b'{{1:"x","a":2}:3}',  # ... with a number and a string as names: TypeError from sorting them escaped
+        b'{{{"q":0}:1}:2}',  # ... with an object as a name
+    ],
+)
+def test_fastjson_refuses_what_it_cannot_represent_with_its_own_error(body):
+    with pytest.raises(fastjson.JsonBodyError):
+        fastjson.loads(body)
+
+
+def test_fastjson_still_reads_bean_keys_and_long_numbers_within_the_limit():
+    value = fastjson.loads(b'{{"brokerName":"b","queueId":0,"topic":"T"}:{"n":' + b"9" * 4000 + b"}}")
+    (key,) = value
+    assert key.dict() == {"brokerName": "b", "queueId": 0, "topic": "T"}
+    assert value[key]["n"] == int("9" * 4000)
