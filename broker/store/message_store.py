@@ -39,7 +39,7 @@ from broker.config import BrokerRole, MessageStoreConfig
 from broker.store import get as get_path
 from broker.store import put as put_path
 from broker.store.allocate import AllocateService
-from broker.store.checkpoint import AbortMarker, StoreCheckpoint, StoreLocks, StoreLockedError  # noqa: F401
+from broker.store.checkpoint import AbortMarker, StoreCheckpoint, StoreLockedError, StoreLocks  # noqa: F401
 from broker.store.cleanup import CleanupService, DiskMonitor
 from broker.store.commitlog import CommitLog
 from broker.store.consume_queue import UNIT_SIZE, ConsumeQueue

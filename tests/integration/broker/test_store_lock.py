@@ -4,7 +4,7 @@ answered SEND_OK at the same commitlog offset and one message was silently lost.
 
 from __future__ import annotations
 
-import subprocess
+import asyncio
 import sys
 
 import pytest
@@ -27,13 +27,22 @@ async def test_a_second_broker_on_the_first_brokers_commitlog_refuses_to_start(t
             "metricsPromExporterPort": free_port(), "storePathRootDir": str(second_root),
             "storePathCommitLog": str(commitlog), "mappedFileSizeCommitLog": 4 * 1024 * 1024,
         })
-        done = subprocess.run([sys.executable, "-m", "broker", "-c", str(conf)], cwd=REPO_ROOT, check=False,
-                              capture_output=True, text=True, timeout=60)
-        assert done.returncode == 1, done.stdout + done.stderr
-        error = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-        assert len(error) == 1, done.stderr
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "broker", "-c", str(conf), cwd=REPO_ROOT,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), 30)  # a broker that boots never exits
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        stdout, stderr = out.decode(), err.decode()
+        assert proc.returncode == 1, stdout + stderr
+        error = [line for line in stderr.splitlines() if line.startswith("error:")]
+        assert len(error) == 1, stderr
         assert str(commitlog) in error[0] and f"pid={first.pid}" in error[0] and str(first.store_dir) in error[0]
-        assert "boot success" not in done.stdout
+        assert "boot success" not in stdout
         assert not (second_root / "config").exists()  # refused before it wrote its config files
         c = BrokerClient(first.addr)
         resp = await c.send("LockTopic", 0, [message(b"still mine")])
