@@ -27,18 +27,18 @@ _PUT: dict[PutStatus, tuple[int, str]] = {
     PutStatus.PUT_OK: (Code.OK, "OK"),
     PutStatus.FLUSH_DISK_TIMEOUT: (
         Code.MASTER_PERSISTENCE_TIMEOUT,
-        "stored on the master but not flushed to disk within syncFlushTimeout (not lost unless the master's disk"
-        " fails); a resend would store it twice",
+        ("stored on the master but not flushed to disk within syncFlushTimeout (not lost unless the master's disk"
+        " fails); a resend would store it twice"),
     ),
     PutStatus.FLUSH_SLAVE_TIMEOUT: (
         Code.SLAVE_PERSISTENCE_TIMEOUT,
-        "stored on the master, not replicated: the slave did not acknowledge within slaveTimeout; a resend would"
-        " store it twice. Check the slave and its HA port",
+        ("stored on the master, not replicated: the slave did not acknowledge within slaveTimeout; a resend would"
+        " store it twice. Check the slave and its HA port"),
     ),
     PutStatus.SLAVE_NOT_AVAILABLE: (
         Code.HA_NOT_AVAILABLE,
-        "stored on the master, not replicated: no slave is connected and in sync; a resend would store it twice."
-        " Check the slave and its HA port",
+        ("stored on the master, not replicated: no slave is connected and in sync; a resend would store it twice."
+        " Check the slave and its HA port"),
     ),
     PutStatus.MESSAGE_ILLEGAL: (Code.BAD_REQUEST, "the message breaks a store limit; fix it, do not retry"),
     PutStatus.PROPERTIES_SIZE_EXCEEDED: (

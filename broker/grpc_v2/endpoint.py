@@ -1,8 +1,8 @@
 """GrpcEndpoint: the grpc.aio server of ``MessagingService`` on ``grpcServerPort`` (0 in the config turns it off;
 the broker binds the port before touching the store, so a taken port fails at start with the key named).
 
-Stop: stop accepting, give RPCs in flight ``grace_s`` (held long polls are released first by the pop service), then
-cancel. Message size limit: maxMessageSize plus room for the envelope.
+On a master the pop service (checkpoints, acks, revive) starts first, rebuilding its state from the revive queue.
+Stop: release held long polls, stop accepting, give RPCs in flight ``grace_s``, then cancel. Message size limit: maxMessageSize plus room for the envelope.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import grpc
 
 from broker.context import BrokerContext
 from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
+from broker.grpc_v2.pop.service import PopService
 from broker.grpc_v2.service import MessagingService
 
 log = logging.getLogger(__name__)
@@ -21,11 +22,12 @@ ENVELOPE_BYTES = 1024 * 1024
 
 
 class GrpcEndpoint:
-    def __init__(self, ctx: BrokerContext, host: str, port: int, pop=None) -> None:
+    def __init__(self, ctx: BrokerContext, host: str, port: int) -> None:
         self.ctx = ctx
         self.host = host
         self.port = port
-        self.service = MessagingService(ctx, pop)
+        self.pop = None if ctx.is_slave else PopService(ctx)  # a slave refuses pops (FORBIDDEN, naming why)
+        self.service = MessagingService(ctx, self.pop)
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> int:
@@ -35,6 +37,8 @@ class GrpcEndpoint:
             ("grpc.max_send_message_length", limit),
             ("grpc.so_reuseport", 0),
         ])
+        if self.pop is not None:
+            await self.pop.start()
         sgrpc.add_MessagingServiceServicer_to_server(self.service, server)
         try:
             bound = server.add_insecure_port(f"{self.host}:{self.port}")
@@ -48,6 +52,8 @@ class GrpcEndpoint:
         return bound
 
     async def stop(self, grace_s: float) -> None:
+        if self.pop is not None:
+            await self.pop.stop()  # releases held long polls, so the server drains at once
         if self._server is not None:
             await self._server.stop(grace_s)
             self._server = None

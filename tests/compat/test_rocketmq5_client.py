@@ -110,3 +110,72 @@ def test_a_call_without_client_id_and_an_unknown_topic_get_v2_codes(group, stub)
     assert stub.QueryRoute(req, timeout=5).status.code == pb.Code.CLIENT_ID_REQUIRED
     answer = stub.QueryRoute(req, metadata=CLIENT_ID, timeout=5)
     assert answer.status.code == pb.Code.TOPIC_NOT_FOUND and "mqctl updateTopic" in answer.status.message
+
+
+def _consumer(client, group, topic: str, cgroup: str, await_s: int = 3):
+    c = client()
+    c.call(op="simple_consumer", endpoint=group.master.grpc_addr, group=cgroup, topic=topic, await_s=await_s)
+    return c
+
+
+def _receive_until(consumer, count: int, invisible_s: int, timeout_s: float = 30.0) -> list[dict]:
+    got: list[dict] = []
+
+    def more() -> bool:
+        got.extend(consumer.call(timeout_s=20, op="receive", max=32, invisible_s=invisible_s)["messages"])
+        return len(got) >= count
+
+    wait_until(more, timeout_s, lambda: f"received {len(got)} of {count} messages: {got}")
+    return got
+
+
+def test_simple_consumer_receives_acks_and_an_unacked_message_comes_back_with_attempt_2(group, client):
+    topic, cgroup = harness.unique("v2pop"), harness.unique("v2group")
+    harness.create_topic(group, topic, 2)
+    producer = client()
+    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    sent = {producer.call(op="send", topic=topic, body=f"m{i}", tag="TagA", keys=[f"k{i}"],
+                          props={"i": str(i)})["message_id"]: f"m{i}" for i in range(3)}
+    consumer = _consumer(client, group, topic, cgroup)
+    got = _receive_until(consumer, 3, invisible_s=10)
+    assert {m["id"]: m["body"] for m in got} == sent
+    assert all(m["attempt"] == 1 and m["tag"] == "TagA" and not m["corrupted"] for m in got)
+    assert {m["props"]["i"] for m in got} == {"0", "1", "2"}
+    kept = got[0]
+    for m in got[1:]:
+        consumer.call(op="ack", id=m["id"])
+    again = _receive_until(consumer, 1, invisible_s=10, timeout_s=40)
+    assert [(m["id"], m["attempt"], m["body"]) for m in again] == [(kept["id"], 2, kept["body"])]
+    consumer.call(op="ack", id=again[0]["id"])
+    empty = consumer.call(timeout_s=20, op="receive", max=32, invisible_s=10)
+    assert empty["messages"] == [] and empty["elapsed_s"] >= 2.5  # an empty long poll waits the asked 3 s
+
+
+def test_change_invisible_duration_gives_a_handle_that_acks(group, client):
+    topic, cgroup = harness.unique("v2chg"), harness.unique("v2group")
+    harness.create_topic(group, topic, 1)
+    producer = client()
+    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    producer.call(op="send", topic=topic, body="slow")
+    consumer = _consumer(client, group, topic, cgroup)
+    [m] = _receive_until(consumer, 1, invisible_s=10)
+    consumer.call(op="change", id=m["id"], invisible_s=20)
+    consumer.call(op="ack", id=m["id"])  # with the handle the change returned
+    empty = consumer.call(timeout_s=20, op="receive", max=32, invisible_s=10)
+    assert empty["messages"] == []
+
+
+def test_a_message_never_acked_goes_to_the_dlq_after_retry_max_times(group, client):
+    topic, cgroup = harness.unique("v2dlq"), harness.unique("v2group")
+    harness.create_topic(group, topic, 1)
+    ok_json("updateSubGroup", "-n", group.namesrv_addr, "-c", harness.CLUSTER, "-g", cgroup, "-r", "1")
+    producer = client()
+    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    sent = producer.call(op="send", topic=topic, body="poison")["message_id"]
+    consumer = _consumer(client, group, topic, cgroup)
+    attempts = [m["attempt"] for m in _receive_until(consumer, 1, invisible_s=10)]
+    attempts += [m["attempt"] for m in _receive_until(consumer, 1, invisible_s=10, timeout_s=40)]
+    assert attempts == [1, 2]
+    dlq = f"%DLQ%{cgroup}"
+    wait_until(lambda: _queue_max_offsets(group, dlq) == 1, 40, f"{sent} never reached {dlq}")
+    assert consumer.call(timeout_s=20, op="receive", max=32, invisible_s=10)["messages"] == []

@@ -1,0 +1,463 @@
+"""PopService: ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue and revive, on
+a master (spec/pop.md, "a faithful but simpler implementation", §9).
+
+* **Receive**: the group's pop retry topic (``%RETRY%{group}_{topic}``, 1 queue) first, then the topic's readable
+  queues from a random one, until the batch is full. Per (group, topic, queue) one pop at a time (an asyncio
+  lock): read from the group's committed offset (the queue's min offset for a new group), write the checkpoint to
+  the revive topic and **wait for it to be stored** (flushed and replicated as any message on this broker), only
+  then commit the offset past the read and answer. Two consumers of a group therefore never get the same message
+  while it is invisible. Empty: long-poll until a message for the topic or its retry topic is dispatched, up to
+  ``min(long_polling_timeout, deadline - 1 s)``, then one more read; still empty: MESSAGE_NOT_FOUND.
+* **Ack**: an ``ack`` record is written, then the offset's bit set. Handles that do not parse, are expired, name
+  another broker or no in-flight message answer INVALID_RECEIPT_HANDLE saying which.
+* **ChangeInvisibleDuration**: a new one-message checkpoint (pop time now), then the old one acked; the answer
+  carries the new handle.
+* **Revive** (one task): each due checkpoint's un-acked messages are re-put to the pop retry topic with
+  reconsumeTimes + 1 (UNIQ_KEY kept, so the message id stays), or to ``%DLQ%{group}`` once that exceeds the group's
+  retryMaxTimes; then the checkpoint is dropped and the revive offset (group ``CID_RMQ_SYS_REVIVE_GROUP``) moves to
+  the oldest checkpoint still held. A restarted broker rebuilds the index by scanning the revive queue from there:
+  a checkpoint revived but not yet past the committed revive offset is revived again (a duplicate, never a loss).
+* **Forward to DLQ**: the message is copied to ``%DLQ%{group}``, then acked.
+
+Pop and pull consumers of one group share the committed offsets of the normal queues: do not mix them in a group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from collections.abc import AsyncIterator
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from broker.context import BrokerContext
+from broker.grpc_v2 import codes
+from broker.grpc_v2.convert import to_proto
+from broker.grpc_v2.pb import definition_pb2 as pb
+from broker.grpc_v2.pb import service_pb2 as spb
+from broker.grpc_v2.pop.receipt import TOPIC_NORMAL, TOPIC_RETRY, Receipt, parse, pop_retry_topic
+from broker.grpc_v2.pop.state import TAG_ACK, TAG_CK, Ack, Checkpoint, PopState
+from broker.metadata.topics import PERM_READ, PERM_WRITE, is_system_topic, perm_readable
+from broker.processors import validate
+from broker.store.types import GetStatus, MessageDraft
+from remoting.message_codec import PROPERTY_RETRY_TOPIC, PROPERTY_TAGS, StoredMessage, TagFilter, decode
+
+log = logging.getLogger(__name__)
+
+REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
+MAX_BATCH = 32
+MIN_INVISIBLE_MS = 10_000
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+AUTO_RENEW_INVISIBLE_MS = 60_000
+REVIVE_INTERVAL_S = 1.0
+SCAN_BATCH = 32
+MAX_WAITERS = 100_000
+
+
+def revive_topic(cluster: str) -> str:
+    return f"rmq_sys_REVIVE_LOG_{cluster}"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _ms(duration) -> int:
+    return duration.seconds * 1000 + duration.nanos // 1_000_000
+
+
+class PopService:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+        self.state = PopState()
+        self.revive_topic = revive_topic(ctx.settings.broker.broker_cluster_name)
+        self.revived = self.dead_lettered = 0
+        self._locks: dict[tuple[str, str, int], asyncio.Lock] = {}
+        self._waiters: dict[str, set[asyncio.Future]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._task: asyncio.Task | None = None
+        self._stopping = False
+        self._ck_writes = 0  # checkpoint records being written: the revive offset must not pass them
+
+    # lifecycle ----------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self.ctx.store.add_dispatch_listener(self._on_dispatch)
+        scanned = self._rebuild()
+        log.info("pop state rebuilt from %s: %d records, %d checkpoints held", self.revive_topic, scanned,
+                 len(self.state))
+        self._task = asyncio.create_task(self._revive_loop(), name="pop-revive")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for waiters in self._waiters.values():
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(False)
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def _rebuild(self) -> int:
+        offset = self.ctx.offsets.query(REVIVE_GROUP, self.revive_topic, 0)
+        if offset is None:
+            offset = self.ctx.store.min_offset_in_queue(self.revive_topic, 0)
+        end = self.ctx.store.max_offset_in_queue(self.revive_topic, 0)
+        scanned = 0
+        while offset < end:
+            result = self.ctx.store.get_message(REVIVE_GROUP, self.revive_topic, 0, offset, SCAN_BATCH)
+            if result.status is not GetStatus.FOUND:
+                offset = max(result.next_begin_offset, offset + 1)
+                continue
+            for raw in result.records:
+                self._apply(decode(raw))
+                scanned += 1
+            offset = result.next_begin_offset
+        return scanned
+
+    def _apply(self, record: StoredMessage) -> None:
+        tag = record.properties.get(PROPERTY_TAGS)
+        try:
+            if tag == TAG_CK:
+                ck = Checkpoint.from_json(record.body)
+                ck.revive_offset = record.queue_offset
+                self.state.add_checkpoint(ck)
+            elif tag == TAG_ACK:
+                self.state.add_ack(Ack.from_json(record.body))
+        except (ValueError, KeyError, TypeError) as exc:
+            log.error("revive record at %s offset %d is not a pop record (%r); skipped", self.revive_topic,
+                      record.queue_offset, exc)
+
+    async def _append(self, tag: str, body: bytes) -> int | None:
+        """Write one revive record; its queue offset, or None when the store refused it."""
+        draft = MessageDraft(body=body, properties={PROPERTY_TAGS: tag}, born_timestamp=_now_ms(),
+                             born_host=self.ctx.store_host)
+        result = await self.ctx.store.put_messages(self.revive_topic, 0, [draft])
+        if not result.status.stored:
+            log.error("writing a pop %s record failed: %s %s", tag, result.status.value, result.remark)
+            return None
+        return result.queue_offset
+
+    # arrivals (long polling) --------------------------------------------------------------------------------
+    def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
+        if topic not in self._waiters:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._wake(topic)
+        elif self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wake, topic)
+
+    def _wake(self, topic: str) -> None:
+        for fut in self._waiters.get(topic, ()):
+            if not fut.done():
+                fut.set_result(True)
+
+    async def _wait_arrival(self, topics: tuple[str, ...], timeout_s: float) -> None:
+        if timeout_s <= 0 or self._stopping or sum(map(len, self._waiters.values())) >= MAX_WAITERS:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        for t in topics:
+            self._waiters.setdefault(t, set()).add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            for t in topics:
+                waiters = self._waiters.get(t)
+                if waiters is not None:
+                    waiters.discard(fut)
+                    if not waiters:
+                        del self._waiters[t]
+
+    # receive ------------------------------------------------------------------------------------------------
+    def _admit(self, group: str, topic: str):
+        bad = validate.group_name(group)
+        if bad:
+            return codes.status(pb.Code.ILLEGAL_CONSUMER_GROUP, bad.remark)
+        bad = validate.topic_name(topic)
+        if bad or is_system_topic(topic):
+            return codes.status(pb.Code.ILLEGAL_TOPIC, bad.remark if bad else f"{topic} is a system topic")
+        cfg = self.ctx.topics.get(topic)
+        if cfg is None:
+            return codes.status(pb.Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist on broker"
+                                f" {self.ctx.broker_name}; create it (mqctl updateTopic -t {topic})")
+        if not perm_readable(cfg.perm):
+            return codes.status(pb.Code.FORBIDDEN, f"topic {topic} is not readable")
+        group_cfg = self.ctx.groups.get(group)
+        if group_cfg is None:
+            group_cfg = self.ctx.groups.find_or_create(group)
+            if group_cfg is not None:
+                self.ctx.groups_changed()
+        if group_cfg is None:
+            return codes.status(pb.Code.CONSUMER_GROUP_NOT_FOUND, f"group {group} does not exist and"
+                                f" autoCreateSubscriptionGroup=false; create it (mqctl updateSubGroup -g {group})")
+        if not group_cfg.consume_enable:
+            return codes.status(pb.Code.FORBIDDEN, f"group {group} has consumeEnable=false; enable it first")
+        return cfg, group_cfg
+
+    def _retry_config(self, group: str, topic: str):
+        name = pop_retry_topic(group, topic)
+        cfg, created = self.ctx.topics.create_if_absent(name, 1, PERM_READ | PERM_WRITE)
+        if created:
+            self.ctx.topics_changed()
+        return cfg
+
+    async def receive(self, req: spb.ReceiveMessageRequest, time_remaining: float | None) -> AsyncIterator:
+        group, topic = req.group.name, req.message_queue.topic.name
+        admitted = self._admit(group, topic)
+        if isinstance(admitted, pb.Status):
+            yield spb.ReceiveMessageResponse(status=admitted)
+            return
+        cfg, _ = admitted
+        if req.auto_renew:
+            invisible_ms = AUTO_RENEW_INVISIBLE_MS
+        else:
+            invisible_ms = _ms(req.invisible_duration) if req.HasField("invisible_duration") else 0
+            if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
+                yield spb.ReceiveMessageResponse(status=codes.status(
+                    pb.Code.ILLEGAL_INVISIBLE_TIME,
+                    f"invisible_duration {invisible_ms} ms is outside [{MIN_INVISIBLE_MS} ms, 12 h]; ask for one in"
+                    " that range"))
+                return
+        expression = req.filter_expression
+        if expression.type == pb.FilterType.SQL:
+            yield spb.ReceiveMessageResponse(status=codes.status(
+                pb.Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not supported by pyrmq; filter by tag"))
+            return
+        tag_filter = TagFilter(expression.expression or "*")
+        if not tag_filter.match_all and not tag_filter.tags:
+            yield spb.ReceiveMessageResponse(status=codes.status(
+                pb.Code.ILLEGAL_FILTER_EXPRESSION, f"filter {expression.expression!r} names no tag; use '*' or"
+                " 'tagA || tagB'"))
+            return
+        batch = max(1, min(req.batch_size or MAX_BATCH, MAX_BATCH))
+        poll_s = _ms(req.long_polling_timeout) / 1000 if req.HasField("long_polling_timeout") else 20.0
+        if time_remaining is not None:
+            poll_s = min(poll_s, time_remaining - 1.0)
+        retry_cfg = self._retry_config(group, topic)
+        out = await self._pop(group, topic, cfg, retry_cfg.topic_name, batch, invisible_ms, tag_filter)
+        if not out and poll_s > 0:
+            await self._wait_arrival((topic, retry_cfg.topic_name), poll_s)
+            out = await self._pop(group, topic, cfg, retry_cfg.topic_name, batch, invisible_ms, tag_filter)
+        if not out:
+            yield spb.ReceiveMessageResponse(status=codes.status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
+        else:
+            yield spb.ReceiveMessageResponse(status=codes.OK)
+            for message in out:
+                yield spb.ReceiveMessageResponse(message=message)
+        now = _now_ms()
+        yield spb.ReceiveMessageResponse(delivery_timestamp=Timestamp(seconds=now // 1000,
+                                                                      nanos=(now % 1000) * 1_000_000))
+
+    async def _pop(self, group, topic, cfg, retry_topic, batch, invisible_ms, tag_filter) -> list[pb.Message]:
+        out: list[pb.Message] = []
+        out += await self._pop_queue(group, topic, retry_topic, 0, batch, invisible_ms, None, TOPIC_RETRY)
+        n = cfg.read_queue_nums
+        start = random.randrange(n) if n else 0
+        for i in range(n):
+            if len(out) >= batch:
+                break
+            out += await self._pop_queue(group, topic, topic, (start + i) % n, batch - len(out), invisible_ms,
+                                         tag_filter, TOPIC_NORMAL)
+        if out and self.ctx.metrics is not None:
+            self.ctx.stats.get.add(len(out))
+        return out
+
+    async def _pop_queue(self, group, topic, real_topic, queue_id, count, invisible_ms, tag_filter, topic_type):
+        store, offsets = self.ctx.store, self.ctx.offsets
+        lock = self._locks.setdefault((group, real_topic, queue_id), asyncio.Lock())
+        async with lock:
+            offset = offsets.query(group, real_topic, queue_id)
+            if offset is None:
+                offset = store.min_offset_in_queue(real_topic, queue_id)
+            result = store.get_message(group, real_topic, queue_id, offset, count, tag_filter=tag_filter)
+            if result.status is not GetStatus.FOUND:
+                nxt = result.next_begin_offset
+                if nxt > offset and result.status is not GetStatus.OFFSET_OVERFLOW_BADLY:
+                    offsets.commit(group, real_topic, queue_id, nxt)  # filtered away or moved: nothing to deliver
+                return []
+            records = [decode(raw) for raw in result.records]
+            pop_time = _now_ms()
+            ck = Checkpoint(real_topic, group, queue_id, offset, pop_time, invisible_ms,
+                            [m.queue_offset - offset for m in records], self.ctx.broker_name)
+            self._ck_writes += 1
+            try:
+                revive_offset = await self._append(TAG_CK, ck.to_json())
+            finally:
+                self._ck_writes -= 1
+            if revive_offset is None:
+                return []  # not durable: deliver nothing, the offset stays
+            ck.revive_offset = revive_offset
+            self.state.add_checkpoint(ck)
+            offsets.commit(group, real_topic, queue_id, result.next_begin_offset)
+        out = []
+        for m in records:
+            receipt = Receipt(offset, pop_time, invisible_ms, topic_type, self.ctx.broker_name, queue_id,
+                              m.queue_offset, m.physical_offset)
+            out.append(to_proto(m, topic=topic, receipt_handle=receipt.encode(), invisible_ms=invisible_ms,
+                                store_host=self.ctx.settings.broker.broker_addr))
+        return out
+
+    # ack / change / DLQ -------------------------------------------------------------------------------------
+    def _check_handle(self, group: str, topic: str, handle: str) -> tuple[Receipt, str] | pb.Status:
+        try:
+            receipt = parse(handle)
+        except ValueError as exc:
+            return codes.status(pb.Code.INVALID_RECEIPT_HANDLE, f"{exc}; pass the handle a receive returned")
+        if receipt.broker_name != self.ctx.broker_name:
+            return codes.status(pb.Code.INVALID_RECEIPT_HANDLE, f"the handle is from broker {receipt.broker_name},"
+                                f" this is {self.ctx.broker_name}; ack on the broker the message came from")
+        if receipt.expires_at_ms <= _now_ms():
+            return codes.status(pb.Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired: the invisible time"
+                                " passed and the message will be delivered again; ack within the invisible time")
+        real = receipt.real_topic(group, topic)
+        key = (real, group, receipt.queue_id, receipt.start_offset, receipt.pop_time_ms)
+        if not self.state.in_flight(key, receipt.offset):
+            return codes.status(pb.Code.INVALID_RECEIPT_HANDLE, "no in-flight message matches this handle (acked"
+                                " already, changed, or not from this group and topic)")
+        return receipt, real
+
+    async def _ack(self, group: str, receipt: Receipt, real: str) -> bool:
+        ack = Ack(real, group, receipt.queue_id, receipt.start_offset, receipt.pop_time_ms, receipt.offset,
+                  self.ctx.broker_name)
+        if await self._append(TAG_ACK, ack.to_json()) is None:
+            return False
+        self.state.add_ack(ack)
+        return True
+
+    async def ack(self, req: spb.AckMessageRequest) -> spb.AckMessageResponse:
+        group, topic = req.group.name, req.topic.name
+        entries = []
+        for e in req.entries:
+            checked = self._check_handle(group, topic, e.receipt_handle)
+            if isinstance(checked, pb.Status):
+                st = checked
+            elif await self._ack(group, *checked):
+                st = codes.OK
+            else:
+                st = codes.status(pb.Code.INTERNAL_SERVER_ERROR, "the ack could not be stored; retry the ack")
+            entries.append(spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle,
+                                                     status=st))
+        codes_seen = {e.status.code for e in entries}
+        if len(codes_seen) == 1:
+            top = entries[0].status if entries else codes.OK
+        else:
+            top = codes.status(pb.Code.MULTIPLE_RESULTS, "entries differ; see each entry's status")
+        return spb.AckMessageResponse(status=top, entries=entries)
+
+    async def change_invisible_duration(self, req: spb.ChangeInvisibleDurationRequest):
+        group, topic = req.group.name, req.topic.name
+        invisible_ms = _ms(req.invisible_duration)
+        if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
+            return spb.ChangeInvisibleDurationResponse(status=codes.status(
+                pb.Code.ILLEGAL_INVISIBLE_TIME, f"invisible_duration {invisible_ms} ms is outside [0, 12 h]"))
+        checked = self._check_handle(group, topic, req.receipt_handle)
+        if isinstance(checked, pb.Status):
+            return spb.ChangeInvisibleDurationResponse(status=checked)
+        old, real = checked
+        pop_time = _now_ms()
+        ck = Checkpoint(real, group, old.queue_id, old.offset, pop_time, invisible_ms, [0], self.ctx.broker_name)
+        self._ck_writes += 1
+        try:
+            revive_offset = await self._append(TAG_CK, ck.to_json())
+        finally:
+            self._ck_writes -= 1
+        if revive_offset is None:
+            return spb.ChangeInvisibleDurationResponse(status=codes.status(
+                pb.Code.INTERNAL_SERVER_ERROR, "the new checkpoint could not be stored; the old handle still holds"))
+        ck.revive_offset = revive_offset
+        self.state.add_checkpoint(ck)
+        await self._ack(group, old, real)
+        new = Receipt(old.offset, pop_time, invisible_ms, old.topic_type, self.ctx.broker_name, old.queue_id,
+                      old.offset, old.commitlog_offset)
+        return spb.ChangeInvisibleDurationResponse(status=codes.OK, receipt_handle=new.encode())
+
+    async def forward_to_dlq(self, req: spb.ForwardMessageToDeadLetterQueueRequest):
+        group, topic = req.group.name, req.topic.name
+        checked = self._check_handle(group, topic, req.receipt_handle)
+        if isinstance(checked, pb.Status):
+            return spb.ForwardMessageToDeadLetterQueueResponse(status=checked)
+        receipt, real = checked
+        message = self._read(group, real, receipt.queue_id, receipt.offset)
+        if message is None:
+            return spb.ForwardMessageToDeadLetterQueueResponse(status=codes.status(
+                pb.Code.MESSAGE_NOT_FOUND, "the message is no longer in the store"))
+        st = await self._repub(group, topic, message, to_dlq=True)
+        if st.code == pb.Code.OK:
+            await self._ack(group, receipt, real)
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=st)
+
+    # revive -------------------------------------------------------------------------------------------------
+    def _read(self, group: str, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
+        result = self.ctx.store.get_message(group, topic, queue_id, offset, 1)
+        if result.status is not GetStatus.FOUND:
+            return None
+        m = decode(result.records[0])
+        return m if m.queue_offset == offset else None
+
+    async def _repub(self, group: str, topic: str, m: StoredMessage, *, to_dlq: bool) -> pb.Status:
+        props = dict(m.properties)
+        props.setdefault(PROPERTY_RETRY_TOPIC, topic)
+        if to_dlq:
+            cfg, created = self.ctx.topics.create_dlq_topic(group)
+            if created:
+                self.ctx.topics_changed()
+            target, reconsume = cfg.topic_name, m.reconsume_times
+        else:
+            target, reconsume = self._retry_config(group, topic).topic_name, m.reconsume_times + 1
+        draft = MessageDraft(body=m.body, properties=props, flag=m.flag, born_timestamp=m.born_timestamp,
+                             born_host=m.born_host, reconsume_times=reconsume, sys_flag=m.sys_flag)
+        result = await self.ctx.store.put_messages(target, 0, [draft])
+        return codes.put_status(result.status, result.remark)
+
+    async def _revive_loop(self) -> None:
+        while not self._stopping:
+            try:
+                await self.revive_due(_now_ms())
+            except Exception:
+                log.exception("pop revive pass failed; retrying in %.0f s", REVIVE_INTERVAL_S)
+            await asyncio.sleep(REVIVE_INTERVAL_S)
+
+    async def revive_due(self, now_ms: int) -> int:
+        """Re-put the un-acked messages of every due checkpoint; the number of messages revived."""
+        count = 0
+        for ck in self.state.due(now_ms):
+            original = ck.topic
+            prefix = f"%RETRY%{ck.group}_"
+            original = original.removeprefix(prefix)
+            group_cfg = self.ctx.groups.get(ck.group)
+            max_times = group_cfg.retry_max_times if group_cfg is not None else 16
+            ok = True
+            for offset in ck.unacked():
+                m = self._read(ck.group, ck.topic, ck.queue_id, offset)
+                if m is None:
+                    continue  # expired from the store: nothing to deliver again
+                to_dlq = m.reconsume_times + 1 > max_times
+                st = await self._repub(ck.group, original, m, to_dlq=to_dlq)
+                if st.code not in (pb.Code.OK, pb.Code.SLAVE_PERSISTENCE_TIMEOUT, pb.Code.HA_NOT_AVAILABLE,
+                                   pb.Code.MASTER_PERSISTENCE_TIMEOUT):
+                    log.error("revive of %s@%d for %s failed: %s; retried next pass", ck.topic, offset, ck.group,
+                              st.message)
+                    ok = False
+                    break
+                ck.acked.add(offset)  # handed on: never re-put twice by this process
+                count += 1
+                if to_dlq:
+                    self.dead_lettered += 1
+                    log.info("message %s@%d of group %s moved to %%DLQ%%%s after %d deliveries", ck.topic, offset,
+                             ck.group, ck.group, m.reconsume_times + 1)
+                else:
+                    self.revived += 1
+            if ok:
+                self.state.remove(ck)
+        if (count or not len(self.state)) and not self._ck_writes:
+            held = self.state.min_revive_offset()
+            commit = held if held is not None else self.ctx.store.max_offset_in_queue(self.revive_topic, 0)
+            self.ctx.offsets.commit(REVIVE_GROUP, self.revive_topic, 0, commit)
+        return count

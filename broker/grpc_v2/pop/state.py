@@ -1,0 +1,137 @@
+"""Pop state: checkpoints (``ck``) and acks as revive-topic records, and the in-memory index built from them.
+
+Record bodies (JSON, RocketMQ's PopCheckPoint / AckMsg short names, spec/pop.md §2.1, §3.1):
+
+* ck: ``{"so": startOffset, "pt": popTime ms, "it": invisibleTime ms, "n": count, "q": queueId, "t": topic read
+  (a %RETRY% topic for redeliveries), "c": group, "d": [offset - so per message], "bn": brokerName}``, tag ``ck``;
+* ack: ``{"ao": ackedOffset, "so", "pt", "q", "t", "c", "bn"}``, tag ``ack``.
+
+A checkpoint is identified by (t, c, q, so, pt) (RocketMQ's merge key, minus the broker name, which must be this
+broker's); an ack sets the bit of its offset. ``PopState`` is pure (no I/O, no clock): the service feeds it the
+records it writes and, at start, the records it scans back from the revive queue; ``due(now_ms)`` names the
+checkpoints whose reviveTime (pt + it) has passed, in revive-queue order. Invariant: an offset is "in flight"
+exactly while its checkpoint is held and its bit is clear.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import orjson
+
+TAG_CK = "ck"
+TAG_ACK = "ack"
+
+CkKey = tuple[str, str, int, int, int]  # topic, group, queue id, start offset, pop time
+
+
+@dataclass
+class Checkpoint:
+    topic: str
+    group: str
+    queue_id: int
+    start_offset: int
+    pop_time_ms: int
+    invisible_ms: int
+    diffs: list[int]
+    broker_name: str
+    revive_offset: int = -1  # queue offset of the ck record in the revive queue
+    acked: set[int] = field(default_factory=set)  # queue offsets
+
+    @property
+    def key(self) -> CkKey:
+        return self.topic, self.group, self.queue_id, self.start_offset, self.pop_time_ms
+
+    @property
+    def revive_time_ms(self) -> int:
+        return self.pop_time_ms + self.invisible_ms
+
+    @property
+    def offsets(self) -> list[int]:
+        return [self.start_offset + d for d in self.diffs]
+
+    def unacked(self) -> list[int]:
+        return [o for o in self.offsets if o not in self.acked]
+
+    def to_json(self) -> bytes:
+        return orjson.dumps({"so": self.start_offset, "pt": self.pop_time_ms, "it": self.invisible_ms,
+                             "n": len(self.diffs), "q": self.queue_id, "t": self.topic, "c": self.group,
+                             "d": self.diffs, "bn": self.broker_name})
+
+    @classmethod
+    def from_json(cls, body: bytes) -> Checkpoint:
+        o = orjson.loads(body)
+        return cls(str(o["t"]), str(o["c"]), int(o["q"]), int(o["so"]), int(o["pt"]), int(o["it"]),
+                   [int(d) for d in o.get("d") or range(int(o["n"]))], str(o.get("bn", "")))
+
+
+@dataclass(frozen=True)
+class Ack:
+    topic: str
+    group: str
+    queue_id: int
+    start_offset: int
+    pop_time_ms: int
+    offset: int
+    broker_name: str
+
+    @property
+    def key(self) -> CkKey:
+        return self.topic, self.group, self.queue_id, self.start_offset, self.pop_time_ms
+
+    def to_json(self) -> bytes:
+        return orjson.dumps({"ao": self.offset, "so": self.start_offset, "pt": self.pop_time_ms, "q": self.queue_id,
+                             "t": self.topic, "c": self.group, "bn": self.broker_name})
+
+    @classmethod
+    def from_json(cls, body: bytes) -> Ack:
+        o = orjson.loads(body)
+        return cls(str(o["t"]), str(o["c"]), int(o["q"]), int(o["so"]), int(o["pt"]), int(o["ao"]), str(o.get("bn", "")))
+
+
+class PopState:
+    """Checkpoints held until revived or fully acked; bounded by the revive queue the service scans."""
+
+    def __init__(self) -> None:
+        self._cks: dict[CkKey, Checkpoint] = {}
+
+    def __len__(self) -> int:
+        return len(self._cks)
+
+    def add_checkpoint(self, ck: Checkpoint) -> None:
+        old = self._cks.get(ck.key)
+        if old is not None:  # the same record seen twice (written, then scanned back): keep the acks
+            ck.acked |= old.acked
+        self._cks[ck.key] = ck
+
+    def add_ack(self, ack: Ack) -> bool:
+        """Mark the offset acked; a checkpoint with every offset acked is dropped. False: no such in-flight offset
+        (unknown checkpoint, offset not in it, or acked already)."""
+        ck = self._cks.get(ack.key)
+        if ck is None or ack.offset not in ck.offsets or ack.offset in ck.acked:
+            return False
+        ck.acked.add(ack.offset)
+        if not ck.unacked():
+            del self._cks[ck.key]
+        return True
+
+    def in_flight(self, key: CkKey, offset: int) -> bool:
+        ck = self._cks.get(key)
+        return ck is not None and offset in ck.offsets and offset not in ck.acked
+
+    def get(self, key: CkKey) -> Checkpoint | None:
+        return self._cks.get(key)
+
+    def due(self, now_ms: int) -> list[Checkpoint]:
+        return sorted((ck for ck in self._cks.values() if ck.revive_time_ms <= now_ms), key=lambda c: c.revive_offset)
+
+    def remove(self, ck: Checkpoint) -> None:
+        self._cks.pop(ck.key, None)
+
+    def min_revive_offset(self) -> int | None:
+        """The revive-queue offset the next start must scan from: the oldest held checkpoint's record."""
+        offsets = [ck.revive_offset for ck in self._cks.values() if ck.revive_offset >= 0]
+        return min(offsets) if offsets else None
+
+    def in_flight_count(self) -> int:
+        return sum(len(ck.unacked()) for ck in self._cks.values())
