@@ -347,6 +347,23 @@ def diff_counts(a: dict, b: dict) -> dict:
     return {k: b.get(k, 0) - a.get(k, 0) for k in sorted(set(a) | set(b)) if b.get(k, 0) - a.get(k, 0)}
 
 
+HA_SECRET = "deploy-bench-" + "x" * 32
+
+
+def tree_broker_keys(tree) -> dict:
+    """Keys a tree's broker needs besides the common ones, found in its config module (an older tree refuses keys
+    it does not know): ports that would collide between brokers on one host, and the cluster's HA secret."""
+    source = (tree.path / "broker" / "config.py").read_text()
+    extra = {}
+    if "fastListenPort" in source:
+        extra["fastListenPort"] = lambda: 0
+    if "grpcServerPort" in source:
+        extra["grpcServerPort"] = free_port
+    if "ha_auth_secret" in source:
+        extra["haAuthSecret"] = lambda: HA_SECRET
+    return extra
+
+
 async def run_once(tree, role: str, run: int, args, root: Path) -> dict:
     work = root / f"{tree.name}-{role}-{run}"
     servers: list[Server] = []
@@ -357,12 +374,15 @@ async def run_once(tree, role: str, run: int, args, root: Path) -> dict:
         servers.append(await ns.start())
         ns_addr = f"127.0.0.1:{ns.conf['listenPort']}"
 
+        extra = tree_broker_keys(tree)
+
         def broker_conf(broker_id: int, broker_role: str, sub: str):
             return lambda: {
                 "brokerName": BROKER_NAME, "brokerId": broker_id, "brokerRole": broker_role,
                 "namesrvAddr": ns_addr, "brokerIP1": "127.0.0.1", "listenPort": free_port(),
                 "haListenPort": free_port(), "metricsPromExporterPort": free_port(),
                 "storePathRootDir": str(work / sub / "store"),
+                **{key: value() for key, value in extra.items()},
             }
 
         master = Server(tree, "broker", work / "master", "master", broker_conf(0, ROLES[role], "master"), BROKER_READY)
