@@ -101,6 +101,11 @@ class MessageStoreConfig:
         300_000 * 20, 20, conf.JAVA_INT_MAX - 20,
         "bytes per consume-queue file: at least one 20-byte unit; at most 2 GiB, RocketMQ's int",
     )
+    # pyrmq's: consume-queue files kept open (2 descriptors and a mapping each); idle ones are closed past it and
+    # reopened on use, so thousands of auto-created topics cannot exhaust the descriptors.
+    max_open_consume_queue_files: int = conf.ranged(
+        256, 1, 1_000_000, "consume-queue files kept open; each holds 2 file descriptors (RLIMIT_NOFILE bounds it)"
+    )
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     flush_interval_commit_log: int = conf.ranged(500, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)

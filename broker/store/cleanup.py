@@ -169,5 +169,4 @@ class CleanupService(Service):
         store = self._store
         phy_min = store.min_phy_offset
         for cq in list(store._all_cqs()):
-            cq.delete_files_below(phy_min)
-            cq.correct_min_offset(phy_min)
+            cq.on_commitlog_min(phy_min)

@@ -17,18 +17,22 @@ is derived data: recovery cuts it back to the commitlog end (``truncate_dirty``)
 crash lost. Writes are idempotent per queue offset (a unit below the write position is skipped), so
 re-dispatching a range twice is harmless.
 
-Files are created (fallocated) through an async ``create_file`` on the disk executor (``prepare``), so a
-write itself is one pwrite per file touched. Task-safety: event loop only.
+Files are created sparse and their blocks reserved ahead of the writes (``MappedFile.reserve``) through
+``prepare`` on the disk executor, so a write itself is one pwrite per file touched and never meets ENOSPC: a
+one-message queue costs one 4 KiB block, not its whole ``mappedFileSizeConsumeQueue`` file. Files belong to the
+store's ``OpenFiles`` cache, which parks idle ones (see ``open_files``). Task-safety: event loop only.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
-from broker.store.mapped_file import MappedFile
+from broker.store.mapped_file import FileCache, MappedFile
 from broker.store.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -38,20 +42,23 @@ UNIT_SIZE = 20
 PLACEHOLDER_SIZE = 0x7FFFFFFF
 PLACEHOLDER = UNIT.pack(0, PLACEHOLDER_SIZE, 0)
 
-CreateFile = Callable[[Path, int, int], Awaitable[MappedFile]]
+# Runs a blocking call on the store's disk executor: ``await run(fn)``.
+RunBlocking = Callable[[Callable[[], Any]], Awaitable[Any]]
 
 
 class ConsumeQueue:
-    def __init__(self, topic: str, queue_id: int, root: Path, file_size: int) -> None:
+    def __init__(self, topic: str, queue_id: int, root: Path, file_size: int, *, cache: FileCache | None = None) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.directory = root / topic / str(queue_id)
         self.file_size = file_size
-        self.files = MappedFileQueue(self.directory, file_size)
+        self.cache = cache
+        self.files = MappedFileQueue(self.directory, file_size, cache=cache)
         self.min_logic_offset = 0  # bytes
         self.max_physic_offset = 0
         self.flushed_units_offset = 0
         self._ready: list[MappedFile] = []  # prepared files the write position has not reached yet
+        self._cleaned_for_phy_min = -1  # the commitlog min offset the last cleanup handled (see on_commitlog_min)
 
     # offsets ---------------------------------------------------------------------------------------------
     @property
@@ -127,6 +134,7 @@ class ConsumeQueue:
                 break
         if cut is not None and cut < self.files.max_offset:
             self.files.truncate_to(cut)
+            self._cleaned_for_phy_min = -1
         self._recompute_max_physic()
         self.flushed_units_offset = min(self.flushed_units_offset, self.files.max_offset)
 
@@ -183,13 +191,40 @@ class ConsumeQueue:
         last = self.files.last
         return last.end_offset
 
-    async def prepare(self, first_queue_offset: int, count: int, create_file: CreateFile) -> None:
-        """Create (executor) the files the write needs; they join the queue as the write reaches them."""
+    def _unreserved(self, first_queue_offset: int, count: int) -> list[tuple[MappedFile, int]]:
+        """Files (existing last or prepared) the write reaches whose reserved blocks stop short of it, each with
+        the position the write needs reserved."""
+        end = (first_queue_offset + count) * UNIT_SIZE
+        out = []
+        for mf in (self.files.last, *self._ready):
+            if mf is not None and mf.start_offset < end:
+                need = min(mf.file_size, end - mf.start_offset)
+                if need > mf.allocated_position:
+                    out.append((mf, need))
+        return out
+
+    def needs_prepare(self, first_queue_offset: int, count: int) -> bool:
+        """True when a write of ``count`` units at ``first_queue_offset`` needs ``prepare`` first (a file to create
+        or blocks to reserve)."""
+        return bool(self.missing_files(first_queue_offset, count) or self._unreserved(first_queue_offset, count))
+
+    async def prepare(self, first_queue_offset: int, count: int, run: RunBlocking) -> None:
+        """Create (executor) the files the write needs and reserve their blocks; they join the queue as the write
+        reaches them. An OSError (ENOSPC) leaves the queue as it was, apart from empty prepared files."""
         missing = self.missing_files(first_queue_offset, count)
         if missing and not self.files.empty and not self._ready and missing[0] > self.files.next_start():
             missing = list(range(self.files.next_start(), missing[0], self.file_size)) + missing
+        end = (first_queue_offset + count) * UNIT_SIZE
         for start in missing:
-            self._ready.append(await create_file(self.directory, start, self.file_size))
+            create = functools.partial(
+                MappedFile.create, self.directory, start, self.file_size,
+                sparse=True, reserve=min(self.file_size, max(0, end - start)), cache=self.cache,
+            )
+            self._ready.append(await run(create))
+        for mf, need in self._unreserved(first_queue_offset, count):
+            await run(functools.partial(mf.reserve, need))
+        if self.cache is not None:
+            self.cache.trim()  # files opened in the executor are parked here, on the loop
 
     def write(self, first_queue_offset: int, units: bytes | bytearray, max_physic_end: int) -> int:
         """Write ``units`` (concatenated 20-byte units) at ``first_queue_offset``; returns units written.
@@ -289,6 +324,16 @@ class ConsumeQueue:
     def flush_sync(self) -> None:
         self.files.flush_sync(self.files.max_offset)
 
+    def on_commitlog_min(self, phy_min: int) -> None:
+        """Cleanup's periodic call: delete files wholly below the commitlog min offset and move min_offset up.
+        Nothing can change while the min offset stays where the last call saw it (new units point at new
+        records), so then it reads nothing: a parked file stays parked."""
+        if phy_min <= self._cleaned_for_phy_min:
+            return
+        self.delete_files_below(phy_min)
+        self.correct_min_offset(phy_min)
+        self._cleaned_for_phy_min = phy_min
+
     def delete_files_below(self, phy_min: int) -> int:
         """Delete whole files whose every unit points below the commitlog min offset; never the last file."""
         deleted = 0
@@ -311,6 +356,7 @@ class ConsumeQueue:
         self._ready.clear()
         self.files.destroy()
         self.min_logic_offset = self.max_physic_offset = 0
+        self._cleaned_for_phy_min = -1
 
     def close(self) -> None:
         for mf in self._ready:

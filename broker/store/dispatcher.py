@@ -156,7 +156,7 @@ class Dispatcher(Service):
             phy, size, _ = UNIT.unpack_from(units, len(units) - UNIT_SIZE)
             end_phy = phy + size
             cq = store._cq(topic, qid, create=True)
-            await write_units(cq, first, units, end_phy, store._create_cq_file)
+            await write_units(cq, first, units, end_phy, store._run_disk)
             keys[(topic, qid)] = None
         if res.last_ts:
             store._on_dispatched(res.last_ts)

@@ -8,6 +8,9 @@ Crash behaviour: ``load`` only opens what is on disk and checks sizes and contig
 an error naming both files; it is never papered over). Write positions are set by the owner's recovery scan
 (``set_positions`` / ``truncate_to``), which also deletes files after the recovered end.
 
+Consume-queue runs pass a ``cache`` (``open_files.OpenFiles``): their files are loaded parked and opened when used,
+so loading thousands of queues opens no file at all.
+
 Task-safety: owned by the event loop; the blocking calls (``flush_sync``, ``truncate_to`` and ``load``) may
 run in an executor while no append is in flight, except ``flush_sync`` which is safe concurrently with appends.
 """
@@ -20,15 +23,16 @@ import os
 from pathlib import Path
 
 from broker.store.checkpoint import LOCK_FILE
-from broker.store.mapped_file import MappedFile, parse_file_name
+from broker.store.mapped_file import FileCache, MappedFile, parse_file_name
 
 log = logging.getLogger(__name__)
 
 
 class MappedFileQueue:
-    def __init__(self, directory: Path, file_size: int) -> None:
+    def __init__(self, directory: Path, file_size: int, *, cache: FileCache | None = None) -> None:
         self.directory = directory
         self.file_size = file_size
+        self.cache = cache
         self.files: list[MappedFile] = []
         self._starts: list[int] = []
         self._flushed_offset = 0
@@ -58,7 +62,7 @@ class MappedFileQueue:
                 )
             prev = start
         for _, path in paths:
-            mf = MappedFile.open_existing(path, self.file_size)
+            mf = MappedFile.open_existing(path, self.file_size, cache=self.cache)
             mf.wrote_position = mf.flushed_position = self.file_size  # recovery moves the last ones back
             self._add(mf)
         if self.files:
@@ -118,7 +122,7 @@ class MappedFileQueue:
         for mf in list(self.files):
             if mf.end_offset <= start or mf.start_offset >= upto_offset:
                 continue
-            if mf.fd >= 0:
+            if not mf.closed:
                 mf.flush_sync(min(upto_offset, mf.end_offset) - mf.start_offset)
         self._flushed_offset = max(self._flushed_offset, upto_offset)
         return self._flushed_offset

@@ -45,7 +45,7 @@ from broker.store.commitlog import CommitLog
 from broker.store.consume_queue import UNIT_SIZE, ConsumeQueue
 from broker.store.dispatcher import Dispatcher
 from broker.store.flush import GroupCommitService, build_flush_services
-from broker.store.mapped_file import MappedFile
+from broker.store.open_files import OpenFiles
 from broker.store.recovery import load_and_recover
 from broker.store.types import (
     CommitlogSlice,
@@ -93,6 +93,7 @@ class MessageStore:
             max_record_size=max_record,
         )
         self._cq_root = config.consume_queue_dir
+        self._cq_files = OpenFiles(config.max_open_consume_queue_files)
         self._cqs: dict[str, dict[int, ConsumeQueue]] = {}
         self._delay_levels_ms = config.delay_levels_ms
         self._checkpoint: StoreCheckpoint | None = None
@@ -145,6 +146,8 @@ class MessageStore:
             abnormal = self._abort.exists
             self._checkpoint = StoreCheckpoint(self.root / "checkpoint")
             reput_from, end = await loop.run_in_executor(self._executor, load_and_recover, self, abnormal)
+            self._cq_files.bind_owner()  # from here on consume-queue files are parked on the loop only
+            self._cq_files.trim()
             self._last_put_ts = self._commitlog.last_store_timestamp
             if reput_from < end:
                 log.info("store: re-dispatching commitlog [%d, %d) into consume queues", reput_from, end)
@@ -245,14 +248,15 @@ class MessageStore:
         queues = self._cqs.get(topic)
         cq = queues.get(queue_id) if queues else None
         if cq is None and create:
-            cq = ConsumeQueue(topic, queue_id, self._cq_root, self.config.mapped_file_size_consume_queue)
+            cq = ConsumeQueue(
+                topic, queue_id, self._cq_root, self.config.mapped_file_size_consume_queue, cache=self._cq_files
+            )
             self._cqs.setdefault(topic, {})[queue_id] = cq
         return cq
 
-    async def _create_cq_file(self, directory: Path, start: int, size: int) -> MappedFile:
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, MappedFile.create, directory, start, size
-        )
+    async def _run_disk(self, fn: Callable[[], object]) -> object:
+        """Run a blocking consume-queue call (file creation, block reservation) on the disk executor."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
     def _notify_dispatch(self, topic: str, queue_id: int) -> None:
         if not self._dispatch_listeners:
@@ -540,6 +544,7 @@ class MessageStore:
             "brokerRole": self.role.name,
             "diskFull": str(self.disk.full).lower(),
             "consumeQueueCount": str(sum(len(q) for q in self._cqs.values())),
+            "consumeQueueOpenFiles": str(len(self._cq_files)),
             "unitSize": str(UNIT_SIZE),
         }
         info.update({k: str(v) for k, v in self.stats.items()})

@@ -390,13 +390,13 @@ def cq_units(
     return out
 
 
-async def write_units(cq: ConsumeQueue, first: int, units: bytearray, end: int, create_file) -> None:
-    """Dispatcher path: create the files the units need (executor), then one write."""
+async def write_units(cq: ConsumeQueue, first: int, units: bytearray, end: int, run_disk) -> None:
+    """Dispatcher path: create and reserve what the units need (executor), then one write."""
     count = len(units) // UNIT_SIZE
     last = cq.files.last
-    fits = last is not None and last.remaining >= len(units) and cq.files.max_offset == first * UNIT_SIZE
-    if not fits and cq.missing_files(first, count):
-        await cq.prepare(first, count, create_file)
+    fits = last is not None and last.room >= len(units) and cq.files.max_offset == first * UNIT_SIZE
+    if not fits and cq.needs_prepare(first, count):
+        await cq.prepare(first, count, run_disk)
     cq.write(first, units, end)
 
 
@@ -436,7 +436,7 @@ def append_simple(store: MessageStore, prepared: Prepared) -> PutResult | None:
     cq = store._cq(e0[0], e0[2], create=True)
     cq_last = cq.files.last
     base = cq.max_offset
-    if cq_last is None or cq_last.remaining < n * UNIT_SIZE or cq_last.write_offset != base * UNIT_SIZE:
+    if cq_last is None or cq_last.room < n * UNIT_SIZE or cq_last.write_offset != base * UNIT_SIZE:
         return None
     store_ts = now_ms()
     phys: list[int] = []
@@ -491,10 +491,10 @@ async def append_batch(store: MessageStore, prepared: Prepared) -> PutResult:
     for (topic, qid), (first, count) in spans.items():
         cq = store._cq(topic, qid, create=True)
         last = cq.files.last
-        if last is not None and last.remaining >= count * UNIT_SIZE and last.write_offset == first * UNIT_SIZE:
+        if last is not None and last.room >= count * UNIT_SIZE and last.write_offset == first * UNIT_SIZE:
             continue
-        if cq.missing_files(first, count):
-            await cq.prepare(first, count, store._create_cq_file)
+        if cq.needs_prepare(first, count):
+            await cq.prepare(first, count, store._run_disk)
     new_files = await cl.acquire_next_files(placement.new_files) if placement.new_files else []
     store_ts = now_ms()
     phys: list[int] = []

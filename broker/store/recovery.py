@@ -1,7 +1,8 @@
 """Startup recovery (RocketMQ DefaultMessageStore.load/recover): make the commitlog and consume queues agree.
 
 Order, all blocking (run in the store's executor before any service starts):
-1. open every commitlog and consume-queue file (sizes and contiguity checked; a gap is an error);
+1. open every commitlog file and list every consume-queue file (sizes and contiguity checked; a gap is an error;
+   consume-queue files open when read, within the store's ``OpenFiles`` bound);
 2. recover each consume queue: keep units while ``offset >= 0 and size > 0`` from its newest three files with
    data, cut the rest;
 3. recover the commitlog: after a clean stop (no abort marker) scan from the third-newest file; after a crash
@@ -20,12 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.store.consume_queue import ConsumeQueue
+from broker.store.mapped_file import FileCache
 
 if TYPE_CHECKING:
     from broker.store.message_store import MessageStore
 
 
-def load_consume_queues(root: Path, file_size: int) -> dict[str, dict[int, ConsumeQueue]]:
+def load_consume_queues(root: Path, file_size: int, cache: FileCache | None = None) -> dict[str, dict[int, ConsumeQueue]]:
     out: dict[str, dict[int, ConsumeQueue]] = {}
     if not root.exists():
         return out
@@ -33,8 +35,8 @@ def load_consume_queues(root: Path, file_size: int) -> dict[str, dict[int, Consu
         if not topic_dir.is_dir():
             continue
         for qdir in topic_dir.iterdir():
-            if qdir.is_dir() and qdir.name.isdigit():
-                cq = ConsumeQueue(topic_dir.name, int(qdir.name), root, file_size)
+            if qdir.is_dir() and qdir.name.isascii() and qdir.name.isdigit():
+                cq = ConsumeQueue(topic_dir.name, int(qdir.name), root, file_size, cache=cache)
                 cq.load()
                 out.setdefault(topic_dir.name, {})[int(qdir.name)] = cq
     return out
@@ -44,7 +46,7 @@ def load_and_recover(store: MessageStore, abnormal: bool) -> tuple[int, int]:
     """Steps 1-5 above; returns (re-dispatch from, commitlog end)."""
     cl = store._commitlog
     cl.load()
-    store._cqs = load_consume_queues(store._cq_root, store.config.mapped_file_size_consume_queue)
+    store._cqs = load_consume_queues(store._cq_root, store.config.mapped_file_size_consume_queue, store._cq_files)
     cqs = list(store._all_cqs())
     for cq in cqs:
         cq.recover()

@@ -153,7 +153,7 @@ async def test_files_prepared_for_a_batch_that_never_came_are_dropped_on_recover
     await s.put_messages("T", 0, [draft()])
     cq = s._cq("T", 0)
     # A crash between preparing consume-queue files for a huge batch and writing it.
-    await cq.prepare(1, 64 * 5, s._create_cq_file)
+    await cq.prepare(1, 64 * 5, s._run_disk)
     ready = list(cq._ready)
     cq._ready.clear()  # as if the process died here: the files stay on disk
     end = s.max_phy_offset
