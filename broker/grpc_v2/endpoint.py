@@ -45,7 +45,7 @@ class GrpcEndpoint:
         except RuntimeError as exc:
             raise OSError(f"grpcServerPort {self.port} cannot be bound ({exc}); choose another port, or 0 in"
                           " grpcServerPort turns the RocketMQ 5 endpoint off") from None
-        self.port = self.service.grpc_port = bound
+        self.port = self.service.routes.grpc_port = bound
         await server.start()
         self._server = server
         log.info("RocketMQ 5 gRPC endpoint (apache.rocketmq.v2.MessagingService) on %s:%d", self.host, bound)
@@ -57,3 +57,4 @@ class GrpcEndpoint:
         if self._server is not None:
             await self._server.stop(grace_s)
             self._server = None
+        await self.service.routes.close()

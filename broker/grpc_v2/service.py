@@ -24,6 +24,7 @@ import grpc
 from broker.context import BrokerContext
 from broker.grpc_v2 import codes, route, send, settings
 from broker.grpc_v2.clients import MAX_STREAMS_PER_CLIENT, V2Clients
+from broker.grpc_v2.cluster import ClusterRoutes
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
 from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
@@ -78,17 +79,17 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         self.ctx = ctx
         self.pop = pop  # broker.grpc_v2.pop.service.PopService, None on a slave
         self.clients = V2Clients()
-        self.grpc_port = 0  # the bound port, set by the endpoint before serving
+        self.routes = ClusterRoutes(ctx)  # its grpc_port (the bound one) is set by the endpoint before serving
         self._streams = 0
 
     # routes and sessions ------------------------------------------------------------------------------------
     @_guarded(spb.QueryRouteResponse)
     async def QueryRoute(self, request, context):
-        return route.query_route(self.ctx, self.grpc_port, request)
+        return await route.query_route(self.ctx, self.routes, request)
 
     @_guarded(spb.QueryAssignmentResponse)
     async def QueryAssignment(self, request, context):
-        return route.query_assignment(self.ctx, self.grpc_port, request)
+        return await route.query_assignment(self.ctx, self.routes, request)
 
     @_guarded(spb.HeartbeatResponse)
     async def Heartbeat(self, request, context):

@@ -1,7 +1,9 @@
 """The official RocketMQ 5 Python client (``rocketmq-python-client`` 5.1.2, unchanged, in its own process) against
 real pyrmq processes: a nameserver, a SYNC_MASTER and its slave, the client talking to the master's
-apache.rocketmq.v2 endpoint (``grpcServerPort``). Raw v2 calls (the broker's own stubs) check the answers the client
-does not show: unsupported RPCs, a missing client id, an unknown topic.
+apache.rocketmq.v2 endpoint (``grpcServerPort``); for the cluster-wide route a second broker group (a master of
+another cluster on the same nameserver, so the other tests' topics stay on one group). Raw v2 calls (the broker's
+own stubs) check the answers the client does not show: routes, unsupported RPCs, a missing client id, an unknown
+topic.
 """
 
 from __future__ import annotations
@@ -54,6 +56,31 @@ def group(tmp_path_factory):
         proc.stop()
 
 
+CLUSTER_B = "V2ClusterB"
+BROKER_B = "broker-v2-b"
+
+
+@pytest.fixture(scope="module")
+def group_b(group, tmp_path_factory):
+    """A second broker group (a master alone) registered with the same nameserver."""
+    master = Broker(tmp_path_factory.mktemp("v2-group-b"), name=BROKER_B, namesrv_addr=group.namesrv_addr,
+                    role="ASYNC_MASTER", cluster=CLUSTER_B).start(harness.BOOT_S)
+    yield master
+    master.stop()
+
+
+def _create_on_both(group, group_b, topic: str, queues: int) -> None:
+    harness.create_topic(group, topic, queues)
+    ok_json("updateTopic", "-n", group.namesrv_addr, "-c", CLUSTER_B, "-t", topic, "-r", str(queues),
+            "-w", str(queues))
+
+    def routed() -> bool:
+        route = ok_json("topicRoute", "-n", group.namesrv_addr, "-t", topic)
+        return {q["brokerName"] for q in route["queueDatas"]} == {harness.BROKER_NAME, BROKER_B}
+
+    wait_until(routed, harness.READY_S, f"topicRoute never listed {topic} on both broker groups")
+
+
 @pytest.fixture(scope="module")
 def python5():
     return client_python()
@@ -80,9 +107,9 @@ def stub(group):
     channel.close()
 
 
-def _queue_max_offsets(group, topic: str) -> int:
+def _queue_max_offsets(group, topic: str, broker_name: str = harness.BROKER_NAME) -> int:
     rows = ok_json("topicStatus", "-n", group.namesrv_addr, "-t", topic)
-    return sum(int(r["maxOffset"]) for r in rows if r["brokerName"] == harness.BROKER_NAME)
+    return sum(int(r["maxOffset"]) for r in rows if r["brokerName"] == broker_name)
 
 
 def test_producer_send_and_send_async_get_receipts_and_the_messages_are_stored(group, client):
@@ -179,3 +206,47 @@ def test_a_message_never_acked_goes_to_the_dlq_after_retry_max_times(group, clie
     dlq = f"%DLQ%{cgroup}"
     wait_until(lambda: _queue_max_offsets(group, dlq) == 1, 40, f"{sent} never reached {dlq}")
     assert consumer.call(timeout_s=20, op="receive", max=32, invisible_s=10)["messages"] == []
+
+
+def test_route_from_any_broker_names_every_group_master_with_its_own_endpoint(group, group_b):
+    topic = harness.unique("v2route")
+    _create_on_both(group, group_b, topic, 3)
+    expected = {(harness.BROKER_NAME, group.master.grpc_port), (BROKER_B, group_b.grpc_port)}
+    for access_point in (group.master.grpc_addr, group.slave.grpc_addr, group_b.grpc_addr):
+        with grpc.insecure_channel(access_point) as channel:
+            stub = sgrpc.MessagingServiceStub(channel)
+            route = stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)), metadata=CLIENT_ID,
+                                    timeout=5)
+            assignment = stub.QueryAssignment(spb.QueryAssignmentRequest(topic=pb.Resource(name=topic)),
+                                              metadata=CLIENT_ID, timeout=5)
+        assert route.status.code == pb.Code.OK, (access_point, route.status)
+        queues = {(q.broker.name, q.broker.id, q.broker.endpoints.addresses[0].port, q.id, q.permission)
+                  for q in route.message_queues}
+        assert queues == {(name, 0, port, qid, pb.Permission.READ_WRITE) for name, port in expected
+                          for qid in range(3)}, access_point
+        assert {(a.message_queue.broker.name, a.message_queue.broker.endpoints.addresses[0].port,
+                 a.message_queue.id) for a in assignment.assignments} == {(n, p, -1) for n, p in expected}
+
+
+def test_official_client_sends_to_and_receives_from_both_broker_groups(group, group_b, client):
+    topic, cgroup = harness.unique("v2both"), harness.unique("v2group")
+    _create_on_both(group, group_b, topic, 2)
+    producer = client()
+    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    sent = {producer.call(op="send", topic=topic, body=f"m{i}")["message_id"] for i in range(24)}
+    assert len(sent) == 24
+    on_a, on_b = _queue_max_offsets(group, topic), _queue_max_offsets(group, topic, BROKER_B)
+    assert on_a + on_b == 24 and on_a > 0 and on_b > 0  # round-robin over the queues of both groups
+    consumer = client()  # access point: the other group's master; it learns group A's endpoint from the route
+    consumer.call(op="simple_consumer", endpoint=group_b.grpc_addr, group=cgroup, topic=topic, await_s=2)
+    got: list[dict] = []
+
+    def drained() -> bool:
+        batch = consumer.call(timeout_s=20, op="receive", max=32, invisible_s=30)["messages"]
+        for m in batch:
+            consumer.call(op="ack", id=m["id"])
+        got.extend(batch)
+        return {m["id"] for m in got} >= sent
+
+    wait_until(drained, 60, lambda: f"received {len({m['id'] for m in got})} of 24: {sorted(m['body'] for m in got)}")
+    assert sorted(m["id"] for m in got) == sorted(sent)  # each once: acked within the invisible time
