@@ -3,7 +3,7 @@
 Works with the Compose plugin (``docker compose``) and the old standalone ``docker-compose`` (1.27+). Every
 session gets its own project name (``pyrmq-test-<random>``), so containers, the network and the store volumes
 never mix with a developer's own ``docker compose up``. The published host ports are those of the compose file
-(9876, 10911/10912, 10921/10922, 10931/10932, 10941/10942 on 127.0.0.1), so one cluster runs at a time.
+(9876, 10911/10912, 10921/10922, 10931/10932, 10941/10942, 8081-8084 on 127.0.0.1), so one cluster runs at a time.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ BROKERS = {
     "broker-b": ("broker-b", 0, 10931, 10932),
     "broker-b-s": ("broker-b", 1, 10941, 10942),
 }
-HOST_PORTS = (9876,) + tuple(p for _, _, listen, ha in BROKERS.values() for p in (listen, ha))
+# service -> grpcServerPort (the RocketMQ 5 endpoint), as in deploy/conf/2m-2s/
+GRPC_PORTS = {"broker-a": 8081, "broker-a-s": 8082, "broker-b": 8083, "broker-b-s": 8084}
+HOST_PORTS = (9876,) + tuple(p for _, _, listen, ha in BROKERS.values() for p in (listen, ha)) + tuple(GRPC_PORTS.values())
 
 
 class ClusterError(RuntimeError):
