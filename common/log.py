@@ -1,9 +1,16 @@
-"""Logging for every process: one line per record on stdout, so containers and test harnesses see it all."""
+"""Logging for every process: one line per record on stdout, so containers and test harnesses see it all.
+
+``RateLimitedLog`` is for events a peer can cause at will (malformed frames, refused oneway requests): each
+becomes at most one line per interval, with the count of the lines left out, so a hostile or broken client cannot
+fill the disk or bury the log.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+import time
+from typing import Any
 
 FORMAT = "%(asctime)s %(levelname)-5s %(name)s: %(message)s"
 
@@ -17,3 +24,27 @@ def setup_logging(level: str | int = "INFO") -> None:
         handler._pyrmq = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(level)
+
+
+class RateLimitedLog:
+    """At most one record per ``every_s`` seconds through ``logger``, with the count of those left out."""
+
+    def __init__(self, logger: logging.Logger, every_s: float = 10.0) -> None:
+        self.logger = logger
+        self.every_s = every_s
+        self._next = 0.0
+        self._suppressed = 0
+
+    def warning(self, msg: str, *args: Any) -> None:
+        self.log(logging.WARNING, msg, *args)
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            self._suppressed += 1
+            return
+        if self._suppressed:
+            msg += f" ({self._suppressed} similar lines suppressed)"
+            self._suppressed = 0
+        self._next = now + self.every_s
+        self.logger.log(level, msg, *args)

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from common.log import RateLimitedLog
 from remoting.codes import ResponseCode
 from remoting.errors import RemotingClosedError, RemotingTimeoutError, RemotingTooManyRequests
 from remoting.frame_codec import (
@@ -67,27 +68,7 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
-class _RateLimitedLog:
-    """At most one warning per ``every_s``, with the count of those left out."""
-
-    def __init__(self, every_s: float = 10.0) -> None:
-        self.every_s = every_s
-        self._next = 0.0
-        self._suppressed = 0
-
-    def warning(self, msg: str, *args: Any) -> None:
-        now = time.monotonic()
-        if now < self._next:
-            self._suppressed += 1
-            return
-        if self._suppressed:
-            msg += f" ({self._suppressed} similar lines suppressed)"
-            self._suppressed = 0
-        self._next = now + self.every_s
-        log.warning(msg, *args)
-
-
-bad_frame_log = _RateLimitedLog()
+bad_frame_log = RateLimitedLog(log)
 
 
 class Connection(asyncio.Protocol):

@@ -28,6 +28,7 @@ from broker.context import BrokerContext
 from broker.metadata.subscription_groups import SubscriptionGroupConfig
 from broker.metadata.topics import perm_readable, perm_text, retry_topic
 from broker.processors import validate
+from broker.processors.consumer_manage import check_commit, refused_commit_log
 from broker.processors.status_map import get_code, pull_remark
 from remoting.codes import RequestCode, ResponseCode
 from remoting.connection import Connection
@@ -216,13 +217,24 @@ def _pull(ctx: BrokerContext, conn: Connection, request: RemotingCommand):
     if isinstance(admitted, RemotingCommand):
         return admitted
     group, tag_filter = admitted
-    if h.sys_flag & PULL_COMMIT_OFFSET and not ctx.is_slave and h.commit_offset >= 0:
-        ctx.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+    if h.sys_flag & PULL_COMMIT_OFFSET and not ctx.is_slave:
+        _commit(ctx, conn, h)
     answer, count, size, suggest = _read(ctx, h, request, group, tag_filter)
     if answer.code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & PULL_SUSPEND:
         return _held(ctx, h, request, group, tag_filter)
     _count(ctx, h, count, size, suggest)
     return answer
+
+
+def _commit(ctx: BrokerContext, conn: Connection, h: PullHeader) -> None:
+    """The COMMIT_OFFSET flag: stored when ``check_commit`` finds it possible. A pull is answered whatever its
+    commit, so a refused one (an offset past the queue's max) is one rate-limited warning, as for a oneway commit;
+    the pull's own answer (PULL_OFFSET_MOVED for an offset past the max) corrects such a consumer."""
+    refusal = check_commit(ctx, h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+    if refusal is None:
+        ctx.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+    else:
+        refused_commit_log.warning("ignored the COMMIT_OFFSET of a pull from %s: %s", conn.peer, refusal.remark)
 
 
 async def _held(

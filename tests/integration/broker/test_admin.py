@@ -69,6 +69,7 @@ async def test_deleting_a_group_with_remove_offset_drops_its_offsets(client, adm
 async def test_deleting_a_topic_drops_its_queues_and_consumer_offsets(client, admin, master):
     await client.create_topic("DoomedTopic", queues=1)
     assert (await client.send("DoomedTopic", 0, [message(b"x")])).code == 0
+    assert (await client.create_group(group_config("g-doomed"))).code == 0
     assert (await client.commit_offset("g-doomed", "DoomedTopic", 0, 1)).code == 0
     resp = await client.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "DoomedTopic"})
     assert resp.code == 0, resp.remark
@@ -104,6 +105,7 @@ async def test_a_created_topic_is_routed_by_the_nameserver_at_once(client, admin
 async def test_consume_and_topic_stats_show_broker_and_consumer_offsets(client, admin, master):
     await client.create_topic("StatsTopic", queues=2)
     assert (await client.send("StatsTopic", 1, [message(b"s%d" % i) for i in range(10)])).code == 0
+    assert (await client.create_group(group_config("g-stats"))).code == 0
     assert (await client.commit_offset("g-stats", "StatsTopic", 1, 4)).code == 0
     stats = await admin.consume_stats(master.addr, "g-stats")
     q1 = next(q for q in stats.queues if q.topic == "StatsTopic" and q.queue_id == 1)

@@ -25,6 +25,7 @@ async def test_a_bounced_broker_keeps_messages_and_consumer_offsets(tmp_path, na
         for start in range(0, 300, 100):
             resp = await c.send("RestartTopic", 0, [message(b) for b in bodies[start : start + 100]])
             assert resp.code == ResponseCode.SUCCESS
+        assert (await c.heartbeat("c-restart", consumers={"g-restart": {"RestartTopic": "*"}})).code == 0
         assert (await c.commit_offset("g-restart", "RestartTopic", 0, 120)).code == 0
         if bounce == "hard":
             # Let the 200 ms offset flush run; a crash loses at most the commits since the last flush.

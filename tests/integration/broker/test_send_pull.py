@@ -145,6 +145,8 @@ async def test_commit_on_pull_stores_the_carried_offset_on_the_master(client):
 async def test_committed_offsets_are_returned_and_may_move_back_on_an_explicit_commit(client):
     topic = "OffsetTopic"
     await client.create_topic(topic, queues=1)
+    await client.send(topic, 0, [message(b"o%d" % i) for i in range(7)])
+    await client.heartbeat("c-off", consumers={"g-off": {topic: "*"}})
     assert (await client.commit_offset("g-off", topic, 0, 7)).code == 0
     assert await client.query_offset("g-off", topic, 0) == (0, 7)
     assert (await client.commit_offset("g-off", topic, 0, 5)).code == 0
@@ -152,13 +154,16 @@ async def test_committed_offsets_are_returned_and_may_move_back_on_an_explicit_c
 
 
 async def test_a_oneway_offset_commit_is_stored(client):
+    await client.create_topic("OnewayOffsetTopic", queues=1)
+    await client.send("OnewayOffsetTopic", 0, [message(b"w%d" % i) for i in range(4)])
+    await client.heartbeat("c-oneway", consumers={"g-oneway": {"OnewayOffsetTopic": "*"}})
     await client.oneway(
         RequestCode.UPDATE_CONSUMER_OFFSET,
-        {"consumerGroup": "g-oneway", "topic": "OffsetTopic", "queueId": "0", "commitOffset": "4"},
+        {"consumerGroup": "g-oneway", "topic": "OnewayOffsetTopic", "queueId": "0", "commitOffset": "4"},
     )
 
     async def stored():
-        return await client.query_offset("g-oneway", "OffsetTopic", 0) == (0, 4)
+        return await client.query_offset("g-oneway", "OnewayOffsetTopic", 0) == (0, 4)
 
     await async_wait_until(stored, 5, "the oneway commit was not stored")
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from remoting import fastjson
@@ -19,9 +22,24 @@ ROCKETMQ_SLAVE_REMARK = (
 def slave(tmp_path_factory, namesrv):
     broker = make_broker(
         tmp_path_factory.mktemp("slave"), name="broker-s", namesrv_addr=namesrv.addr, role="SLAVE", broker_id=1
-    ).start()
-    yield broker
+    )
+    seed_synced_metadata(broker.store_dir / "config")
+    yield broker.start()
     broker.stop()
+
+
+def seed_synced_metadata(config_dir: Path) -> None:
+    """The topic and groups a slave holds from its last metadata sync (this one has no master to sync from)."""
+    config_dir.mkdir(parents=True, exist_ok=True)
+    version = {"counter": 1, "timestamp": 1}
+    topic = {"topicName": "AnyTopic", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}
+    (config_dir / "topics.json").write_text(
+        json.dumps({"dataVersion": version, "topicConfigTable": {"AnyTopic": topic}})
+    )
+    groups = {g: group_config(g) for g in ("g-s", "g-back")}
+    (config_dir / "subscriptionGroup.json").write_text(
+        json.dumps({"dataVersion": version, "subscriptionGroupTable": groups})
+    )
 
 
 @pytest.fixture
@@ -50,8 +68,12 @@ async def test_a_slave_refuses_admin_writes_with_rocketmqs_remark_and_says_to_mo
 
 
 async def test_a_slave_accepts_offset_commits_and_reports_its_role(slave_client):
-    assert (await slave_client.commit_offset("g-s", "AnyTopic", 0, 4)).code == ResponseCode.SUCCESS
-    assert await slave_client.query_offset("g-s", "AnyTopic", 0) == (ResponseCode.SUCCESS, 4)
+    assert (await slave_client.commit_offset("g-s", "AnyTopic", 0, 0)).code == ResponseCode.SUCCESS
+    assert await slave_client.query_offset("g-s", "AnyTopic", 0) == (ResponseCode.SUCCESS, 0)
+    past = await slave_client.commit_offset("g-s", "AnyTopic", 0, 4)  # beyond what the slave holds: refused
+    assert past.code == ResponseCode.INVALID_PARAMETER and "past the max offset 0" in past.remark
+    unknown = await slave_client.commit_offset("g-unsynced", "AnyTopic", 0, 0)
+    assert unknown.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
     status = await slave_client.request(RequestCode.GET_BROKER_HA_STATUS)
     ha = fastjson.loads(status.body_bytes())
     assert status.code == 0 and ha["role"] == "SLAVE" and ha["master"] is False
@@ -61,9 +83,9 @@ async def test_a_slave_accepts_offset_commits_and_reports_its_role(slave_client)
 
 
 async def test_a_slave_serves_its_offsets_for_a_restarting_master(slave_client):
-    assert (await slave_client.commit_offset("g-back", "AnyTopic", 1, 9)).code == ResponseCode.SUCCESS
+    assert (await slave_client.commit_offset("g-back", "AnyTopic", 1, 0)).code == ResponseCode.SUCCESS
     resp = await slave_client.request(RequestCode.GET_ALL_CONSUMER_OFFSET)
-    assert resp.code == 0 and fastjson.loads(resp.body_bytes())["offsetTable"]["AnyTopic@g-back"] == {"1": 9}
+    assert resp.code == 0 and fastjson.loads(resp.body_bytes())["offsetTable"]["AnyTopic@g-back"] == {"1": 0}
 
 
 async def test_a_slave_answers_a_pull_beyond_its_data_with_retry_at_the_same_offset(slave_client):

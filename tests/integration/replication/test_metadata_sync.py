@@ -10,7 +10,8 @@ import json
 import pytest
 
 from client import AdminClient
-from tests.integration.broker.rpc import BrokerClient
+from remoting.codes import RequestCode
+from tests.integration.broker.rpc import BrokerClient, group_config, message
 from tests.integration.replication.helpers import master, slave, wait_sync_rounds
 from tests.support.procs import Broker
 from tests.support.waiting import async_wait_until
@@ -74,6 +75,7 @@ async def test_consumer_offsets_reach_the_slave_and_never_move_back_there(tmp_pa
     mc, sc = BrokerClient(m.addr), BrokerClient(s.addr)
     try:
         assert (await mc.create_topic("TOff", 2)).code == 0
+        await _messages_on_both(mc, sc, "GOff", "TOff", {0: 12, 1: 3})  # a commit is at most the queue's max
         assert (await mc.commit_offset("GOff", "TOff", 0, 5)).code == 0
         assert (await mc.commit_offset("GOff", "TOff", 1, 3)).code == 0
 
@@ -106,6 +108,7 @@ async def test_a_master_that_restarts_takes_the_offsets_its_slave_accepted_while
     mc, sc = BrokerClient(m.addr), BrokerClient(s.addr)
     try:
         assert (await mc.create_topic("TRe", 2)).code == 0
+        await _messages_on_both(mc, sc, "GRe", "TRe", {0: 20, 1: 7})
         assert (await mc.commit_offset("GRe", "TRe", 0, 4)).code == 0
         await async_wait_until(lambda: _offset(sc, "GRe", "TRe", 0, 4), 20, "offset 4 on the slave", 0.2)
         await async_wait_until(lambda: _persisted_offset(m, "TRe@GRe", 0) == 4, 20,
@@ -130,6 +133,23 @@ async def test_a_master_that_restarts_takes_the_offsets_its_slave_accepted_while
         await sc.close()
         s.stop()
         m.stop()
+
+
+async def _messages_on_both(mc: BrokerClient, sc: BrokerClient, group: str, topic: str, counts: dict[int, int]):
+    """``counts[q]`` messages in each queue and ``group`` known, on the master and (replicated, synced) the slave:
+    a broker takes a commit only for a group and topic it knows and up to the queue's max offset."""
+    assert (await mc.create_group(group_config(group))).code == 0
+    for q, n in counts.items():
+        assert (await mc.send(topic, q, [message(b"%d" % i) for i in range(n)])).code == 0
+
+    async def on_slave() -> bool:
+        for q, n in counts.items():
+            got = await sc.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(q)})
+            if got.code != 0 or int(got.ext["offset"]) < n:
+                return False
+        return (await sc.commit_offset(group, topic, 0, 0)).code == 0  # the group reached the slave too
+
+    await async_wait_until(on_slave, 20, f"{counts} messages of {topic} and group {group} on the slave", 0.2)
 
 
 async def _offset(client: BrokerClient, group: str, topic: str, q: int, want: int) -> bool:
