@@ -12,6 +12,7 @@ import logging
 import grpc
 
 from broker.context import BrokerContext
+from broker.grpc_v2.observe import V2Metrics
 from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
 from broker.grpc_v2.pop.service import PopService
 from broker.grpc_v2.service import MessagingService
@@ -26,8 +27,10 @@ class GrpcEndpoint:
         self.ctx = ctx
         self.host = host
         self.port = port
-        self.pop = None if ctx.is_slave else PopService(ctx)  # a slave refuses pops (FORBIDDEN, naming why)
-        self.service = MessagingService(ctx, self.pop)
+        self.metrics = V2Metrics(ctx.metrics)
+        self.pop = None if ctx.is_slave else PopService(ctx, self.metrics)  # a slave refuses pops, naming why
+        self.metrics.watch_pop(self.pop)
+        self.service = MessagingService(ctx, self.pop, self.metrics)
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> int:

@@ -25,6 +25,7 @@ from broker.context import BrokerContext
 from broker.grpc_v2 import codes, route, send, settings
 from broker.grpc_v2.clients import MAX_STREAMS_PER_CLIENT, V2Clients
 from broker.grpc_v2.cluster import ClusterRoutes
+from broker.grpc_v2.observe import V2Metrics
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
 from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
@@ -62,12 +63,15 @@ def _guarded(response_cls):
             if not client_id(context):
                 return response_cls(status=codes.status(
                     pb.Code.CLIENT_ID_REQUIRED, f"the {CLIENT_ID_HEADER} header is missing; RocketMQ 5 clients set it"))
+            started = time.perf_counter()
             try:
-                return await fn(self, request, context)
+                response = await fn(self, request, context)
             except Exception as exc:
                 log.exception("%s failed", fn.__name__)
-                return response_cls(status=codes.status(
+                response = response_cls(status=codes.status(
                     pb.Code.INTERNAL_SERVER_ERROR, f"{fn.__name__} failed on broker: {exc!r}; see the broker log"))
+            self.metrics.on_rpc(fn.__name__, response.status.code, started)
+            return response
 
         return handler
 
@@ -75,9 +79,10 @@ def _guarded(response_cls):
 
 
 class MessagingService(sgrpc.MessagingServiceServicer):
-    def __init__(self, ctx: BrokerContext, pop=None) -> None:
+    def __init__(self, ctx: BrokerContext, pop=None, metrics: V2Metrics | None = None) -> None:
         self.ctx = ctx
         self.pop = pop  # broker.grpc_v2.pop.service.PopService, None on a slave
+        self.metrics = metrics or V2Metrics(None)
         self.clients = V2Clients()
         self.routes = ClusterRoutes(ctx)  # its grpc_port (the bound one) is set by the endpoint before serving
         self._streams = 0
@@ -174,13 +179,18 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         if self.pop is None:
             yield spb.ReceiveMessageResponse(status=self._no_pop("receive"))
             return
+        started, code = time.perf_counter(), pb.Code.INTERNAL_SERVER_ERROR
         try:
             async for response in self.pop.receive(request, context.time_remaining()):
+                if response.HasField("status"):
+                    code = response.status.code
                 yield response
         except Exception as exc:
             log.exception("ReceiveMessage failed")
             yield spb.ReceiveMessageResponse(status=codes.status(
                 pb.Code.INTERNAL_SERVER_ERROR, f"ReceiveMessage failed on broker: {exc!r}; see the broker log"))
+        finally:
+            self.metrics.on_rpc("ReceiveMessage", code, started, long_polling=True)
 
     @_guarded(spb.AckMessageResponse)
     async def AckMessage(self, request, context):

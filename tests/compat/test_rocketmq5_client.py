@@ -8,8 +8,11 @@ topic.
 
 from __future__ import annotations
 
+import urllib.request
+
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
@@ -192,7 +195,16 @@ def test_change_invisible_duration_gives_a_handle_that_acks(group, client):
     assert empty["messages"] == []
 
 
+def _metric(broker, name: str, **labels: str) -> float:
+    """The sum of the samples of ``name`` whose labels include ``labels``, from the broker's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == name and labels.items() <= s.labels.items())
+
+
 def test_a_message_never_acked_goes_to_the_dlq_after_retry_max_times(group, client):
+    """...and /metrics follows it: in flight while invisible, revived once, then dead-lettered."""
     topic, cgroup = harness.unique("v2dlq"), harness.unique("v2group")
     harness.create_topic(group, topic, 1)
     ok_json("updateSubGroup", "-n", group.namesrv_addr, "-c", harness.CLUSTER, "-g", cgroup, "-r", "1")
@@ -200,12 +212,24 @@ def test_a_message_never_acked_goes_to_the_dlq_after_retry_max_times(group, clie
     producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
     sent = producer.call(op="send", topic=topic, body="poison")["message_id"]
     consumer = _consumer(client, group, topic, cgroup)
+    by_group = {"topic": topic, "consumer_group": cgroup}
     attempts = [m["attempt"] for m in _receive_until(consumer, 1, invisible_s=10)]
+    assert _metric(group.master, "rocketmq_consumer_inflight_messages", is_retry="false", **by_group) == 1
     attempts += [m["attempt"] for m in _receive_until(consumer, 1, invisible_s=10, timeout_s=40)]
     assert attempts == [1, 2]
+    assert _metric(group.master, "rocketmq_consumer_inflight_messages", is_retry="true", **by_group) == 1
     dlq = f"%DLQ%{cgroup}"
     wait_until(lambda: _queue_max_offsets(group, dlq) == 1, 40, f"{sent} never reached {dlq}")
     assert consumer.call(timeout_s=20, op="receive", max=32, invisible_s=10)["messages"] == []
+    assert _metric(group.master, "rocketmq_consumer_inflight_messages", consumer_group=cgroup) == 0
+    assert _metric(group.master, "rocketmq_pop_revive_retry_messages_total", consumer_group=cgroup,
+                   put_status="PUT_OK") == 1
+    assert _metric(group.master, "rocketmq_send_to_dlq_messages_total", **by_group) == 1
+    assert _metric(group.master, "rocketmq_messages_out_total", **by_group) == 2
+    assert _metric(group.master, "rocketmq_pop_revive_in_message_total", consumer_group=cgroup,
+                   revive_message_type="CK") >= 2
+    assert _metric(group.master, "rocketmq_rpc_latency_milliseconds_count", protocol_type="grpc",
+                   request_code="ReceiveMessage", response_code="MESSAGE_NOT_FOUND", is_long_polling="true") >= 1
 
 
 def test_route_from_any_broker_names_every_group_master_with_its_own_endpoint(group, group_b):

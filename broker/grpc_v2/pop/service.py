@@ -36,6 +36,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from broker.context import BrokerContext
 from broker.grpc_v2 import codes
 from broker.grpc_v2.convert import to_proto
+from broker.grpc_v2.observe import V2Metrics
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
 from broker.grpc_v2.pop.receipt import TOPIC_NORMAL, TOPIC_RETRY, Receipt, parse, pop_retry_topic
@@ -43,6 +44,7 @@ from broker.grpc_v2.pop.state import TAG_ACK, TAG_CK, Ack, Checkpoint, PopState
 from broker.metadata.topics import PERM_READ, PERM_WRITE, is_system_topic, perm_readable
 from broker.processors import validate
 from broker.store.types import GetStatus, MessageDraft
+from common.metrics import label_value
 from remoting.message_codec import PROPERTY_RETRY_TOPIC, PROPERTY_TAGS, StoredMessage, TagFilter, decode
 
 log = logging.getLogger(__name__)
@@ -70,8 +72,9 @@ def _ms(duration) -> int:
 
 
 class PopService:
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: BrokerContext, metrics: V2Metrics | None = None) -> None:
         self.ctx = ctx
+        self.metrics = metrics or V2Metrics(None)
         self.state = PopState()
         self.revive_topic = revive_topic(ctx.settings.broker.broker_cluster_name)
         self.revived = self.dead_lettered = 0
@@ -133,11 +136,12 @@ class PopService:
             log.error("revive record at %s offset %d is not a pop record (%r); skipped", self.revive_topic,
                       record.queue_offset, exc)
 
-    async def _append(self, tag: str, body: bytes) -> int | None:
+    async def _append(self, tag: str, record: Checkpoint | Ack) -> int | None:
         """Write one revive record; its queue offset, or None when the store refused it."""
-        draft = MessageDraft(body=body, properties={PROPERTY_TAGS: tag}, born_timestamp=_now_ms(),
+        draft = MessageDraft(body=record.to_json(), properties={PROPERTY_TAGS: tag}, born_timestamp=_now_ms(),
                              born_host=self.ctx.store_host)
         result = await self.ctx.store.put_messages(self.revive_topic, 0, [draft])
+        self.metrics.on_record(tag, record.topic, record.group, result.status)
         if not result.status.stored:
             log.error("writing a pop %s record failed: %s %s", tag, result.status.value, result.remark)
             return None
@@ -265,8 +269,9 @@ class PopService:
                 break
             out += await self._pop_queue(group, topic, topic, (start + i) % n, batch - len(out), invisible_ms,
                                          tag_filter, TOPIC_NORMAL)
-        if out and self.ctx.metrics is not None:
+        if out:
             self.ctx.stats.get.add(len(out))
+            self.metrics.on_delivered(topic, group, len(out), sum(len(m.body) for m in out))
         return out
 
     async def _pop_queue(self, group, topic, real_topic, queue_id, count, invisible_ms, tag_filter, topic_type):
@@ -288,7 +293,7 @@ class PopService:
                             [m.queue_offset - offset for m in records], self.ctx.broker_name)
             self._ck_writes += 1
             try:
-                revive_offset = await self._append(TAG_CK, ck.to_json())
+                revive_offset = await self._append(TAG_CK, ck)
             finally:
                 self._ck_writes -= 1
             if revive_offset is None:
@@ -326,7 +331,7 @@ class PopService:
     async def _ack(self, group: str, receipt: Receipt, real: str) -> bool:
         ack = Ack(real, group, receipt.queue_id, receipt.start_offset, receipt.pop_time_ms, receipt.offset,
                   self.ctx.broker_name)
-        if await self._append(TAG_ACK, ack.to_json()) is None:
+        if await self._append(TAG_ACK, ack) is None:
             return False
         self.state.add_ack(ack)
         return True
@@ -365,7 +370,7 @@ class PopService:
         ck = Checkpoint(real, group, old.queue_id, old.offset, pop_time, invisible_ms, [0], self.ctx.broker_name)
         self._ck_writes += 1
         try:
-            revive_offset = await self._append(TAG_CK, ck.to_json())
+            revive_offset = await self._append(TAG_CK, ck)
         finally:
             self._ck_writes -= 1
         if revive_offset is None:
@@ -388,10 +393,40 @@ class PopService:
         if message is None:
             return spb.ForwardMessageToDeadLetterQueueResponse(status=codes.status(
                 pb.Code.MESSAGE_NOT_FOUND, "the message is no longer in the store"))
-        st = await self._repub(group, topic, message, to_dlq=True)
+        st, _ = await self._repub(group, topic, message, to_dlq=True)
         if st.code == pb.Code.OK:
+            self.metrics.on_dlq(topic, group)
             await self._ack(group, receipt, real)
         return spb.ForwardMessageToDeadLetterQueueResponse(status=st)
+
+    # observability ------------------------------------------------------------------------------------------
+    def _subscribed(self, topic: str, group: str) -> tuple[str, bool]:
+        """The subscribed topic of a topic read, and whether it was the group's pop retry topic."""
+        original = topic.removeprefix(pop_retry_topic(group, ""))
+        return original, original != topic
+
+    def inflight_by_topic(self) -> dict[tuple[str, str, bool], int]:
+        """(subscribed topic, group, is_retry) -> messages received and neither acked nor revived."""
+        out: dict[tuple[str, str, bool], int] = {}
+        for (topic, group), n in self.state.in_flight_by_topic().items():
+            original, is_retry = self._subscribed(topic, group)
+            key = (original, group, is_retry)
+            out[key] = out.get(key, 0) + n
+        return out
+
+    def queue_progress(self, group: str) -> dict[tuple[str, int], tuple[int, int]]:
+        """For GET_CONSUME_STATS: (topic as stored, queue id) -> (lowest offset in flight, messages in flight)."""
+        return self.state.in_flight_queues(group)
+
+    def revive_lag(self) -> int:
+        committed = self.ctx.offsets.query(REVIVE_GROUP, self.revive_topic, 0)
+        if committed is None:
+            committed = self.ctx.store.min_offset_in_queue(self.revive_topic, 0)
+        return max(0, self.ctx.store.max_offset_in_queue(self.revive_topic, 0) - committed)
+
+    def revive_latency_ms(self, now_ms: int | None = None) -> int:
+        oldest = self.state.oldest_revive_time_ms()
+        return 0 if oldest is None else max(0, (_now_ms() if now_ms is None else now_ms) - oldest)
 
     # revive -------------------------------------------------------------------------------------------------
     def _read(self, group: str, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
@@ -401,7 +436,9 @@ class PopService:
         m = decode(result.records[0])
         return m if m.queue_offset == offset else None
 
-    async def _repub(self, group: str, topic: str, m: StoredMessage, *, to_dlq: bool) -> pb.Status:
+    async def _repub(self, group: str, topic: str, m: StoredMessage, *, to_dlq: bool) -> tuple[pb.Status, str]:
+        """Copy ``m`` to the group's pop retry topic (reconsumeTimes + 1) or its DLQ: the v2 status and the
+        store's put status."""
         props = dict(m.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, topic)
         if to_dlq:
@@ -414,7 +451,7 @@ class PopService:
         draft = MessageDraft(body=m.body, properties=props, flag=m.flag, born_timestamp=m.born_timestamp,
                              born_host=m.born_host, reconsume_times=reconsume, sys_flag=m.sys_flag)
         result = await self.ctx.store.put_messages(target, 0, [draft])
-        return codes.put_status(result.status, result.remark)
+        return codes.put_status(result.status, result.remark), label_value(result.status)
 
     async def _revive_loop(self) -> None:
         while not self._stopping:
@@ -439,7 +476,9 @@ class PopService:
                 if m is None:
                     continue  # expired from the store: nothing to deliver again
                 to_dlq = m.reconsume_times + 1 > max_times
-                st = await self._repub(ck.group, original, m, to_dlq=to_dlq)
+                st, put_status = await self._repub(ck.group, original, m, to_dlq=to_dlq)
+                if not to_dlq:
+                    self.metrics.on_revive(ck.topic, ck.group, put_status)
                 if st.code not in (pb.Code.OK, pb.Code.SLAVE_PERSISTENCE_TIMEOUT, pb.Code.HA_NOT_AVAILABLE,
                                    pb.Code.MASTER_PERSISTENCE_TIMEOUT):
                     log.error("revive of %s@%d for %s failed: %s; retried next pass", ck.topic, offset, ck.group,
@@ -450,6 +489,7 @@ class PopService:
                 count += 1
                 if to_dlq:
                     self.dead_lettered += 1
+                    self.metrics.on_dlq(original, ck.group)
                     log.info("message %s@%d of group %s moved to %%DLQ%%%s after %d deliveries", ck.topic, offset,
                              ck.group, ck.group, m.reconsume_times + 1)
                 else:

@@ -135,3 +135,29 @@ class PopState:
 
     def in_flight_count(self) -> int:
         return sum(len(ck.unacked()) for ck in self._cks.values())
+
+    def in_flight_by_topic(self) -> dict[tuple[str, str], int]:
+        """(topic read, group) -> messages in flight."""
+        out: dict[tuple[str, str], int] = {}
+        for ck in self._cks.values():
+            n = len(ck.unacked())
+            if n:
+                out[ck.topic, ck.group] = out.get((ck.topic, ck.group), 0) + n
+        return out
+
+    def in_flight_queues(self, group: str) -> dict[tuple[str, int], tuple[int, int]]:
+        """(topic read, queue id) -> (lowest offset in flight, messages in flight) for ``group``."""
+        out: dict[tuple[str, int], tuple[int, int]] = {}
+        for ck in self._cks.values():
+            if ck.group != group:
+                continue
+            unacked = ck.unacked()
+            if not unacked:
+                continue
+            key = ck.topic, ck.queue_id
+            low, n = out.get(key, (unacked[0], 0))
+            out[key] = min(low, *unacked), n + len(unacked)
+        return out
+
+    def oldest_revive_time_ms(self) -> int | None:
+        return min((ck.revive_time_ms for ck in self._cks.values()), default=None)

@@ -68,3 +68,20 @@ def test_pop_state_agrees_with_a_model_of_in_flight_offsets(script):
         for key, offsets in model.items():
             assert set(state.get(key).unacked()) == offsets
         assert state.in_flight_count() == sum(map(len, model.values()))
+        assert sum(state.in_flight_by_topic().values()) == state.in_flight_count()
+        queues = state.in_flight_queues("g")
+        assert sum(n for _, n in queues.values()) == state.in_flight_count()
+        everything = set().union(*model.values()) if model else set()
+        assert {low for low, _ in queues.values()} == ({min(everything)} if everything else set())
+
+
+def test_in_flight_views_split_by_topic_group_and_queue():
+    state = PopState()
+    state.add_checkpoint(Checkpoint("t", "g", 0, 10, 1, 9, [0, 1, 2], "b"))
+    state.add_checkpoint(Checkpoint("t", "g", 1, 4, 1, 5, [0, 3], "b"))
+    state.add_checkpoint(Checkpoint("%RETRY%g_t", "g", 0, 0, 2, 3, [0], "b"))
+    state.add_checkpoint(Checkpoint("t", "h", 0, 10, 3, 9, [0], "b"))
+    state.add_ack(Ack("t", "g", 0, 10, 1, 10, "b"))
+    assert state.in_flight_by_topic() == {("t", "g"): 4, ("%RETRY%g_t", "g"): 1, ("t", "h"): 1}
+    assert state.in_flight_queues("g") == {("t", 0): (11, 2), ("t", 1): (4, 2), ("%RETRY%g_t", 0): (0, 1)}
+    assert state.oldest_revive_time_ms() == 5
