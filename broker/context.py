@@ -75,6 +75,7 @@ class BrokerContext:
     dedup: Any = None  # broker.dedup.SendDedupWindow for sends with the ``dedup`` ext field
     register_now: Callable[[], None] = lambda: None
     server: Any = None  # BrokerServer: HA wiring points (ha, master_ha_addr) for GET_BROKER_HA_STATUS
+    pop: Any = None  # broker.grpc_v2.pop.service.PopService on a master serving RocketMQ 5 clients (in-flight pops)
     stats: BrokerStats = field(default_factory=BrokerStats)
     boot_timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     _background: set[asyncio.Task] = field(default_factory=set)

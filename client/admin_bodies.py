@@ -13,7 +13,8 @@ the request and what was expected.
     GET_BROKER_RUNTIME_INFO 28          {"table":{k:v}} (KVTable)
     GET_BROKER_CONFIG 26                Java properties text, "k=v" lines
     GET_TOPIC_STATS_INFO 202            {"offsetTable":{MQ:{"lastUpdateTimestamp","maxOffset","minOffset"}}}
-    GET_CONSUME_STATS 208               {"consumeTps":D,"offsetTable":{MQ:{"brokerOffset","consumerOffset","lastTimestamp"}}}
+    GET_CONSUME_STATS 208               {"consumeTps":D,"offsetTable":{MQ:{"brokerOffset","consumerOffset","lastTimestamp",
+                                        "pullOffset"}}} (pullOffset: RocketMQ 5's; absent from 4.x brokers)
     GET_CONSUMER_CONNECTION_LIST 203    {"connectionSet":[Connection],"consumeType","messageModel","consumeFromWhere",
                                          "subscriptionTable":{topic:SubscriptionData}}
     GET_BROKER_HA_STATUS 907            RocketMQ 5's HARuntimeInfo plus pyrmq's fields (``parse_ha_status``)
@@ -275,6 +276,11 @@ class QueueConsumeStat:
     broker_offset: int
     consumer_offset: int
     last_timestamp: int  # store time of the last consumed message; 0 if none
+    pull_offset: int = -1  # RocketMQ 5's; pull_offset - consumer_offset = in flight (pop: received, not acked)
+
+    @property
+    def inflight(self) -> int:
+        return max(0, self.pull_offset - self.consumer_offset) if self.pull_offset >= 0 else 0
 
 
 @dataclass(slots=True)
@@ -298,6 +304,7 @@ def parse_consume_stats(body: bytes, group: str) -> ConsumeStats:
                 _int(value.get("brokerOffset", 0)),
                 _int(value.get("consumerOffset", 0)),
                 _int(value.get("lastTimestamp", 0)),
+                _int(value.get("pullOffset", -1)),
             )
         )
     queues.sort(key=lambda q: (q.topic, q.broker_name, q.queue_id))

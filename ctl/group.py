@@ -24,6 +24,7 @@ PROGRESS_COLUMNS = [
     Column("Broker Offset", "brokerOffset"),
     Column("Consumer Offset", "consumerOffset"),
     Column("Diff", "diff"),
+    Column("Inflight", "inflight"),
     Column("LastTime", "lastTime"),
 ]
 
@@ -186,6 +187,7 @@ def progress_rows(cluster, group: str, topic: str | None) -> tuple[list[dict], f
                     "brokerOffset": q.broker_offset,
                     "consumerOffset": q.consumer_offset,
                     "diff": q.broker_offset - q.consumer_offset,
+                    "inflight": q.inflight,  # RocketMQ 5: received by a pop consumer (v2 client), not acked yet
                     "lastTime": human_time(q.last_timestamp),
                     "readFrom": addr,
                 }
@@ -290,10 +292,13 @@ def consumer_progress(
             hint="the group has committed no offset yet; consume first (mqctl consumeMessage -g ...) or check the name",
         )
     diff_total = sum(r["diff"] for r in rows)
+    inflight_total = sum(r["inflight"] for r in rows)
     if json:
-        out.show({"group": group, "consumeTps": tps, "diffTotal": diff_total, "queues": rows}, [])
+        out.show({"group": group, "consumeTps": tps, "diffTotal": diff_total, "inflightTotal": inflight_total,
+                  "queues": rows}, [])
         return
-    out.table(PROGRESS_COLUMNS, rows, footer=["", f"Consume TPS: {tps:.2f}", f"Diff Total: {diff_total}"])
+    out.table(PROGRESS_COLUMNS, rows, footer=["", f"Consume TPS: {tps:.2f}", f"Inflight Total: {inflight_total}",
+                                              f"Diff Total: {diff_total}"])
 
 
 @app.command("consumerConnection")

@@ -30,6 +30,7 @@ class GrpcEndpoint:
         self.metrics = V2Metrics(ctx.metrics)
         self.pop = None if ctx.is_slave else PopService(ctx, self.metrics)  # a slave refuses pops, naming why
         self.metrics.watch_pop(self.pop)
+        ctx.pop = self.pop  # GET_CONSUME_STATS reports pop groups' in-flight messages
         self.service = MessagingService(ctx, self.pop, self.metrics)
         self._server: grpc.aio.Server | None = None
 

@@ -10,8 +10,10 @@
   RocketMQ does (``mqadmin deleteSubGroup -c`` asks every master and stops at the first error).
 - GET_CONSUME_STATS (208), header ``consumerGroup``, ``topic`` (blank: every topic the group has offsets for, plus
   its retry topic): ConsumeStats ``{"consumeTps":D,"offsetTable":{MQ:{"brokerOffset":L,"consumerOffset":L,
-  "lastTimestamp":L}}}``, one entry per read queue, MessageQueue keys inline. Like RocketMQ, a topic the group's
-  online consumers no longer subscribe to is left out, and no progress at all is an empty table with code 0.
+  "lastTimestamp":L,"pullOffset":L}}}``, one entry per read queue, MessageQueue keys inline. Like RocketMQ, a topic
+  the group's online consumers no longer subscribe to is left out, and no progress at all is an empty table with
+  code 0. ``pullOffset`` - ``consumerOffset`` is what RocketMQ 5's mqadmin shows as #Inflight: for a pop group (RocketMQ
+  5 clients; its offset is committed at receive) the messages received and not yet acked or revived, else 0.
   ``consumeTps``: messages pulled by the group per second over about the last minute (``ConsumeRate``).
 - GET_CONSUMER_CONNECTION_LIST (203), ``consumerGroup``: ConsumerConnection ``{"connectionSet":[Connection],
   "consumeFromWhere":S,"consumeType":S,"messageModel":S,"subscriptionTable":{topic:SubscriptionData}}``;
@@ -146,6 +148,7 @@ def consume_stats(ctx: BrokerContext, rates: ConsumeRate, conn, request: Remotin
         if retry_topic(group) in ctx.topics and retry_topic(group) not in topics:
             topics.append(retry_topic(group))
     subscribed = ctx.clients.subscriptions(group)
+    in_flight = ctx.pop.queue_progress(group) if ctx.pop is not None else {}
     store = ctx.store
     table = {}
     tps = 0.0
@@ -164,6 +167,7 @@ def consume_stats(ctx: BrokerContext, rates: ConsumeRate, conn, request: Remotin
                 "brokerOffset": max(0, store.max_offset_in_queue(name, qid)),
                 "consumerOffset": consumer_offset,
                 "lastTimestamp": max(0, last or 0),
+                "pullOffset": consumer_offset + in_flight.get((name, qid), (0, 0))[1],
             }
         if ctx.metrics is not None:
             tps += rates.rate((name, group), ctx.metrics.pulled_messages(name, group), now_s)

@@ -274,3 +274,23 @@ def test_official_client_sends_to_and_receives_from_both_broker_groups(group, gr
 
     wait_until(drained, 60, lambda: f"received {len({m['id'] for m in got})} of 24: {sorted(m['body'] for m in got)}")
     assert sorted(m["id"] for m in got) == sorted(sent)  # each once: acked within the invisible time
+
+
+def test_consumer_progress_shows_a_pop_groups_messages_in_flight(group, client):
+    topic, cgroup = harness.unique("v2prog"), harness.unique("v2group")
+    harness.create_topic(group, topic, 1)
+    producer = client()
+    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    for i in range(3):
+        producer.call(op="send", topic=topic, body=f"m{i}")
+    consumer = _consumer(client, group, topic, cgroup)
+    got = _receive_until(consumer, 3, invisible_s=60)
+    consumer.call(op="ack", id=got[1]["id"])
+    progress = harness.progress(group, cgroup)
+    [row] = [q for q in progress["queues"] if q["topic"] == topic]
+    assert (row["brokerOffset"], row["consumerOffset"], row["diff"], row["inflight"]) == (3, 3, 0, 2)
+    assert progress["inflightTotal"] == 2
+    assert cgroup in {r["group"] for r in harness.progress(group, None)}
+    for m in (got[0], got[2]):
+        consumer.call(op="ack", id=m["id"])
+    assert harness.progress(group, cgroup)["inflightTotal"] == 0

@@ -89,6 +89,7 @@ def test_consumer_progress_after_a_consume_shows_diff_zero(cluster):
         "Broker Offset",
         "Consumer Offset",
         "Diff",
+        "Inflight",
         "LastTime",
     ]
     assert lines[-1] == "Diff Total: 0"
