@@ -7,20 +7,22 @@ Pure: no I/O, no clock. Input is what the workload recorded:
   answered that it did not store it) or UNKNOWN (a timeout or a broken connection: it may or may not be stored);
   with the writer and its sequence number, and the commitlog offset of a stored message (from its offsetMsgId);
 - every read by the consumer group (at-least-once: an id may come twice);
-- optionally the reads of one node on its own (the slave, drained after the master was destroyed) and the
-  slave's acknowledged offset recorded at that fault.
+- optionally the reads of one node on its own (the slave, drained after the master was destroyed: killed and
+  never restarted, as if its disk were gone) and the slave's acknowledged offset recorded at that fault.
 
-Output (``Report``): attempted / acked / weak / failed / unknown; read; ``lost`` = acked - read (split per writer
-into prefix / middle / postfix, Jepsen's lost-breakout); ``weak_lost`` and ``recovered`` (weak or unknown, yet
-read); ``unexpected`` = reads of ids never attempted; ``aborted_reads`` = reads of FAILED sends; ``duplicated``;
-``inconsistent_offsets`` = one queue offset holding different ids across reads; ``lost_on_slave`` = acked ids
-the slave does not hold, and among them ``lost_on_slave_below_ack``: those whose whole record lies below the
-slave's acknowledged offset.
+Output (``Report``): attempted / acked / weak / failed / unknown; read (by the group and the drained node);
+``lost`` = acked - read (split per writer into prefix / middle / postfix, Jepsen's lost-breakout) and
+``lost_below_ack``, those of them whose whole record lies below the slave's acknowledged offset; ``weak_lost`` and
+``recovered`` (weak or unknown, yet read); ``unexpected`` = reads of ids never attempted; ``aborted_reads`` = reads
+of FAILED sends; ``duplicated`` (by the group); ``inconsistent_offsets`` = one queue offset holding different ids
+across reads; ``lost_on_slave`` = acked ids the slave does not hold, and ``lost_on_slave_below_ack``.
 
-The verdict (``Report.problems(mode)``): in both modes lost = unexpected = aborted reads = inconsistent offsets = 0.
-SYNC: lost on the slave = 0 (every SEND_OK was on the slave when it was acknowledged). ASYNC: a message may be
-missing on the slave only beyond the slave's acknowledged offset (the unreplicated suffix). Duplicates, weak
-losses and recoveries are reported, never a failure (at-least-once delivery; stored-on-master-only statuses).
+The verdict (``Report.problems(mode)``): in both modes unexpected = aborted reads = inconsistent offsets = 0.
+SYNC: lost = 0 and lost on the slave = 0 (every SEND_OK was on the slave when it was acknowledged, so neither a
+destroyed master nor anything else may take one away). ASYNC: lost = 0 unless the master was destroyed; then a
+message may be lost, or missing on the slave, only beyond the slave's acknowledged offset at that fault (the
+unreplicated suffix). Duplicates, weak losses and recoveries are reported, never a failure (at-least-once
+delivery; stored-on-master-only statuses).
 
 A record's end is not known from the client, so "below the ack" uses the next known record start after it (the
 smallest commitlog offset of any stored send above it): the record ends at or before it. That bound is never
@@ -81,10 +83,11 @@ class Report:
     weak: int = 0
     failed: int = 0
     unknown: int = 0
-    read: int = 0  # distinct ids the group read
-    reads: int = 0  # reads, duplicates included
+    read: int = 0  # distinct ids read by the group or the drained node
+    reads: int = 0  # reads by the group, duplicates included
     lost: list[str] = field(default_factory=list)
     lost_breakout: Breakout = field(default_factory=Breakout)
+    lost_below_ack: list[str] = field(default_factory=list)
     weak_lost: int = 0
     recovered: int = 0
     unexpected: list[str] = field(default_factory=list)
@@ -101,9 +104,12 @@ class Report:
     def problems(self, mode: Mode) -> list[str]:
         """What breaks the promise of ``mode``; empty when the history is valid."""
         out = []
-        if self.lost:
+        if self.lost and (mode is Mode.SYNC or not self.slave_checked):
             out.append(f"{len(self.lost)} acknowledged messages never read (lost-breakout {self.lost_breakout}), "
                        f"e.g. {self.lost[:5]}")
+        if mode is Mode.ASYNC and self.slave_checked and self.lost_below_ack:
+            out.append(f"ASYNC: {len(self.lost_below_ack)} acknowledged messages never read lie below the slave's "
+                       f"acked offset {self.slave_ack}, e.g. {self.lost_below_ack[:5]}")
         if self.unexpected:
             out.append(f"{len(self.unexpected)} reads of ids never sent, e.g. {self.unexpected[:5]}")
         if self.aborted_reads:
@@ -126,7 +132,8 @@ class Report:
             "attempted": self.attempted, "acked": self.acked, "weak": self.weak, "failed": self.failed,
             "unknown": self.unknown, "read": self.read, "reads": self.reads, "lost": len(self.lost),
             "lost_prefix": self.lost_breakout.prefix, "lost_middle": self.lost_breakout.middle,
-            "lost_postfix": self.lost_breakout.postfix, "weak_lost": self.weak_lost, "recovered": self.recovered,
+            "lost_postfix": self.lost_breakout.postfix, "lost_below_ack": len(self.lost_below_ack),
+            "weak_lost": self.weak_lost, "recovered": self.recovered,
             "unexpected": len(self.unexpected), "aborted_reads": len(self.aborted_reads),
             "duplicated": self.duplicated, "duplicate_reads": self.duplicate_reads,
             "inconsistent_offsets": len(self.inconsistent_offsets), "slave_checked": self.slave_checked,
@@ -154,35 +161,44 @@ def check(
     rep.failed, rep.unknown = counts[Outcome.FAILED], counts[Outcome.UNKNOWN]
 
     group_reads = list(reads)
+    node_reads = list(slave_reads) if slave_reads is not None else []
     times_read = Counter(r.id for r in group_reads)
+    on_node = {r.id for r in node_reads}
+    read_all = set(times_read) | on_node
     rep.reads = len(group_reads)
-    rep.read = len(times_read)
+    rep.read = len(read_all)
     rep.duplicated = sum(1 for n in times_read.values() if n > 1)
     rep.duplicate_reads = sum(n - 1 for n in times_read.values() if n > 1)
-    rep.unexpected = sorted(i for i in times_read if i not in by_id)
-    rep.aborted_reads = sorted(i for i in times_read if i in by_id and by_id[i].outcome is Outcome.FAILED)
-    rep.recovered = sum(1 for i in times_read if i in by_id and by_id[i].outcome in (Outcome.WEAK, Outcome.UNKNOWN))
-    rep.weak_lost = sum(1 for s in by_id.values() if s.outcome is Outcome.WEAK and s.id not in times_read)
+    rep.unexpected = sorted(i for i in read_all if i not in by_id)
+    rep.aborted_reads = sorted(i for i in read_all if i in by_id and by_id[i].outcome is Outcome.FAILED)
+    rep.recovered = sum(1 for i in read_all if i in by_id and by_id[i].outcome in (Outcome.WEAK, Outcome.UNKNOWN))
+    rep.weak_lost = sum(1 for s in by_id.values() if s.outcome is Outcome.WEAK and s.id not in read_all)
 
     acked = [s for s in by_id.values() if s.outcome is Outcome.ACKED]
-    rep.lost = sorted(s.id for s in acked if s.id not in times_read)
-    rep.lost_breakout = _breakout([by_id[i] for i in rep.lost], by_id.values(), times_read)
-
-    node_reads = list(slave_reads) if slave_reads is not None else []
+    lost = [s for s in acked if s.id not in read_all]
+    rep.lost = sorted(s.id for s in lost)
+    rep.lost_breakout = _breakout(lost, by_id.values(), read_all)
     rep.inconsistent_offsets = _inconsistent(group_reads + node_reads)
     if slave_reads is not None:
         rep.slave_checked = True
         rep.slave_ack = slave_ack
-        on_slave = {r.id for r in node_reads}
-        rep.slave_read = len(on_slave)
-        missing = [s for s in acked if s.id not in on_slave]
+        rep.slave_read = len(on_node)
+        missing = [s for s in acked if s.id not in on_node]
         rep.lost_on_slave = sorted(s.id for s in missing)
-        if slave_ack is not None:
-            starts = sorted({s.offset for s in by_id.values() if s.offset is not None})
-            rep.lost_on_slave_below_ack = sorted(
-                s.id for s in missing if s.offset is not None and _end_bound(starts, s.offset) <= slave_ack
-            )
+        below = _below(by_id.values(), slave_ack)
+        rep.lost_on_slave_below_ack = sorted(s.id for s in missing if below(s))
+        rep.lost_below_ack = sorted(s.id for s in lost if below(s))
     return rep
+
+
+def _below(sends: Iterable[Send], ack: int | None):
+    """A predicate: does the whole record of a send lie below ``ack``? (False when either is unknown.)"""
+    starts = sorted({s.offset for s in sends if s.offset is not None})
+
+    def below(s: Send) -> bool:
+        return ack is not None and s.offset is not None and _end_bound(starts, s.offset) <= ack
+
+    return below
 
 
 def _end_bound(starts: list[int], offset: int) -> float:
@@ -191,12 +207,13 @@ def _end_bound(starts: list[int], offset: int) -> float:
     return starts[i] if i < len(starts) else float("inf")
 
 
-def _breakout(lost: list[Send], sends: Iterable[Send], times_read: Counter) -> Breakout:
+def _breakout(lost: list[Send], sends: Iterable[Send], read: set[str]) -> Breakout:
     """Per writer: a lost message before every read one of its writer is prefix, after every one postfix,
-    between two read ones middle ("we read things before and after that value": the worst kind)."""
+    between two read ones middle ("we read things before and after that value": the worst kind). A writer of
+    which nothing was read counts as postfix."""
     read_seqs: dict[str, list[int]] = defaultdict(list)
     for s in sends:
-        if s.id in times_read:
+        if s.id in read:
             read_seqs[s.writer].append(s.seq)
     bounds = {w: (min(seqs), max(seqs)) for w, seqs in read_seqs.items()}
     out = Breakout()

@@ -107,3 +107,21 @@ def test_a_send_recorded_twice_counts_once_with_its_last_outcome():
     h = [Send("a-1", "a", 1, U), Send("a-1", "a", 1, A, 0)]
     rep = check(h, reads("a-1"))
     assert (rep.attempted, rep.acked, rep.unknown) == (1, 1, 0)
+
+
+def test_after_a_destroyed_async_master_unread_messages_may_be_lost_only_beyond_the_slave_ack():
+    h = sends(*[(f"a-{i}", A, (i - 1) * 100) for i in range(1, 6)])  # a-1 at 0 ... a-5 at 400
+    # the group read a-1, a-2 from the master before it was destroyed; the slave acked 300 and holds a-1..a-3
+    suffix = check(h, reads("a-1", "a-2"), slave_reads=reads("a-1", "a-2", "a-3", node="slave"), slave_ack=300)
+    assert suffix.lost == ["a-4", "a-5"] and suffix.lost_below_ack == []
+    assert suffix.problems(Mode.ASYNC) == []
+    assert suffix.problems(Mode.SYNC)  # SYNC: a SEND_OK is on the slave, whatever happens to the master
+    hole = check(h, reads("a-1", "a-2"), slave_reads=reads("a-1", "a-2", node="slave"), slave_ack=300)
+    assert hole.lost_below_ack == ["a-3"] and hole.problems(Mode.ASYNC)
+
+
+def test_a_message_read_from_the_master_then_missing_on_the_slave_is_not_lost():
+    h = sends(("a-1", A, 0), ("a-2", A, 100))
+    rep = check(h, reads("a-1", "a-2"), slave_reads=reads("a-1", node="slave"), slave_ack=100)
+    assert rep.lost == [] and rep.lost_on_slave == ["a-2"] and rep.lost_on_slave_below_ack == []
+    assert rep.problems(Mode.ASYNC) == [] and rep.problems(Mode.SYNC)
