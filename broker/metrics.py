@@ -8,8 +8,14 @@ Two kinds of series, so the hot path pays (almost) nothing:
   one call (see ``common.metrics.BatchHistogram``: exact, O(1) Python work when the batch is uniform).
 - **Gauges mirroring state** (commitlog offsets, flush/dispatch backlog, disk use, HA links, consumer lag) are
   computed at SCRAPE time by a collector that calls providers set with ``set_providers``; nothing is
-  maintained between scrapes. Scrapes run on the event loop (``common.metrics.MetricsServer``), so providers
-  may read loop-owned state directly.
+  maintained between scrapes. Collection runs on the event loop (``common.metrics.MetricsServer`` takes a
+  snapshot there and renders the text in its own thread), so providers may read loop-owned state directly.
+
+Bounded cardinality: auto-created topics are unbounded (2,000 one-message topics made a 6.4 MB page), so every
+family labelled by topic or consumer group keeps at most ``series_limit`` (default ``SERIES_LIMIT``) label sets,
+the busiest by recent traffic (consumer lag: the largest lags), and sums the rest under ``topic="_other"`` /
+``consumer_group="_other"`` (``common.metrics.SeriesCap``: counters stay monotonic, totals exact). Each such
+family's help says so.
 
 Names follow RocketMQ 5 where they exist (``rocketmq_messages_in_total``, ``rocketmq_throughput_in_total``,
 ``rocketmq_message_size``, ``rocketmq_consumer_lag_messages``, ``rocketmq_consumer_lag_latency_milliseconds`` —
@@ -31,7 +37,16 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from broker.metadata.topics import is_system_topic
-from common.metrics import BatchHistogram, LoopCounter, ScrapeCollector, const_labels, label_value
+from common.metrics import (
+    OTHER,
+    BatchHistogram,
+    CappedGroup,
+    LoopCounter,
+    ScrapeCollector,
+    SeriesCap,
+    const_labels,
+    label_value,
+)
 from remoting.message_codec import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 # RocketMQ 5's rocketmq_message_size buckets: 1K, 4K, 512K, 1M, 2M, 4M (bytes).
@@ -40,6 +55,9 @@ MESSAGE_SIZE_BUCKETS = (1024, 4096, 512 * 1024, 1024**2, 2 * 1024**2, 4 * 1024**
 SYNC_WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0)
 # At most this many lagging queues get a store read for the lag latency per scrape.
 LAG_LATENCY_MAX_READS = 2000
+# Per-topic / per-group label sets kept per family; the rest are summed under "_other". 50 keeps a broker's page
+# near 100 KB however many topics it has, and covers the topics a dashboard can show.
+SERIES_LIMIT = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +210,7 @@ class BrokerMetrics:
         broker_addr: str = "",
         store_dir: str | Path | None = None,
         clock_s: Callable[[], float] = time.time,
+        series_limit: int = SERIES_LIMIT,
     ) -> None:
         self.role = label_value(role)
         self.broker_name = broker_name
@@ -200,26 +219,34 @@ class BrokerMetrics:
         self.broker_addr = broker_addr
         self.store_dir = Path(store_dir) if store_dir else None
         self._clock_s = clock_s
+        self.series_limit = series_limit
+        per_topic = (f" At most {series_limit} topics (the busiest recently) have series of their own; the others are"
+                     f' summed under topic="{OTHER}".')
+        per_group = (f" At most {series_limit} topic and group pairs (the busiest recently) have series of their own;"
+                     f' the others are summed under topic="{OTHER}",consumer_group="{OTHER}".')
         common = {"cluster": cluster, "node_type": "broker", "node_id": broker_name, "broker_id": broker_id,
                   "role": self.role}
         reg = self.registry = const_labels(registry, common)
 
         # RocketMQ 5 message series -------------------------------------------------------------------------
         # Hot-path counters are LoopCounters (no lock per inc; see common.metrics), registered below.
-        self.messages_in = LoopCounter("rocketmq_messages_in", "Messages stored (produced), per topic.",
-                                       ["topic", "message_type", "is_system"])
-        self.throughput_in = LoopCounter("rocketmq_throughput_in", "Message body bytes stored (produced).",
-                                         ["topic", "message_type", "is_system"])
-        self.message_size = BatchHistogram("rocketmq_message_size", "Size of stored message bodies in bytes.",
-                                           MESSAGE_SIZE_BUCKETS, ["topic", "message_type", "is_system"])
-        self.messages_out = LoopCounter("rocketmq_messages_out", "Messages delivered to consumers by pulls.",
-                                        ["topic", "consumer_group", "is_system"])
-        self.throughput_out = LoopCounter("rocketmq_throughput_out", "Message bytes delivered to consumers by pulls.",
-                                          ["topic", "consumer_group", "is_system"])
-        self.send_to_dlq = LoopCounter("rocketmq_send_to_dlq_messages", "Messages moved to a %DLQ% topic.",
-                                       ["topic", "consumer_group", "is_system"])
+        in_labels = ["topic", "message_type", "is_system"]
+        out_labels = ["topic", "consumer_group", "is_system"]
+        self.messages_in = LoopCounter("rocketmq_messages_in", "Messages stored (produced), per topic." + per_topic,
+                                       in_labels)
+        self.throughput_in = LoopCounter("rocketmq_throughput_in",
+                                         "Message body bytes stored (produced)." + per_topic, in_labels)
+        self.message_size = BatchHistogram("rocketmq_message_size",
+                                           "Size of stored message bodies in bytes." + per_topic,
+                                           MESSAGE_SIZE_BUCKETS, in_labels)
+        self.messages_out = LoopCounter("rocketmq_messages_out",
+                                        "Messages delivered to consumers by pulls." + per_group, out_labels)
+        self.throughput_out = LoopCounter("rocketmq_throughput_out",
+                                          "Message bytes delivered to consumers by pulls." + per_group, out_labels)
+        self.send_to_dlq = LoopCounter("rocketmq_send_to_dlq_messages",
+                                       "Messages moved to a %DLQ% topic." + per_group, out_labels)
         self.send_back = LoopCounter("rocketmq_send_back_messages",
-                                     "Messages a consumer sent back for redelivery (retry or DLQ).",
+                                     "Messages a consumer sent back for redelivery (retry or DLQ)." + per_group,
                                      ["topic", "consumer_group"])
 
         # pyrmq: send outcomes and replication waits ---------------------------------------------------------
@@ -236,9 +263,20 @@ class BrokerMetrics:
         self.pull_slave_suggestions = LoopCounter("rocketmq_pull_slave_suggestions",
                                                   "Pull responses that advised the consumer to pull from a slave.")
         self.pull_slave_suggestions.cell()
-        for family in (self.messages_in, self.throughput_in, self.message_size, self.messages_out,
-                       self.throughput_out, self.send_to_dlq, self.send_back, self.send_results, self.send_requests,
-                       self.sync_wait, self.sync_timeouts, self.pulls, self.pull_slave_suggestions):
+        # Topic- and group-labelled families through their caps; a group shares one cap (same topics kept).
+        groups = [
+            (SeriesCap(series_limit, in_labels, ["topic"]), self.messages_in,
+             [self.messages_in, self.throughput_in, self.message_size]),
+            (SeriesCap(series_limit, out_labels, ["topic", "consumer_group"]), self.messages_out,
+             [self.messages_out, self.throughput_out]),
+            (SeriesCap(series_limit, out_labels, ["topic", "consumer_group"]), self.send_to_dlq, [self.send_to_dlq]),
+            (SeriesCap(series_limit, ["topic", "consumer_group"], ["topic", "consumer_group"]), self.send_back,
+             [self.send_back]),
+        ]
+        for cap, driver, families in groups:
+            reg.register(CappedGroup(cap, driver, families))
+        for family in (self.send_results, self.send_requests, self.sync_wait, self.sync_timeouts, self.pulls,
+                       self.pull_slave_suggestions):
             reg.register(family)
 
         # slave metadata sync (slaves only) ---------------------------------------------------------------------
@@ -259,6 +297,7 @@ class BrokerMetrics:
         reg.register(ScrapeCollector("broker-state", self._collect_state))
         reg.register(ScrapeCollector("consumer-lag", self._collect_lag))
 
+        self._flags: dict[str, tuple[str, str]] = {}
         self._in_cells: dict[tuple[str, str], tuple] = {}
         self._out_cells: dict[tuple[str, str], tuple] = {}
         self._status_cells: dict[str, tuple] = {}
@@ -485,34 +524,64 @@ class BrokerMetrics:
                                       "HA (re)connections: to the master on a slave, accepted on a master.",
                                       ha.reconnects)
 
+    def _topic_flags(self, topic: str) -> tuple[str, str]:
+        """``is_retry`` and ``is_system`` label values of a topic (cached: the lag scrape asks for every topic)."""
+        flags = self._flags.get(topic)
+        if flags is None:
+            flags = self._flags[topic] = (label_value(topic.startswith(RETRY_GROUP_TOPIC_PREFIX)),
+                                          label_value(_is_system(topic)))
+        return flags
+
     def _collect_lag(self) -> Iterable[Metric]:
+        """Lag of every (topic, group) from the offset table; series for the ``series_limit`` largest, the rest
+        summed under ``_other``. The latency needs a store read per lagging queue, so only the kept pairs get one
+        (at most ``LAG_LATENCY_MAX_READS`` per scrape)."""
         if self._offsets is None or self._queue_max is None:
             return []
         labels = ["topic", "consumer_group", "is_retry", "is_system"]
         lag_family = GaugeMetricFamily("rocketmq_consumer_lag_messages",
-                                       "Messages not yet consumed: queue max offset minus committed offset.", labels=labels)
+                                       "Messages not yet consumed: queue max offset minus committed offset. At most "
+                                       f"{self.series_limit} topic and group pairs (the largest lags) have series "
+                                       f'of their own; the others are summed under topic="{OTHER}",'
+                                       f'consumer_group="{OTHER}".', labels=labels)
         latency_family = GaugeMetricFamily("rocketmq_consumer_lag_latency_milliseconds",
-                                           "Age of the oldest unconsumed message (0 when caught up).", labels=labels)
+                                           "Age of the oldest unconsumed message (0 when caught up), for the topic "
+                                           "and group pairs that have a series of their own in "
+                                           "rocketmq_consumer_lag_messages.", labels=labels)
+        queue_max = self._queue_max
+        pairs: list[tuple[int, str, str, list[tuple[int, int]]]] = []
+        for key, queues in self._offsets().items():
+            topic, _, group = key.rpartition("@")
+            lag, behind_queues = 0, []
+            for queue_id, committed in queues.items():
+                behind = queue_max(topic, queue_id) - committed
+                if behind > 0:
+                    lag += behind
+                    behind_queues.append((queue_id, committed))
+            pairs.append((lag, topic, group, behind_queues))
+        pairs.sort(key=lambda pair: -pair[0])
         now_ms = int(self._clock_s() * 1000)
         reads = 0
-        for key, queues in list(self._offsets().items()):
-            topic, _, group = key.rpartition("@")
-            lag, oldest_ms = 0, 0
-            for queue_id, committed in list(queues.items()):
-                behind = self._queue_max(topic, queue_id) - committed
-                if behind <= 0:
-                    continue
-                lag += behind
-                if self._queue_ts is not None and reads < LAG_LATENCY_MAX_READS:
-                    reads += 1
-                    ts = self._queue_ts(topic, queue_id, committed)
-                    if ts > 0:
-                        oldest_ms = max(oldest_ms, now_ms - ts)
-            values = [topic, group, label_value(topic.startswith(RETRY_GROUP_TOPIC_PREFIX)),
-                      label_value(_is_system(topic))]
+        for lag, topic, group, behind_queues in pairs[: self.series_limit]:
+            values = [topic, group, *self._topic_flags(topic)]
             lag_family.add_metric(values, lag)
-            if self._queue_ts is not None:
-                latency_family.add_metric(values, max(0, oldest_ms))
+            if self._queue_ts is None:
+                continue
+            oldest_ms = 0
+            for queue_id, committed in behind_queues:
+                if reads >= LAG_LATENCY_MAX_READS:
+                    break
+                reads += 1
+                ts = self._queue_ts(topic, queue_id, committed)
+                if ts > 0:
+                    oldest_ms = max(oldest_ms, now_ms - ts)
+            latency_family.add_metric(values, max(0, oldest_ms))
+        other: dict[tuple[str, str], int] = {}
+        for lag, topic, _, _ in pairs[self.series_limit :]:
+            key = self._topic_flags(topic)
+            other[key] = other.get(key, 0) + lag
+        for (is_retry, is_system), lag in sorted(other.items()):
+            lag_family.add_metric([OTHER, OTHER, is_retry, is_system], lag)
         return [lag_family, latency_family] if self._queue_ts is not None else [lag_family]
 
 

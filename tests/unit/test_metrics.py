@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 import urllib.error
 import urllib.request
 
 import pytest
 from prometheus_client import Counter, generate_latest
+from prometheus_client.metrics_core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.metrics import BrokerMetrics, HAGauges, SlaveLink, StoreGauges, ha_gauges_from_status
@@ -16,6 +18,7 @@ from broker.store.types import PutStatus
 from common.metrics import BatchHistogram, MetricsServer, const_labels, new_registry
 from namesrv.metrics import NamesrvMetrics
 from namesrv.route_table import DataVersion, RouteInfoManager, TopicConfig
+from tests.support.waiting import async_wait_until
 
 
 def samples(registry) -> dict[tuple[str, frozenset], float]:
@@ -350,3 +353,128 @@ async def test_attach_reads_a_real_message_store_and_offset_table(tmp_path):
         assert value(registry, "rocketmq_storage_dispatch_behind_bytes") == 0
     finally:
         await store.stop()
+
+
+# bounded cardinality (issue 12 item 4) ------------------------------------------------------------------------
+def series_of(registry, name: str) -> dict[frozenset, float]:
+    return {labels: v for (n, labels), v in samples(registry).items() if n == name}
+
+
+def topic_values(registry, name: str) -> dict[str, float]:
+    return {dict(labels)["topic"]: v for labels, v in series_of(registry, name).items()}
+
+
+def test_below_the_series_limit_every_topic_is_exact_and_there_is_no_other_series():
+    registry, m = broker(series_limit=5)
+    for i in range(5):
+        m.on_send(f"T{i}", i + 1, 10 * (i + 1), PutStatus.PUT_OK, sizes=[10] * (i + 1))
+    assert topic_values(registry, "rocketmq_messages_in_total") == {f"T{i}": i + 1 for i in range(5)}
+    sample_lines = [line for line in generate_latest(registry).decode().splitlines() if not line.startswith("#")]
+    assert not [line for line in sample_lines if 'topic="_other"' in line]
+
+
+def test_beyond_the_limit_the_busiest_topics_keep_series_and_the_rest_sum_under_other():
+    registry, m = broker(series_limit=10)
+    for i in range(200):  # one-message topics, then ten busy ones
+        m.on_send(f"auto-{i}", 1, 100, PutStatus.PUT_OK)
+    for i in range(10):
+        m.on_send(f"busy-{i}", 50, 5000, PutStatus.PUT_OK, sizes=[100] * 50)
+    values = topic_values(registry, "rocketmq_messages_in_total")
+    assert set(values) == {f"busy-{i}" for i in range(10)} | {"_other"}
+    assert sum(values.values()) == 200 + 10 * 50  # the total is exact
+    throughput = topic_values(registry, "rocketmq_throughput_in_total")
+    assert set(throughput) == set(values) and sum(throughput.values()) == 200 * 100 + 10 * 5000  # same topics kept
+    size_counts = topic_values(registry, "rocketmq_message_size_count")
+    assert set(size_counts) == set(values) and sum(size_counts.values()) == 700
+    text = generate_latest(registry).decode()
+    assert 'summed under topic="_other"' in text  # the help says so
+
+
+def test_counters_stay_monotonic_and_exact_while_the_kept_topics_follow_the_traffic():
+    registry, m = broker(series_limit=3)
+    previous: dict[frozenset, float] = {}
+    total = 0
+    for round_ in range(12):
+        hot = [f"T{(round_ + k) % 8}" for k in range(3)]  # the busy topics move every round
+        for topic in [f"T{i}" for i in range(8)]:
+            n = 20 if topic in hot else 1
+            m.on_send(topic, n, n, PutStatus.PUT_OK, sizes=[1] * n)
+            m.on_pull(topic, "g", n, n)
+            total += n
+        now = series_of(registry, "rocketmq_messages_in_total")
+        for labels, v in now.items():
+            assert v >= previous.get(labels, 0), (round_, dict(labels), v, previous.get(labels))
+        assert sum(now.values()) == total
+        assert len(now) <= 3 + 1
+        kept = {dict(labels)["topic"] for labels in now} - {"_other"}
+        if round_ > 0:
+            assert set(hot) <= kept  # a topic twice as busy replaces a slow one
+        previous = now
+        out = series_of(registry, "rocketmq_messages_out_total")
+        assert sum(out.values()) == total and len(out) <= 3 + 1
+
+
+def test_consumer_lag_keeps_the_largest_lags_and_sums_the_rest():
+    registry, m = broker(series_limit=3)
+    offsets = {f"T{i}@g{i}": {0: 0} for i in range(10)}
+    m.set_providers(consumer_offsets=lambda: offsets, queue_max_offset=lambda topic, qid: int(topic[1:]) + 1,
+                    queue_store_timestamp=lambda topic, qid, offset: 1)
+    lag = topic_values(registry, "rocketmq_consumer_lag_messages")
+    assert lag == {"T9": 10, "T8": 9, "T7": 8, "_other": sum(range(1, 8))}
+    assert set(topic_values(registry, "rocketmq_consumer_lag_latency_milliseconds")) == {"T9", "T8", "T7"}
+
+
+async def test_a_scrape_renders_off_the_event_loop():
+    """Rendering iterates the samples; here that waits for the loop to run a task. Rendered on the loop (as before),
+    the loop could never run it and the scrape would fail after the wait."""
+    rendering, loop_ran = threading.Event(), threading.Event()
+
+    class BlockingSamples(list):
+        def __iter__(self):
+            rendering.set()
+            assert loop_ran.wait(10), "the loop did not run while the scrape was being rendered"
+            return super().__iter__()
+
+    class Slow:
+        def collect(self):
+            family = GaugeMetricFamily("slow_render", "A family whose rendering needs the loop to be free.")
+            family.add_metric([], 1)
+            family.samples = BlockingSamples(family.samples)
+            yield family
+
+    registry = new_registry(process_metrics=False)
+    registry.register(Slow())
+    server = MetricsServer(registry, host="127.0.0.1", port=0)
+    await server.start()
+    try:
+        scrape = asyncio.ensure_future(asyncio.to_thread(fetch_text, server.url))
+        await async_wait_until(rendering.is_set, 10, "the scrape never started rendering")
+        loop_ran.set()  # reached only if the loop is free while the scrape is being rendered
+        assert "slow_render 1.0" in await asyncio.wait_for(scrape, 15)
+    finally:
+        await server.stop()
+
+
+def fetch_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=15) as resp:
+        return resp.read().decode()
+
+
+async def test_metrics_server_refuses_other_methods_and_answers_head(tmp_path):
+    server = MetricsServer(new_registry(process_metrics=False), host="127.0.0.1", port=0)
+    await server.start()
+    try:
+        def request(method):
+            req = urllib.request.Request(server.url, method=method)
+            try:
+                with urllib.request.urlopen(req, timeout=5) as resp:
+                    return resp.status, resp.read()
+            except urllib.error.HTTPError as err:
+                err.close()
+                return err.code, b""
+
+        assert await asyncio.to_thread(request, "POST") == (405, b"")
+        status, body = await asyncio.to_thread(request, "HEAD")
+        assert status == 200 and body == b""
+    finally:
+        await server.stop()
