@@ -19,6 +19,7 @@ MODULES = [
     "bench.e2e_bench",
     "bench.deploy_bench",
     "bench.spark_bench",
+    "bench.chaos",
 ]
 
 
