@@ -30,13 +30,19 @@ def _make_server(settings: BrokerSettings):
     return BrokerServer(settings)
 
 
+def render(settings: BrokerSettings) -> list[tuple[str, str]]:
+    """Every effective key for --print-config; an inline haAuthSecret is masked (the output lands in terminals)."""
+    pairs = conf.render(settings.broker) + conf.render(settings.store)
+    return [(k, "<hidden>" if k == "haAuthSecret" and v else v) for k, v in pairs]
+
+
 def main(argv: list[str] | None = None) -> int:
     return process.server_main(
         argv,
         prog="mqbroker",
         description="Run a pyrmq broker (master or slave).",
         load=load_broker_settings,
-        render=lambda s: conf.render(s.broker) + conf.render(s.store),
+        render=render,
         make_server=_make_server,
         boot_line=boot_line,
     )

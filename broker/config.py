@@ -10,7 +10,10 @@ One ``broker.conf`` feeds both classes by key name, as in RocketMQ. Differences 
 - ``haSlaveFallbehindMax`` is a 64-bit value (4.x used an int, capping it at 2 GiB);
 - RocketMQ's disk thresholds that were JVM system properties (``diskSpaceWarningLevelRatio`` 90,
   ``diskSpaceCleanForciblyRatio`` 85) are ordinary keys;
-- the HA stream additions of DESIGN.md §3: ``haAuthSecret`` and ``haSlaveCatchUpFrom``;
+- the HA stream additions of DESIGN.md §3: ``haAuthSecret`` / ``haAuthSecretFile`` (the cluster's shared secret:
+  only a slave that proves it holds it is served or counts toward SEND_OK), ``haSlaveCatchUpFrom`` and
+  ``haDisconnectedSlaveKeepInterval``; a SYNC_MASTER without a secret refuses to start unless
+  ``haUnsafeAllowUnauthenticatedSlaves=true`` says the operator accepts that any TCP peer can confirm its sends;
 - ``grpcServerPort`` (RocketMQ 5's proxy key, 8081) is the broker's own: every broker serves the v2 endpoint.
 """
 
@@ -26,7 +29,13 @@ from common import conf
 from common.errors import ConfigError
 
 # Environment variables that may override a few deployment keys (DESIGN.md §6).
-ENV_OVERRIDES = {"NAMESRV_ADDR": "namesrvAddr", "BROKER_IP1": "brokerIP1", "BROKER_IP2": "brokerIP2"}
+ENV_OVERRIDES = {"NAMESRV_ADDR": "namesrvAddr", "BROKER_IP1": "brokerIP1", "BROKER_IP2": "brokerIP2",
+                 "HA_AUTH_SECRET_FILE": "haAuthSecretFile"}
+
+MIN_HA_AUTH_SECRET_BYTES = 16
+HA_SECRET_HINT = ("generate one secret per cluster (python3 -c 'import secrets; print(secrets.token_hex(32))' > "
+                  "ha-auth-secret; chmod 600 ha-auth-secret) and give the master and its slaves the same "
+                  "haAuthSecretFile (or haAuthSecret)")
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
@@ -146,11 +155,24 @@ class MessageStoreConfig:
     ha_slave_fallbehind_max: int = conf.ranged(256 * 1024 * 1024, 0, None, "bytes a slave may lag and stay in sync")
     ha_master_address: str = ""
     ha_slave_catch_up_from: CatchUpFrom = CatchUpFrom.MIN_OFFSET
-    ha_auth_secret: str = ""
+    ha_auth_secret: str = ""  # the cluster's HA secret inline; prefer haAuthSecretFile (kept out of the conf)
+    ha_auth_secret_file: str = ""  # a file whose first line is the secret (a Docker secret, a generated file)
+    # Opt-out of HA authentication: any TCP peer that sends a hello is served and its acks count. Needed to run a
+    # SYNC_MASTER without a secret; never set it where the HA port is reachable by anyone but the slaves.
+    ha_unsafe_allow_unauthenticated_slaves: bool = False
+    ha_disconnected_slave_keep_interval: int = conf.ranged(
+        60_000, 0, conf.JAVA_INT_MAX, "milliseconds a departed slave stays listed (DISCONNECTED) in haStatus")
     offset_check_in_slave: bool = False
 
     def __post_init__(self) -> None:
         conf.validate_ranges(self)
+        if self.ha_auth_secret and self.ha_auth_secret_file:
+            raise ValueError("set haAuthSecret or haAuthSecretFile, not both")
+        if self.ha_auth_secret and len(self.ha_auth_secret.encode("utf-8")) < MIN_HA_AUTH_SECRET_BYTES:
+            raise ValueError(f"haAuthSecret must be at least {MIN_HA_AUTH_SECRET_BYTES} bytes; {HA_SECRET_HINT}")
+        if self.ha_unsafe_allow_unauthenticated_slaves and (self.ha_auth_secret or self.ha_auth_secret_file):
+            raise ValueError("haUnsafeAllowUnauthenticatedSlaves=true contradicts the configured HA secret; remove "
+                             "one of them (keep the secret)")
         if self.mapped_file_size_consume_queue % 20:
             # RocketMQ's getter rounds up to a whole number of 20-byte units; do it once here.
             rounded = (self.mapped_file_size_consume_queue // 20 + 1) * 20
@@ -179,6 +201,22 @@ class MessageStoreConfig:
     @property
     def delay_levels_ms(self) -> list[int]:
         return parse_delay_levels(self.message_delay_level)
+
+    def read_ha_auth_secret(self) -> bytes:
+        """The HA link's shared secret: ``haAuthSecret``, or the first line of ``haAuthSecretFile`` (read now, so a
+        restart picks up a rotated file); b"" when neither is set. ValueError says what to fix."""
+        if not self.ha_auth_secret_file:
+            return self.ha_auth_secret.encode("utf-8")
+        path = Path(os.path.expanduser(self.ha_auth_secret_file))
+        try:
+            lines = path.read_bytes().splitlines()
+        except OSError as exc:
+            raise ValueError(f"haAuthSecretFile {path} cannot be read ({exc.strerror}); {HA_SECRET_HINT}") from None
+        secret = lines[0].strip() if lines else b""
+        if len(secret) < MIN_HA_AUTH_SECRET_BYTES:
+            raise ValueError(f"haAuthSecretFile {path} holds {len(secret)} bytes on its first line, at least "
+                             f"{MIN_HA_AUTH_SECRET_BYTES} are needed; {HA_SECRET_HINT}")
+        return secret
 
 
 @dataclass(frozen=True)
@@ -294,4 +332,23 @@ def load_broker_settings(path: str | Path | None, environ: dict[str, str] | None
             key="brokerId",
             hint="give each slave of a brokerName its own id starting at 1",
         )
+    check_ha_auth(store, source)
     return BrokerSettings(broker=broker, store=store, source=source)
+
+
+def check_ha_auth(store: MessageStoreConfig, source: str) -> None:
+    """The HA secret is readable, and a SYNC_MASTER has one unless the operator opted out by name: a SYNC_MASTER
+    that serves any peer lets a forged peer turn pending sends into SEND_OK (issue 12)."""
+    try:
+        secret = store.read_ha_auth_secret()
+    except ValueError as exc:
+        raise ConfigError(str(exc), source=source, key="haAuthSecretFile") from None
+    if store.broker_role is BrokerRole.SYNC_MASTER and not secret and not store.ha_unsafe_allow_unauthenticated_slaves:
+        raise ConfigError(
+            "brokerRole=SYNC_MASTER needs an HA secret: without one any TCP peer that reaches haListenPort can "
+            "confirm SYNC sends (SEND_OK) for messages no slave holds",
+            source=source,
+            key="haAuthSecretFile",
+            hint=f"{HA_SECRET_HINT}; or, only where nothing but the slaves can reach the HA port, "
+                 "haUnsafeAllowUnauthenticatedSlaves=true",
+        )

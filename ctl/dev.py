@@ -2,9 +2,11 @@
 
 ``up`` starts one nameserver and the compose cluster's two broker groups as detached local processes on
 127.0.0.1 (broker-a SYNC_MASTER + broker-a-s, broker-b ASYNC_MASTER + broker-b-s, cluster DefaultCluster), each
-on free ports, with its conf, log, pid file and store under ``DIR/<process>/``. It waits for every RocketMQ-style
-boot line, then prints the nameserver address. ``down`` sends SIGTERM to every process with a pid file, waits,
-then SIGKILLs the stragglers. A pid file is trusted only while ``/proc/<pid>/cmdline`` still names that
+on free ports, with its conf, log, pid file and store under ``DIR/<process>/``. The cluster's HA secret is
+``DIR/ha-auth-secret`` (mode 0600), generated on the first ``up`` and kept for later ones (the stores stay too);
+every broker conf names it with ``haAuthSecretFile``, so masters serve only their own slaves. It waits for every
+RocketMQ-style boot line, then prints the nameserver address. ``down`` sends SIGTERM to every process with a pid
+file, waits, then SIGKILLs the stragglers. A pid file is trusted only while ``/proc/<pid>/cmdline`` still names that
 process's conf, so a recycled pid is never signalled.
 
 Processes are detached through a short-lived launcher (``start_new_session``), so they outlive mqctl and are
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -95,7 +98,20 @@ def write_conf(path: Path, values: dict[str, object]) -> None:
     path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
 
 
-def member_conf(member: Member, home: Path, namesrv_addr: str, file_size_mb: int) -> tuple[dict[str, object], str]:
+def ensure_ha_secret(root: Path) -> Path:
+    """``DIR/ha-auth-secret``: created once (0600, never world-readable, even briefly), then reused."""
+    path = root / "ha-auth-secret"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secrets.token_hex(32) + "\n")
+    return path
+
+
+def member_conf(member: Member, home: Path, namesrv_addr: str, file_size_mb: int,
+                ha_secret_file: Path) -> tuple[dict[str, object], str]:
     if member.module == "namesrv":
         port = free_port()
         return {"listenPort": port, "metricsPromExporterPort": free_port()}, f"127.0.0.1:{port}"
@@ -109,9 +125,11 @@ def member_conf(member: Member, home: Path, namesrv_addr: str, file_size_mb: int
         "brokerIP1": "127.0.0.1",
         "listenPort": port,
         "haListenPort": free_port(),
+        "grpcServerPort": free_port(),  # the RocketMQ 5 endpoint: 8081 would be taken by the first broker
         "metricsPromExporterPort": free_port(),
         "storePathRootDir": str(home / "store"),
         "mappedFileSizeCommitLog": file_size_mb * 1024 * 1024,
+        "haAuthSecretFile": str(ha_secret_file),
     }, f"127.0.0.1:{port}"
 
 
@@ -209,11 +227,13 @@ def up(
         )
     out = Output(json)
     namesrv_addr = ""
+    root.mkdir(parents=True, exist_ok=True)
+    secret_file = ensure_ha_secret(root)
     try:
         for member in MEMBERS:
             p = paths(root, member)
             p["home"].mkdir(parents=True, exist_ok=True)
-            values, addr = member_conf(member, p["home"], namesrv_addr, file_size_mb)
+            values, addr = member_conf(member, p["home"], namesrv_addr, file_size_mb, secret_file)
             write_conf(p["conf"], values)
             p["addr"].write_text(addr + "\n")
             if member.module == "namesrv":

@@ -6,15 +6,30 @@ Slave -> master, once, first bytes of the connection: **hello** (pyrmq; DESIGN.m
 
     offset  size  field
     0       4     magic        b"PRHA" (0x50 0x52 0x48 0x41)
-    4       2     version      u16, HELLO_VERSION = 1
-    6       2     flags        u16, bit 0 = an HMAC follows the names
+    4       2     version      u16, HELLO_VERSION = 2
+    6       2     flags        u16, 0 (reserved: any bit set is refused)
     8       8     broker_id    i64, the slave's brokerId (>= 1 for a slave)
-    16      8     timestamp    i64, slave clock, epoch ms (covered by the HMAC; bounds replay)
-    24      1     cluster_len  u8  (1..MAX_NAME_BYTES)
-    25      1     name_len     u8  (1..MAX_NAME_BYTES)
-    26      c     cluster      utf-8, brokerClusterName
-    26+c    n     broker_name  utf-8, brokerName
-    26+c+n  32    hmac         only with flags bit 0: HMAC-SHA256(haAuthSecret, bytes[0 : 26+c+n])
+    16      16    nonce        the slave's random challenge to the master (fresh per connection)
+    32      1     cluster_len  u8  (1..MAX_NAME_BYTES)
+    33      1     name_len     u8  (1..MAX_NAME_BYTES)
+    34      c     cluster      utf-8, brokerClusterName
+    34+c    n     broker_name  utf-8, brokerName
+
+Master -> slave, once, right after a hello it accepts: **challenge** (pyrmq), a frame with the CHALLENGE_MARKER
+size::
+
+    0   8   phy_offset   i64 = -1
+    8   4   body_size    i32 = CHALLENGE_MARKER (-2)
+    12  2   flags        u16, bit 0 = AUTH: the master authenticates its slaves (proof valid, a proof is due)
+    14  32  nonce        the master's random challenge (fresh per connection)
+    46  32  proof        AUTH: HMAC-SHA256(haAuthSecret, MASTER_LABEL + hello + nonce); else 32 zero bytes
+
+Slave -> master, once, right after an AUTH challenge: **proof** = HMAC-SHA256(haAuthSecret, SLAVE_LABEL + hello +
+challenge nonce), 32 bytes. ``hello`` is the hello's exact bytes, so both proofs cover both nonces and every field
+the slave claims: a captured exchange proves nothing on another connection (nothing to replay, no clock involved),
+and the two labels keep one side's proof from being reflected as the other's. The slave checks the master's proof
+before it sends its own, so a peer posing as the master learns no proof either. Without AUTH (a master run with
+``haUnsafeAllowUnauthenticatedSlaves``) no proof is sent.
 
 Slave -> master, afterwards: **report** = ``i64 slaveMaxPhyOffset`` (8 bytes, nothing else). The same word
 is the start request (first one), the ack and the heartbeat (RocketMQ §3.2). Only the newest complete word
@@ -31,8 +46,8 @@ Master -> slave: **error frame** (pyrmq), the last thing the master sends before
     0   8  phy_offset  i64, the offset the error is about (the slave's request), -1 when none
     8   4  body_size   i32 = ERROR_MARKER (-1)
     12  2  code        u16, ErrorCode
-    14  8  master_min  i64, master commitlog min offset at the time
-    22  8  master_max  i64, master commitlog max offset at the time
+    14  8  master_min  i64, master commitlog min offset at the time (-1 to a peer that has not authenticated)
+    22  8  master_max  i64, master commitlog max offset at the time (-1 to a peer that has not authenticated)
     30  2  msg_len     u16 (<= MAX_ERROR_MESSAGE_BYTES)
     32  m  message     utf-8, what happened and what to do
 
@@ -57,22 +72,30 @@ from typing import Protocol
 from common.errors import PyrmqError
 
 MAGIC = b"PRHA"
-HELLO_VERSION = 1
-FLAG_HMAC = 0x1
+HELLO_VERSION = 2
 MAX_NAME_BYTES = 255
-HMAC_BYTES = 32
+NONCE_BYTES = 16  # slave nonce, in the hello
+CHALLENGE_NONCE_BYTES = 32  # master nonce, in the challenge
+PROOF_BYTES = 32  # HMAC-SHA256
 ERROR_MARKER = -1
+CHALLENGE_MARKER = -2
+CHALLENGE_AUTH = 0x1
 MAX_ERROR_MESSAGE_BYTES = 4096
+MASTER_LABEL = b"pyrmq-ha-2 master proof\x00"
+SLAVE_LABEL = b"pyrmq-ha-2 slave proof\x00"
 
 REPORT = struct.Struct(">q")
 HEADER = struct.Struct(">qi")
-HELLO_FIXED = struct.Struct(">4sHHqqBB")
+HELLO_FIXED = struct.Struct(">4sHHq16sBB")
 ERROR_FIXED = struct.Struct(">HqqH")
+CHALLENGE_FIXED = struct.Struct(">H32s32s")
 
 REPORT_SIZE = REPORT.size  # 8
 HEADER_SIZE = HEADER.size  # 12
-HELLO_FIXED_SIZE = HELLO_FIXED.size  # 26
+HELLO_FIXED_SIZE = HELLO_FIXED.size  # 34
 ERROR_FIXED_SIZE = ERROR_FIXED.size  # 20
+CHALLENGE_BODY_SIZE = CHALLENGE_FIXED.size  # 66
+CHALLENGE_SIZE = HEADER_SIZE + CHALLENGE_BODY_SIZE  # 78
 
 
 class ProtocolError(PyrmqError):
@@ -91,7 +114,7 @@ class ErrorCode(enum.IntEnum):
 
     SLAVE_BEHIND_MASTER_MIN = 1  # slave's offset < master's min: the bytes it needs were deleted
     SLAVE_AHEAD_OF_MASTER_MAX = 2  # slave has bytes the master never had (e.g. after a manual failover)
-    PEER_REFUSED = 3  # hello missing/bad: wrong magic, cluster, brokerName, brokerId or HMAC
+    PEER_REFUSED = 3  # handshake failed: wrong magic/version, cluster, brokerName, brokerId or proof
     REPLACED = 4  # a newer connection with the same brokerId took over
     PROTOCOL_ERROR = 5  # the slave sent something invalid (decreasing ack, ack beyond what was sent)
     SHUTTING_DOWN = 6  # the master is stopping
@@ -106,10 +129,17 @@ class Hello:
     broker_id: int
     cluster: str
     broker_name: str
-    timestamp_ms: int
-    version: int = HELLO_VERSION
-    mac: bytes = b""  # empty: no HMAC was sent
-    signed: bytes = b""  # the bytes the HMAC covers (filled by the decoder)
+    nonce: bytes
+    raw: bytes = b""  # the hello's exact bytes, which both proofs cover (filled by the decoder)
+
+
+@dataclass(frozen=True, slots=True)
+class Challenge:
+    """The master's answer to an accepted hello; ``auth`` False: the master authenticates nobody (unsafe mode)."""
+
+    auth: bool
+    nonce: bytes
+    proof: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,33 +190,47 @@ def encode_error(code: ErrorCode, message: str, *, phy_offset: int = -1, master_
     return HEADER.pack(phy_offset, ERROR_MARKER) + ERROR_FIXED.pack(int(code), master_min, master_max, len(msg)) + msg
 
 
-def hello_mac(secret: str | bytes, signed: bytes) -> bytes:
-    key = secret.encode("utf-8") if isinstance(secret, str) else secret
-    return hmac.new(key, signed, hashlib.sha256).digest()
-
-
-def encode_hello(*, broker_id: int, cluster: str, broker_name: str, timestamp_ms: int,
-                 secret: str | bytes = "") -> bytes:
+def encode_hello(*, broker_id: int, cluster: str, broker_name: str, nonce: bytes) -> bytes:
     c = cluster.encode("utf-8")
     n = broker_name.encode("utf-8")
     for label, raw in (("cluster", c), ("broker_name", n)):
         if not 1 <= len(raw) <= MAX_NAME_BYTES:
             raise ValueError(f"hello {label} must be 1..{MAX_NAME_BYTES} utf-8 bytes, got {len(raw)}")
-    flags = FLAG_HMAC if secret else 0
-    signed = HELLO_FIXED.pack(MAGIC, HELLO_VERSION, flags, broker_id, timestamp_ms, len(c), len(n)) + c + n
-    return signed + hello_mac(secret, signed) if secret else signed
+    if len(nonce) != NONCE_BYTES:
+        raise ValueError(f"hello nonce must be {NONCE_BYTES} bytes, got {len(nonce)}")
+    return HELLO_FIXED.pack(MAGIC, HELLO_VERSION, 0, broker_id, nonce, len(c), len(n)) + c + n
+
+
+def master_proof(secret: bytes, hello: bytes, nonce: bytes) -> bytes:
+    """What the master sends in an AUTH challenge: it holds the secret, for this hello and this nonce."""
+    return hmac.new(secret, MASTER_LABEL + hello + nonce, hashlib.sha256).digest()
+
+
+def slave_proof(secret: bytes, hello: bytes, nonce: bytes) -> bytes:
+    """What the slave answers an AUTH challenge with (SLAVE_LABEL: never equal to a master proof)."""
+    return hmac.new(secret, SLAVE_LABEL + hello + nonce, hashlib.sha256).digest()
+
+
+def encode_challenge(nonce: bytes, proof: bytes | None) -> bytes:
+    """``proof`` None: an unauthenticated master (no AUTH flag, zero proof)."""
+    if len(nonce) != CHALLENGE_NONCE_BYTES:
+        raise ValueError(f"challenge nonce must be {CHALLENGE_NONCE_BYTES} bytes, got {len(nonce)}")
+    if proof is not None and len(proof) != PROOF_BYTES:
+        raise ValueError(f"challenge proof must be {PROOF_BYTES} bytes, got {len(proof)}")
+    flags = CHALLENGE_AUTH if proof is not None else 0
+    return HEADER.pack(-1, CHALLENGE_MARKER) + CHALLENGE_FIXED.pack(flags, nonce, proof or bytes(PROOF_BYTES))
 
 
 # ---------------------------------------------------------------------------------------------------- decode
 def _check_body_size(phy_offset: int, size: int, max_body: int) -> None:
-    if phy_offset < 0 and size != ERROR_MARKER:
+    if phy_offset < 0 and size not in (ERROR_MARKER, CHALLENGE_MARKER):
         raise ProtocolError(f"frame phy_offset {phy_offset} is negative", field="phy_offset", value=phy_offset)
     if size > max_body:
         raise ProtocolError(f"frame body_size {size} exceeds haTransferBatchSize {max_body}",
                             field="body_size", value=size,
                             hint="master and slave must use the same haTransferBatchSize; closing the connection")
-    if size < 0 and size != ERROR_MARKER:
-        raise ProtocolError(f"frame body_size {size} is negative and not the error marker",
+    if size < 0 and size not in (ERROR_MARKER, CHALLENGE_MARKER):
+        raise ProtocolError(f"frame body_size {size} is negative and neither the error nor the challenge marker",
                             field="body_size", value=size)
 
 
@@ -200,7 +244,7 @@ def decode_report(data: bytes | memoryview) -> int:
 
 
 def decode_header(data: bytes | memoryview, max_body: int) -> tuple[int, int]:
-    """12 header bytes -> (phy_offset, body_size); body_size may be ERROR_MARKER."""
+    """12 header bytes -> (phy_offset, body_size); body_size may be ERROR_MARKER or CHALLENGE_MARKER."""
     if len(data) != HEADER_SIZE:
         raise ProtocolError(f"frame header needs {HEADER_SIZE} bytes, got {len(data)}", field="header")
     phy_offset, size = HEADER.unpack(data)
@@ -224,50 +268,58 @@ def _make_error(phy_offset: int, code: int, mn: int, mx: int, msg: bytes | memor
     return ErrorFrame(phy_offset, ecode, mn, mx, bytes(msg).decode("utf-8", "replace"))
 
 
-def _check_hello_fixed(data: bytes | memoryview) -> tuple[int, int, int, int, int, int]:
-    magic, version, flags, broker_id, ts, clen, nlen = HELLO_FIXED.unpack(data)
+def _make_challenge(data: bytes | memoryview) -> Challenge:
+    flags, nonce, proof = CHALLENGE_FIXED.unpack(data)
+    if flags & ~CHALLENGE_AUTH:
+        raise ProtocolError(f"challenge has unknown flags 0x{flags:04x}", field="flags", value=flags)
+    return Challenge(bool(flags & CHALLENGE_AUTH), bytes(nonce), bytes(proof))
+
+
+def _check_hello_fixed(data: bytes | memoryview) -> tuple[int, bytes, int, int]:
+    magic, version, flags, broker_id, nonce, clen, nlen = HELLO_FIXED.unpack(data)
     if magic != MAGIC:
         raise ProtocolError(f"HA hello magic {bytes(magic)!r} is not {MAGIC!r}", field="magic", value=bytes(magic),
                             hint="the peer is not a pyrmq slave (a RocketMQ 4.x slave or a stray client?)")
     if version != HELLO_VERSION:
         raise ProtocolError(f"HA hello version {version} is not supported (this build speaks {HELLO_VERSION})",
                             field="version", value=version, hint="run the same pyrmq version on master and slave")
-    if flags & ~FLAG_HMAC:
+    if flags:
         raise ProtocolError(f"HA hello has unknown flags 0x{flags:04x}", field="flags", value=flags)
     if clen == 0 or nlen == 0:
         raise ProtocolError("HA hello has an empty cluster or brokerName", field="names")
-    return version, flags, broker_id, ts, clen, nlen
+    return broker_id, bytes(nonce), clen, nlen
 
 
-def _make_hello(version: int, flags: int, broker_id: int, ts: int, names: bytes, clen: int, mac: bytes,
-                signed: bytes) -> Hello:
+def _make_hello(broker_id: int, nonce: bytes, names: bytes, clen: int, raw: bytes) -> Hello:
     try:
         cluster = names[:clen].decode("utf-8")
         name = names[clen:].decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProtocolError(f"HA hello names are not utf-8: {exc}", field="names") from None
-    return Hello(broker_id, cluster, name, ts, version, mac, signed)
+    return Hello(broker_id, cluster, name, nonce, raw)
 
 
 def decode_hello(data: bytes | memoryview) -> tuple[Hello, int]:
     """Parse a hello at the start of ``data``; returns (hello, bytes consumed). Truncated -> ProtocolError."""
     if len(data) < HELLO_FIXED_SIZE:
         raise ProtocolError(f"HA hello truncated: {len(data)} of {HELLO_FIXED_SIZE} fixed bytes", field="hello")
-    version, flags, broker_id, ts, clen, nlen = _check_hello_fixed(data[:HELLO_FIXED_SIZE])
-    end = HELLO_FIXED_SIZE + clen + nlen
-    total = end + (HMAC_BYTES if flags & FLAG_HMAC else 0)
+    broker_id, nonce, clen, nlen = _check_hello_fixed(data[:HELLO_FIXED_SIZE])
+    total = HELLO_FIXED_SIZE + clen + nlen
     if len(data) < total:
         raise ProtocolError(f"HA hello truncated: {len(data)} of {total} bytes", field="hello")
-    signed = bytes(data[:end])
-    mac = bytes(data[end:total])
-    return _make_hello(version, flags, broker_id, ts, signed[HELLO_FIXED_SIZE:], clen, mac, signed), total
+    raw = bytes(data[:total])
+    return _make_hello(broker_id, nonce, raw[HELLO_FIXED_SIZE:], clen, raw), total
 
 
-def decode_frame(data: bytes | memoryview, max_body: int) -> tuple[Frame | ErrorFrame, int]:
+def decode_frame(data: bytes | memoryview, max_body: int) -> tuple[Frame | ErrorFrame | Challenge, int]:
     """Parse one whole frame at the start of ``data``; returns (frame, bytes consumed). Truncated -> ProtocolError."""
     if len(data) < HEADER_SIZE:
         raise ProtocolError(f"frame header truncated: {len(data)} of {HEADER_SIZE} bytes", field="header")
     phy_offset, size = decode_header(data[:HEADER_SIZE], max_body)
+    if size == CHALLENGE_MARKER:
+        if len(data) < CHALLENGE_SIZE:
+            raise ProtocolError(f"challenge truncated: {len(data)} of {CHALLENGE_SIZE} bytes", field="challenge")
+        return _make_challenge(data[HEADER_SIZE:CHALLENGE_SIZE]), CHALLENGE_SIZE
     if size == ERROR_MARKER:
         fixed_end = HEADER_SIZE + ERROR_FIXED_SIZE
         if len(data) < fixed_end:
@@ -287,14 +339,19 @@ async def read_report(reader: Reader) -> int:
 
 async def read_hello(reader: Reader) -> Hello:
     fixed = await _readexactly(reader, HELLO_FIXED_SIZE, "hello")
-    version, flags, broker_id, ts, clen, nlen = _check_hello_fixed(fixed)
+    broker_id, nonce, clen, nlen = _check_hello_fixed(fixed)
     names = await _readexactly(reader, clen + nlen, "hello names")
-    mac = await _readexactly(reader, HMAC_BYTES, "hello hmac") if flags & FLAG_HMAC else b""
-    return _make_hello(version, flags, broker_id, ts, names, clen, mac, fixed + names)
+    return _make_hello(broker_id, nonce, names, clen, fixed + names)
 
 
-async def read_frame(reader: Reader, max_body: int) -> Frame | ErrorFrame:
+async def read_proof(reader: Reader) -> bytes:
+    return await _readexactly(reader, PROOF_BYTES, "proof")
+
+
+async def read_frame(reader: Reader, max_body: int) -> Frame | ErrorFrame | Challenge:
     phy_offset, size = decode_header(await _readexactly(reader, HEADER_SIZE, "frame header"), max_body)
+    if size == CHALLENGE_MARKER:
+        return _make_challenge(await _readexactly(reader, CHALLENGE_BODY_SIZE, "challenge"))
     if size == ERROR_MARKER:
         code, mn, mx, mlen = _decode_error_fixed(phy_offset, await _readexactly(reader, ERROR_FIXED_SIZE, "error"))
         return _make_error(phy_offset, code, mn, mx, await _readexactly(reader, mlen, "error message"))
@@ -366,24 +423,31 @@ class FrameDecoder:
             return None
         return decode_header(bytes(self._buf[self._pos:self._pos + HEADER_SIZE]), self.max_body)
 
-    def frames(self) -> list[Frame | ErrorFrame]:
+    def frames(self) -> list[Frame | ErrorFrame | Challenge]:
         with memoryview(self._buf) as view:
             found, self._pos = parse_frames(view, self._pos, len(self._buf), self.max_body)
             # copy bodies out so the frames outlive the buffer (feed may move or resize it)
             return [Frame(f.phy_offset, bytes(f.body)) if isinstance(f, Frame) else f for f in found]
 
 
-def parse_frames(view: memoryview, start: int, end: int, max_body: int) -> tuple[list[Frame | ErrorFrame], int]:
+def parse_frames(view: memoryview, start: int, end: int,
+                 max_body: int) -> tuple[list[Frame | ErrorFrame | Challenge], int]:
     """Every complete frame in ``view[start:end]``; returns (frames, position after the last one).
 
     Zero-copy: data-frame bodies are memoryview slices of ``view``, valid until the caller reuses that region.
     A header is validated as soon as its 12 bytes are present, even if its body is not.
     """
-    out: list[Frame | ErrorFrame] = []
+    out: list[Frame | ErrorFrame | Challenge] = []
     pos = start
     while end - pos >= HEADER_SIZE:
         phy_offset, size = decode_header(view[pos:pos + HEADER_SIZE], max_body)
         body_at = pos + HEADER_SIZE
+        if size == CHALLENGE_MARKER:
+            if end - body_at < CHALLENGE_BODY_SIZE:
+                break
+            out.append(_make_challenge(view[body_at:body_at + CHALLENGE_BODY_SIZE]))
+            pos = body_at + CHALLENGE_BODY_SIZE
+            continue
         if size == ERROR_MARKER:
             if end - body_at < ERROR_FIXED_SIZE:
                 break

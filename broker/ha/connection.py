@@ -138,9 +138,12 @@ class MasterConnection:
 
     def send_error_and_close(self, code: ErrorCode, message: str, reason: CloseReason, *, phy_offset: int = -1) -> None:
         store = self.master.store
+        # Offsets only to a slave that proved the secret (in unsafe mode nobody did: it gets -1, like a refused peer).
+        known = self.link.authenticated
         with contextlib.suppress(Exception):
-            self.writer.write(encode_error(code, message, phy_offset=phy_offset, master_min=store.min_phy_offset,
-                                           master_max=store.max_phy_offset))
+            self.writer.write(encode_error(code, message, phy_offset=phy_offset if known else -1,
+                                           master_min=store.min_phy_offset if known else -1,
+                                           master_max=store.max_phy_offset if known else -1))
         self.master.counters.error_frames_sent += 1
         self.close(reason, detail=message)
 
@@ -201,7 +204,7 @@ class MasterConnection:
             async with asyncio.timeout(self.idle_s):
                 await self._first_report.wait()
         except TimeoutError:
-            log.warning("HA slave %s sent a hello but no offset report within %.0f s; closing",
+            log.warning("HA slave %s passed the handshake but sent no offset report within %.0f s; closing",
                         link.slave_addr, self.idle_s)
             return CloseReason.READ_IDLE
         decision = choose_start(link.request_offset, master_min=store.min_phy_offset,

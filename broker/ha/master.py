@@ -1,14 +1,24 @@
-"""The master's HA server: accept slaves on ``haListenPort``, check their hello, run one connection each.
+"""The master's HA server: accept slaves on ``haListenPort``, authenticate them, run one connection each.
 
-Every master (SYNC or ASYNC) listens on ``0.0.0.0:haListenPort``. A peer must open with a hello (``ha_codec``)
-within ``HELLO_TIMEOUT_S``; a missing or bad hello, a wrong cluster/brokerName, a brokerId <= 0 or a bad HMAC is
-answered with a PEER_REFUSED error frame and closed: it never becomes a connection and never counts as an ack
-(RocketMQ #3015). A second connection with the same brokerId replaces the older one (the older is closed), so
-every connection is a different slave (RocketMQ's own TODO).
+Every master (SYNC or ASYNC) listens on ``0.0.0.0:haListenPort``. The handshake (``ha_codec``), bounded by
+``HANDSHAKE_TIMEOUT_S`` as a whole:
+1. the peer's hello names this broker group and a brokerId >= 1, else it is refused;
+2. the master answers a challenge: a fresh nonce and, with a secret, its own proof (so a slave never streams from
+   an impostor);
+3. with a secret, the peer must answer with its proof over both nonces; a wrong or missing proof is refused.
+A refused peer gets one PEER_REFUSED error frame with a generic message and no offsets (``REFUSED_TO_PEER``; the
+details go to this log), is closed, and never becomes a connection or a row of ``haStatus``: nothing it sends
+counts as an ack (RocketMQ #3015). Without a secret (an ASYNC_MASTER without one, or a SYNC_MASTER with
+``haUnsafeAllowUnauthenticatedSlaves``) step 3 is skipped and any peer with a matching hello is served.
+
+One live connection per brokerId (``state.admit``): an authenticated newcomer replaces the live one (the slave
+reconnecting); an unauthenticated one is refused while the live one lasts. At most ``MAX_HANDSHAKES`` handshakes
+run at once and ``MAX_CONNECTIONS`` slaves are served; beyond, peers are closed at once.
 
 ``push2slave_max_offset`` is the highest ack of any slave, monotonic for the master's life; each rise is passed
-to ``on_ack_listener`` (the group transfer). ``links`` keeps the last state of every slave seen, for
-``ha status``. Task-safety: event loop only.
+to ``on_ack_listener`` (the group transfer). ``links`` keeps the last state of every slave served, for
+``haStatus``; a departed slave's row leaves ``haDisconnectedSlaveKeepInterval`` after its close
+(``visible_links``). Task-safety: event loop only.
 """
 
 from __future__ import annotations
@@ -16,17 +26,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable
 
 from broker.config import MessageStoreConfig
 from broker.ha.connection import MasterConnection
-from broker.ha.state import CloseReason, ConnState, HACounters, SlaveLink, check_hello
-from remoting.ha_codec import ErrorCode, ProtocolError, encode_error, read_hello
+from broker.ha.state import (
+    REFUSED_TO_PEER,
+    Admission,
+    CloseReason,
+    ConnState,
+    HACounters,
+    SlaveLink,
+    admit,
+    check_hello,
+    proof_matches,
+)
+from remoting.ha_codec import (
+    CHALLENGE_NONCE_BYTES,
+    ErrorCode,
+    Hello,
+    ProtocolError,
+    encode_challenge,
+    encode_error,
+    master_proof,
+    read_hello,
+    read_proof,
+    slave_proof,
+)
 
 log = logging.getLogger(__name__)
 
-HELLO_TIMEOUT_S = 5.0
+HANDSHAKE_TIMEOUT_S = 5.0  # hello, challenge and proof together
+MAX_HANDSHAKES = 64  # handshakes in progress; beyond it new peers are closed at once (a bound on idle sockets)
 MAX_CONNECTIONS = 64  # slaves per master; beyond it peers are refused (a bound on accepted sockets)
 MAX_LINKS_KEPT = 64
 CATCH_UP_LAG_BYTES = 16 * 1024 * 1024
@@ -34,10 +68,12 @@ CATCH_UP_LAG_BYTES = 16 * 1024 * 1024
 
 class HAMaster:
     def __init__(self, *, store, store_config: MessageStoreConfig, cluster: str, broker_name: str, port: int,
-                 host: str = "0.0.0.0", counters: HACounters | None = None,
+                 secret: bytes = b"", host: str = "0.0.0.0", counters: HACounters | None = None,
                  on_ack_listener: Callable[[int], None] | None = None) -> None:
         self.store = store
         self.store_config = store_config
+        self.secret = secret  # b"": serve any peer with a matching hello (unsafe; service.py says so at start)
+        self.keep_departed_s = store_config.ha_disconnected_slave_keep_interval / 1000.0
         self.cluster = cluster
         self.broker_name = broker_name
         self.host = host
@@ -70,7 +106,7 @@ class HAMaster:
         self.store.add_append_listener(self._on_append)
         log.info("HA master of %s/%s listening on %s:%d (haSlaveCatchUpFrom=%s, auth=%s)", self.cluster,
                  self.broker_name, self.host, self.port, self.store_config.ha_slave_catch_up_from.value,
-                 "HMAC" if self.store_config.ha_auth_secret else "off")
+                 "HMAC-SHA256 challenge" if self.secret else "OFF: any peer with a matching hello is served")
 
     async def stop(self) -> None:
         self._listening = False
@@ -91,6 +127,10 @@ class HAMaster:
     def connected_slaves(self) -> int:
         return len(self.connections)
 
+    @property
+    def handshakes_in_progress(self) -> int:
+        return len(self._handshakes)
+
     def on_ack(self, offset: int) -> None:
         self.counters.acks += 1
         if offset > self.push2slave_max_offset:
@@ -104,8 +144,19 @@ class HAMaster:
 
     def on_connection_closed(self, conn: MasterConnection) -> None:
         self.counters.closed += 1
+        conn.link.closed_mono = time.monotonic()
         if self.connections.get(conn.link.broker_id) is conn:
             del self.connections[conn.link.broker_id]
+
+    def visible_links(self, now_mono: float | None = None) -> list[SlaveLink]:
+        """The rows of ``haStatus``: live slaves, and departed ones for ``haDisconnectedSlaveKeepInterval`` after
+        their close (then dropped, so a slave that left, or was replaced, does not stay listed for ever)."""
+        now = time.monotonic() if now_mono is None else now_mono
+        expired = [bid for bid, lk in self.links.items()
+                   if lk.state is ConnState.CLOSED and now - lk.closed_mono >= self.keep_departed_s]
+        for bid in expired:
+            del self.links[bid]
+        return list(self.links.values())
 
     def _on_append(self, max_offset: int) -> None:
         for conn in self.connections.values():
@@ -114,6 +165,11 @@ class HAMaster:
     # accept ----------------------------------------------------------------------------------------------
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        if len(self._handshakes) >= MAX_HANDSHAKES:
+            self.counters.refused += 1
+            log.warning("HA peer %s closed at once: %d handshakes already in progress", _peer(writer), MAX_HANDSHAKES)
+            writer.close()
+            return
         if task is not None:
             self._handshakes.add(task)
         try:
@@ -122,66 +178,99 @@ class HAMaster:
             if task is not None:
                 self._handshakes.discard(task)
 
-    def _refuse(self, writer: asyncio.StreamWriter, peer: str, message: str) -> None:
+    def _refuse(self, writer: asyncio.StreamWriter, peer: str, why: str) -> None:
+        """Log ``why``; tell the peer only REFUSED_TO_PEER, without offsets (it has not authenticated)."""
         self.counters.refused += 1
         self.counters.error_frames_sent += 1
-        log.warning("HA peer %s refused: %s", peer, message)
+        log.warning("HA peer %s refused: %s", peer, why)
         with contextlib.suppress(Exception):
-            writer.write(encode_error(ErrorCode.PEER_REFUSED, message, master_min=self.store.min_phy_offset,
-                                      master_max=self.store.max_phy_offset))
+            writer.write(encode_error(ErrorCode.PEER_REFUSED, REFUSED_TO_PEER))
             writer.close()
 
-    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peername = writer.get_extra_info("peername")
-        peer = f"{peername[0]}:{peername[1]}" if peername else "?"
-        if not self._listening:
-            writer.close()
-            return
+    async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                            peer: str) -> Hello | None:
+        """Hello, challenge, proof. Returns the hello of a peer that passed; None when it was refused or left."""
         try:
-            async with asyncio.timeout(HELLO_TIMEOUT_S):
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
                 hello = await read_hello(reader)
+                refusal = check_hello(hello, cluster=self.cluster, broker_name=self.broker_name)
+                if refusal is not None:
+                    self._refuse(writer, peer, refusal.message)
+                    return None
+                nonce = os.urandom(CHALLENGE_NONCE_BYTES)
+                proof = master_proof(self.secret, hello.raw, nonce) if self.secret else None
+                writer.write(encode_challenge(nonce, proof))
+                if self.secret and not proof_matches(slave_proof(self.secret, hello.raw, nonce),
+                                                     await read_proof(reader)):
+                    self._refuse(writer, peer, f"brokerId {hello.broker_id} sent a wrong proof: its haAuthSecret "
+                                               "differs from this master's (or it is not a slave of this cluster)")
+                    return None
+                return hello
         except TimeoutError:
-            self._refuse(writer, peer, f"no hello within {HELLO_TIMEOUT_S:.0f} s; a pyrmq slave opens with one")
-            return
+            self._refuse(writer, peer, f"handshake not completed within {HANDSHAKE_TIMEOUT_S:.0f} s (a pyrmq slave "
+                                       "opens with a hello and answers the challenge at once)")
         except ProtocolError as exc:
             if exc.field == "hello" and exc.value == 0:
                 # connected and closed without a byte: a port probe or health check, not a slave
                 log.debug("HA peer %s closed before sending a hello (port probe?)", peer)
                 writer.close()
-                return
-            self._refuse(writer, peer, exc.message)
-            return
+            elif exc.field == "proof":
+                self.counters.refused += 1
+                log.warning("HA peer %s left without answering the challenge (a slave without haAuthSecret?)", peer)
+                writer.close()
+            else:
+                self._refuse(writer, peer, exc.message)
         except (ConnectionError, OSError) as exc:
-            log.info("HA peer %s went away during the hello: %r", peer, exc)
+            log.info("HA peer %s went away during the handshake: %r", peer, exc)
+            writer.close()
+        return None
+
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = _peer(writer)
+        if not self._listening:
             writer.close()
             return
-        refusal = check_hello(hello, cluster=self.cluster, broker_name=self.broker_name,
-                              secret=self.store_config.ha_auth_secret, now_ms=int(time.time() * 1000))
-        if refusal is not None:
-            self._refuse(writer, peer, refusal.message)
+        hello = await self._authenticate(reader, writer, peer)
+        if hello is None or not self._listening:
+            writer.close()
             return
-        if len(self.connections) >= MAX_CONNECTIONS and hello.broker_id not in self.connections:
+        bid = hello.broker_id
+        authenticated = bool(self.secret)
+        old = self.connections.get(bid)
+        decision = admit(authenticated=authenticated, live_with_same_id=old is not None and not old.closed)
+        if decision is Admission.REFUSE:
+            self._refuse(writer, peer, f"brokerId {bid} is already connected from {old.link.slave_addr} and this "
+                                       "master authenticates nobody (no haAuthSecret): the newcomer waits until "
+                                       "that connection closes or expires (haHousekeepingInterval)")
+            return
+        if bid not in self.connections and len(self.connections) >= MAX_CONNECTIONS:
             self._refuse(writer, peer, f"this master already serves {MAX_CONNECTIONS} slaves")
             return
         sock = writer.get_extra_info("socket")
         if sock is not None:
-            import socket as _socket
-
             with contextlib.suppress(OSError):
-                sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
-        old = self.connections.pop(hello.broker_id, None)
-        if old is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if decision is Admission.REPLACE:
             self.counters.replaced += 1
-            log.warning("HA slave brokerId %d connected again from %s; closing its older connection from %s",
-                        hello.broker_id, peer, old.link.slave_addr)
+            log.warning("HA slave brokerId %d authenticated from %s; closing its older connection from %s (a "
+                        "reconnect; if this repeats every few seconds, two slaves share brokerId %d: give each slave "
+                        "of a brokerName its own)", bid, peer, old.link.slave_addr, bid)
             old.close(CloseReason.REPLACED)
-        link = SlaveLink(slave_addr=peer, broker_id=hello.broker_id, connected_at_ms=int(time.time() * 1000))
+        link = SlaveLink(slave_addr=peer, broker_id=bid, connected_at_ms=int(time.time() * 1000),
+                         authenticated=authenticated)
         conn = MasterConnection(self, reader, writer, link)
-        self.connections[hello.broker_id] = conn
-        self.links[hello.broker_id] = link
+        self.connections[bid] = conn
+        self.links[bid] = link
         if len(self.links) > MAX_LINKS_KEPT:
-            for bid in [b for b, lk in self.links.items() if lk.state is ConnState.CLOSED][: len(self.links) - MAX_LINKS_KEPT]:
-                del self.links[bid]
+            closed = [b for b, lk in self.links.items() if lk.state is ConnState.CLOSED]
+            for gone in closed[: len(self.links) - MAX_LINKS_KEPT]:
+                del self.links[gone]
         self.counters.accepted += 1
-        log.info("HA slave %s/%s brokerId %d connected from %s", hello.cluster, hello.broker_name, hello.broker_id, peer)
+        log.info("HA slave %s/%s brokerId %d connected from %s (%s)", hello.cluster, hello.broker_name, bid, peer,
+                 "authenticated" if authenticated else "NOT authenticated")
         conn.start()
+
+
+def _peer(writer: asyncio.StreamWriter) -> str:
+    peername = writer.get_extra_info("peername")
+    return f"{peername[0]}:{peername[1]}" if peername else "?"

@@ -38,9 +38,15 @@ class HAService:
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
         self.group_transfer: GroupTransfer | None = None
+        secret = cfg.read_ha_auth_secret()  # checked at config load (broker/config.py check_ha_auth)
+        if not secret:
+            exposure = ("; any TCP peer that reaches the HA port and sends a hello is served as a slave and its acks "
+                        "count" if self.role.is_master else "")
+            log.warning("%s: no HA secret (haAuthSecretFile/haAuthSecret): the HA link is NOT authenticated%s",
+                        b.broker_name, exposure)
         if self.role.is_master:
             self.master = HAMaster(store=store, store_config=cfg, cluster=b.broker_cluster_name,
-                                   broker_name=b.broker_name, port=settings.ha_port, host=listen_host,
+                                   broker_name=b.broker_name, port=settings.ha_port, secret=secret, host=listen_host,
                                    counters=self.counters)
             if self.role is BrokerRole.SYNC_MASTER:
                 self.group_transfer = GroupTransfer(
@@ -50,7 +56,7 @@ class HAService:
         else:
             self.slave = HASlave(store=store, store_config=cfg, cluster=b.broker_cluster_name,
                                  broker_name=b.broker_name, broker_id=b.broker_id,
-                                 master_addr=cfg.ha_master_address, counters=self.counters)
+                                 master_addr=cfg.ha_master_address, secret=secret, counters=self.counters)
 
     # lifecycle -------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -93,7 +99,7 @@ class HAService:
         slaves: list[SlaveLinkStatus] = []
         if self.master is not None:
             fallbehind = self.settings.store.ha_slave_fallbehind_max
-            for link in self.master.links.values():
+            for link in self.master.visible_links():
                 ack = max(link.ack_offset, 0)
                 state = slave_state(connected=link.state is not ConnState.CLOSED, ack_offset=ack,
                                     master_max=master_max, fallbehind_max=fallbehind)

@@ -3,17 +3,20 @@
 The master's HA address is ``haMasterAddress`` when set, else whatever the broker passes to
 ``update_master_address`` after each nameserver registration (a change closes the current connection and
 reconnects to the new address). Per connection:
-- connect with a 5 s timeout; send the hello and the first report (the local max offset) at once (RocketMQ
-  waited ~5 s before the first report);
+- connect with a 5 s timeout; send the hello (a fresh nonce); the master answers a challenge. With a secret the
+  slave checks the master's proof first (an impostor posing as the master gets nothing: no proof, no report), then
+  sends its own proof and the first report (the local max offset) at once (RocketMQ waited ~5 s before the first
+  report). A master that authenticates while this slave has no secret, or the reverse, is a configuration error:
+  logged at ERROR with what to set, retried every MAX_BACKOFF_S;
 - receive side: an ``asyncio.BufferedProtocol`` lets the kernel write straight into an 8 MiB buffer; the reader
   task parses every complete frame in place (``parse_frames``, zero-copy), checks each header's offset against
   the local max (an empty store accepts any offset: it starts at the master's choice), appends the body view
   with ``store.append_replicated`` (one pwrite, no Python copy), then writes ONE report for the whole batch
   (coalesced acks), at once; reading pauses while the buffer lacks room for a whole frame;
-- writer task: the hello and first report, then a report every ``haSendHeartbeatInterval`` (or when the local
-  max grew without an ack); expires the connection after ``haHousekeepingInterval`` without reads (RocketMQ
-  5.x's last-read rule). Both tasks write whole 8-byte reports with non-blocking ``transport.write`` calls, so
-  their writes never interleave inside a report.
+- writer task: the hello, then (once the reader answered the challenge) a report every
+  ``haSendHeartbeatInterval`` (or when the local max grew without an ack); expires the connection after
+  ``haHousekeepingInterval`` without reads (RocketMQ 5.x's last-read rule). Both tasks write whole 8-byte
+  reports with non-blocking ``transport.write`` calls, so their writes never interleave inside a report.
 A header offset that differs from the local max logs "master pushed offset X, slave max is Y" and reconnects
 at once from the local max. An error frame is logged at ERROR with the offsets and what to do. Other failures
 reconnect with bounded exponential backoff (0.1 s doubling to MAX_BACKOFF_S).
@@ -27,27 +30,33 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import os
 import time
 
 from broker.config import MessageStoreConfig
-from broker.ha.state import CloseReason, HACounters
+from broker.ha.state import CloseReason, HACounters, proof_matches
 from broker.store.types import StoreOffsetMismatch
 from common.service import Service
 from remoting.ha_codec import (
     ERROR_FIXED_SIZE,
     HEADER_SIZE,
     MAX_ERROR_MESSAGE_BYTES,
+    NONCE_BYTES,
+    Challenge,
     ErrorCode,
     ErrorFrame,
     ProtocolError,
     encode_hello,
     encode_report,
+    master_proof,
     parse_frames,
+    slave_proof,
 )
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 5.0
+HANDSHAKE_TIMEOUT_S = 10.0  # hello sent -> challenge received (the master allows 5 s for the whole handshake)
 MIN_BACKOFF_S = 0.1
 MAX_BACKOFF_S = 5.0
 BUFFER_BYTES = 8 * 1024 * 1024  # receive buffer per connection (frames are parsed and appended in place)
@@ -73,10 +82,11 @@ def _parse_addr(addr: str) -> tuple[str, int]:
 
 class HASlave(Service):
     def __init__(self, *, store, store_config: MessageStoreConfig, cluster: str, broker_name: str, broker_id: int,
-                 master_addr: str = "", counters: HACounters | None = None) -> None:
+                 master_addr: str = "", secret: bytes = b"", counters: HACounters | None = None) -> None:
         super().__init__(f"ha-slave[{broker_name}-{broker_id}]")
         self.store = store
         self.cfg = store_config
+        self.secret = secret
         self.cluster = cluster
         self.broker_name = broker_name
         self.broker_id = broker_id
@@ -230,6 +240,9 @@ class _SlaveConnection:
         self.last_write_mono = time.monotonic()
         self._done: asyncio.Future = asyncio.get_running_loop().create_future()
         self._tasks: list[asyncio.Task] = []
+        self.hello = encode_hello(broker_id=owner.broker_id, cluster=owner.cluster, broker_name=owner.broker_name,
+                                  nonce=os.urandom(NONCE_BYTES))
+        self.challenged = asyncio.Event()  # set once the challenge was answered: reports may flow
 
     @property
     def received_bytes(self) -> int:
@@ -310,6 +323,13 @@ class _SlaveConnection:
                 for frame in frames:
                     if isinstance(frame, ErrorFrame):
                         return self._on_error_frame(frame)
+                    if isinstance(frame, Challenge):
+                        refused = self._on_challenge(frame)
+                        if refused is not None:
+                            return refused
+                        continue
+                    if not self.challenged.is_set():
+                        raise ProtocolError("the master sent a frame before its challenge", field="challenge")
                     local_max = store.max_phy_offset
                     if local_max != 0 and frame.phy_offset != local_max:
                         counters.offset_mismatches += 1
@@ -346,14 +366,42 @@ class _SlaveConnection:
             if proto.eof:  # every complete frame was handled above; what is left is a truncated frame, if any
                 return CloseReason.PEER_CLOSED if proto.lost is None else CloseReason.IO_ERROR
 
+    def _on_challenge(self, challenge: Challenge) -> CloseReason | None:
+        """Check the master's proof and answer with ours and the first report; a CloseReason when we must not."""
+        owner = self.owner
+        if self.challenged.is_set():
+            raise ProtocolError("the master sent a second challenge", field="challenge")
+        secret = owner.secret
+        problem = ""
+        if challenge.auth and not secret:
+            problem = ("it authenticates its slaves and this slave has no HA secret: set the cluster's "
+                       "haAuthSecretFile (or haAuthSecret) on this slave, the same as the master's")
+        elif not challenge.auth and secret:
+            problem = ("it authenticates nobody (no HA secret) and this slave does not replicate from a master that "
+                       "cannot prove the cluster's secret: set the same haAuthSecretFile (or haAuthSecret) on it")
+        elif secret and not proof_matches(master_proof(secret, self.hello, challenge.nonce), challenge.proof):
+            problem = ("its proof does not match this slave's HA secret: the secrets differ, or the address is not "
+                       "this group's master; check haAuthSecretFile on both and haMasterAddress")
+        if problem:
+            owner.last_error = f"master {self.addr} not trusted: {problem}"
+            log.error("%s: not replicating from master %s: %s", owner.name, self.addr, problem)
+            return CloseReason.REFUSED
+        self.reported = owner.store.max_phy_offset
+        proof = slave_proof(secret, self.hello, challenge.nonce) if challenge.auth else b""
+        self._write(proof + encode_report(self.reported))
+        self.last_write_mono = time.monotonic()
+        self._wrote()
+        self.challenged.set()
+        return None
+
     def _on_error_frame(self, frame: ErrorFrame) -> CloseReason:
         owner = self.owner
         owner.counters.error_frames_received += 1
         advice = _ERROR_ADVICE.get(frame.code, "see the master's log")
         owner.last_error = f"{frame.code.name}: {frame.message}"
-        log.error("%s: master %s refused replication (%s): %s. Slave max offset %d, master min %d, max %d. What to "
-                  "do: %s", owner.name, self.addr, frame.code.name, frame.message, owner.store.max_phy_offset,
-                  frame.master_min, frame.master_max, advice)
+        master_range = (f", master min {frame.master_min}, max {frame.master_max}" if frame.master_max >= 0 else "")
+        log.error("%s: master %s refused replication (%s): %s. Slave max offset %d%s. What to do: %s", owner.name,
+                  self.addr, frame.code.name, frame.message, owner.store.max_phy_offset, master_range, advice)
         if frame.code is ErrorCode.PEER_REFUSED:
             return CloseReason.REFUSED
         return CloseReason.CATCH_UP_ERROR
@@ -365,12 +413,15 @@ class _SlaveConnection:
         store = owner.store
         heartbeat_s = cfg.ha_send_heartbeat_interval / 1000.0
         idle_s = cfg.ha_housekeeping_interval / 1000.0
-        self.reported = store.max_phy_offset
-        hello = encode_hello(broker_id=owner.broker_id, cluster=owner.cluster, broker_name=owner.broker_name,
-                             timestamp_ms=int(time.time() * 1000), secret=cfg.ha_auth_secret)
-        self._write(hello + encode_report(self.reported))
-        self._wrote()
+        self._write(self.hello)
         self.last_write_mono = time.monotonic()
+        try:
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                await self.challenged.wait()
+        except TimeoutError:
+            log.warning("%s: master %s sent no challenge within %.0f s after the hello (not a pyrmq master of this "
+                        "version?); reconnecting", owner.name, self.addr, HANDSHAKE_TIMEOUT_S)
+            return CloseReason.HANDSHAKE_TIMEOUT
         while True:
             now = time.monotonic()
             wait_s = min(heartbeat_s - (now - self.last_write_mono), idle_s - (now - self.last_read_mono))

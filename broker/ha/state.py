@@ -1,7 +1,9 @@
 """HA decisions (pure) and the runtime info behind ``mqctl ha status``.
 
 Pure functions, no I/O and no clock reads, so they can be tested against a model (STYLE §2):
-- ``check_hello``: is this peer one of our slaves?
+- ``check_hello``: does this hello claim to be a slave of this broker group? (Whether it is one is settled by the
+  proof of the secret that follows, ``proof_matches``.)
+- ``admit``: may an authenticated (or, in unsafe mode, unauthenticated) slave take the brokerId it claims?
 - ``choose_start``: where the master starts streaming to a slave (DESIGN §3: MIN_OFFSET / LAST_FILE, explicit
   errors for a slave behind the master's min or ahead of its max);
 - ``judge_report``: what a slave's 8-byte report means on an established connection (RocketMQ #3015: an ack
@@ -17,10 +19,12 @@ import hmac as _hmac
 from dataclasses import dataclass
 
 from broker.config import CatchUpFrom
-from remoting.ha_codec import ErrorCode, Hello, hello_mac
+from remoting.ha_codec import ErrorCode, Hello
 
-# A hello signed with a clock this far from the master's is refused (bounds replay of a captured hello).
-MAX_HELLO_SKEW_MS = 5 * 60 * 1000
+# What a peer that has not authenticated is told: enough for an operator to know where to look, nothing about
+# this master (no offsets, no names). The master's log says exactly what did not match.
+REFUSED_TO_PEER = ("HA handshake refused: brokerClusterName, brokerName, brokerId (>= 1) or haAuthSecret do not "
+                   "match this master; its log says which")
 
 
 class ConnState(enum.Enum):
@@ -41,6 +45,7 @@ class CloseReason(enum.Enum):
     PEER_CLOSED = "peer closed the connection"
     READ_IDLE = "no bytes read within haHousekeepingInterval"
     REFUSED = "peer refused"
+    HANDSHAKE_TIMEOUT = "handshake not completed in time"
     REPLACED = "a newer connection of the same slave took over"
     ACK_BEYOND_MAX = "ack beyond the master's max offset"
     PROTOCOL_ERROR = "protocol error"
@@ -57,9 +62,8 @@ class Refusal:
     message: str
 
 
-def check_hello(hello: Hello, *, cluster: str, broker_name: str, secret: str, now_ms: int,
-                max_skew_ms: int = MAX_HELLO_SKEW_MS) -> Refusal | None:
-    """None when the hello comes from a slave of this broker group; else why not (sent in the error frame)."""
+def check_hello(hello: Hello, *, cluster: str, broker_name: str) -> Refusal | None:
+    """None when the hello claims a slave of this broker group; else why not (for the master's log only)."""
     if hello.cluster != cluster or hello.broker_name != broker_name:
         return Refusal(ErrorCode.PEER_REFUSED,
                        f"this HA port serves {cluster}/{broker_name}, the peer is {hello.cluster}/{hello.broker_name}; "
@@ -67,16 +71,27 @@ def check_hello(hello: Hello, *, cluster: str, broker_name: str, secret: str, no
     if hello.broker_id <= 0:
         return Refusal(ErrorCode.PEER_REFUSED,
                        f"brokerId {hello.broker_id} is not a slave id; a slave needs brokerId >= 1")
-    if secret:
-        if not hello.mac:
-            return Refusal(ErrorCode.PEER_REFUSED, "this master requires haAuthSecret; the peer sent no HMAC")
-        if not _hmac.compare_digest(hello.mac, hello_mac(secret, hello.signed)):
-            return Refusal(ErrorCode.PEER_REFUSED, "bad HMAC in the hello: haAuthSecret differs between master and slave")
-        if abs(now_ms - hello.timestamp_ms) > max_skew_ms:
-            return Refusal(ErrorCode.PEER_REFUSED,
-                           f"hello timestamp {hello.timestamp_ms} is {abs(now_ms - hello.timestamp_ms)} ms from the "
-                           f"master clock (limit {max_skew_ms} ms); sync the clocks")
     return None
+
+
+def proof_matches(expected: bytes, got: bytes) -> bool:
+    """Constant-time comparison of a received proof with the one the secret gives."""
+    return _hmac.compare_digest(expected, got)
+
+
+class Admission(enum.Enum):
+    NEW = "NEW"  # no live connection has this brokerId
+    REPLACE = "REPLACE"  # a live one has it; the newcomer proved the secret, so it is the same slave reconnecting
+    REFUSE = "REFUSE"  # a live one has it and nothing proves the newcomer is that slave
+
+
+def admit(*, authenticated: bool, live_with_same_id: bool) -> Admission:
+    """One live connection per brokerId. A newcomer displaces the live one only with proof (the secret): without
+    authentication anybody could claim brokerId 1 and cut the real slave off, so it waits until the old
+    connection closes or expires (haHousekeepingInterval)."""
+    if not live_with_same_id:
+        return Admission.NEW
+    return Admission.REPLACE if authenticated else Admission.REFUSE
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +166,8 @@ class SlaveLink:
     last_write_mono: float = 0.0
     connected_at_ms: int = 0
     close_reason: str = ""
+    authenticated: bool = False  # proved the cluster's secret (False only on a master in unsafe mode)
+    closed_mono: float = 0.0  # monotonic time of the close; the row leaves haStatus keep-interval later
 
 
 @dataclass(slots=True)

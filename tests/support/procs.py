@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -22,6 +23,10 @@ from tests.support.waiting import wait_until
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NAMESRV_READY = re.compile(r"The Name Server boot success\. listen=(\S+)")
 BROKER_READY = re.compile(r"The broker\[(\S+), (\S+)\] boot success\.")
+# The HA secret every test broker of this run shares (masters and slaves authenticate each other, as deployments do)
+# unless a test configures its own haAuthSecret/haAuthSecretFile or opts out with haUnsafeAllowUnauthenticatedSlaves.
+TEST_HA_AUTH_SECRET = secrets.token_hex(32)
+HA_AUTH_KEYS = {"haAuthSecret", "haAuthSecretFile", "haUnsafeAllowUnauthenticatedSlaves"}
 
 
 def free_port() -> int:
@@ -215,6 +220,8 @@ class Broker(ServerProcess):
             "mappedFileSizeCommitLog": 4 * 1024 * 1024,
             "mappedFileSizeConsumeQueue": 20 * 10_000,
         }
+        if not HA_AUTH_KEYS & conf.keys():
+            values["haAuthSecret"] = TEST_HA_AUTH_SECRET
         values.update(conf)
         self.metrics_port = int(values["metricsPromExporterPort"])
         self._values = values

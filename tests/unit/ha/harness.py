@@ -23,6 +23,7 @@ from tests.support.waiting import async_wait_until
 FILE_SIZE = 1024 * 1024
 CLUSTER = "TestCluster"
 BROKER = "broker-a"
+SECRET = "harness-ha-secret-0123456789"  # every node's haAuthSecret unless a test passes another (or "")
 
 
 def free_port() -> int:
@@ -36,6 +37,7 @@ def settings(root: Path, role: BrokerRole, *, broker_id: int = 0, ha_port: int =
     store_kw.setdefault("mapped_file_size_commit_log", FILE_SIZE)
     store_kw.setdefault("mapped_file_size_consume_queue", 20 * 4096)
     store_kw.setdefault("warm_mapped_file_enable", False)
+    store_kw.setdefault("ha_auth_secret", SECRET)
     store = MessageStoreConfig(store_path_root_dir=str(root), broker_role=role, ha_listen_port=ha_port or free_port(),
                                ha_master_address=master_addr, **store_kw)
     broker = BrokerConfig(broker_cluster_name=CLUSTER, broker_name=BROKER, broker_id=broker_id,
@@ -126,12 +128,19 @@ def cq_files(node: Node) -> dict[str, bytes]:
 
 
 class RawPeer:
-    """A hand-driven HA client over a real socket (impostors, protocol edge cases)."""
+    """A hand-driven HA client over a real socket (impostors, protocol edge cases).
+
+    ``handshake()`` is what a real slave does (hello, check nothing, answer the challenge with the proof of
+    ``secret``); ``hello()`` alone is what an impostor can do. Frames read but not yet returned stay in ``pending``.
+    """
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
         self.decoder = ha_codec.FrameDecoder(32 * 1024)
+        self.pending: list = []
+        self.hello_raw = b""
+        self.last_challenge: ha_codec.Challenge | None = None
 
     @classmethod
     async def connect(cls, addr: str) -> RawPeer:
@@ -142,21 +151,35 @@ class RawPeer:
     def send(self, data: bytes) -> None:
         self.writer.write(data)
 
-    def hello(self, *, broker_id: int = 1, cluster: str = CLUSTER, broker_name: str = BROKER, secret: str = "",
-              ts_ms: int | None = None) -> None:
-        import time
+    def hello(self, *, broker_id: int = 1, cluster: str = CLUSTER, broker_name: str = BROKER) -> None:
+        self.hello_raw = ha_codec.encode_hello(broker_id=broker_id, cluster=cluster, broker_name=broker_name,
+                                               nonce=os.urandom(ha_codec.NONCE_BYTES))
+        self.send(self.hello_raw)
 
-        self.send(ha_codec.encode_hello(broker_id=broker_id, cluster=cluster, broker_name=broker_name,
-                                        timestamp_ms=int(time.time() * 1000) if ts_ms is None else ts_ms,
-                                        secret=secret))
+    async def next_frame(self, timeout_s: float = 5.0):
+        """The next frame (a Challenge, an ErrorFrame or a Frame); None at EOF or after ``timeout_s``."""
+        if not self.pending:
+            self.pending = await self.frames(timeout_s, until_frames=1)
+        return self.pending.pop(0) if self.pending else None
 
-    async def frames(self, timeout_s: float = 5.0, *, until_bytes: int = 0) -> list:
-        """Read frames until EOF, ``until_bytes`` of bodies, or the timeout; returns what arrived."""
-        out: list = []
-        got = 0
+    async def handshake(self, *, secret: str = SECRET, **hello_kw) -> ha_codec.Challenge:
+        """Hello, then answer the challenge with ``secret``'s proof (none when the master asks for none)."""
+        self.hello(**hello_kw)
+        challenge = await self.next_frame()
+        assert isinstance(challenge, ha_codec.Challenge), f"expected a challenge, got {challenge!r}"
+        self.last_challenge = challenge
+        if challenge.auth:
+            self.send(ha_codec.slave_proof(secret.encode(), self.hello_raw, challenge.nonce))
+        return challenge
+
+    async def frames(self, timeout_s: float = 5.0, *, until_bytes: int = 0, until_frames: int = 0) -> list:
+        """Read frames until EOF, ``until_bytes`` of bodies, ``until_frames`` frames or the timeout."""
+        out: list = self.pending
+        self.pending = []
+        got = sum(len(f.body) for f in out if isinstance(f, ha_codec.Frame))
         try:
             async with asyncio.timeout(timeout_s):
-                while True:
+                while not (until_frames and len(out) >= until_frames):
                     data = await self.reader.read(1 << 20)
                     if not data:
                         return out
@@ -167,8 +190,9 @@ class RawPeer:
                             got += len(f.body)
                     if until_bytes and got >= until_bytes:
                         return out
-        except TimeoutError:
-            return out
+        except (TimeoutError, ConnectionError):
+            pass
+        return out
 
     async def closed_by_peer(self, timeout_s: float = 5.0) -> bool:
         try:
@@ -176,7 +200,9 @@ class RawPeer:
                 while await self.reader.read(1 << 16):
                     pass
             return True
-        except (TimeoutError, ConnectionError):
+        except ConnectionError:
+            return True
+        except TimeoutError:
             return False
 
     def close(self) -> None:

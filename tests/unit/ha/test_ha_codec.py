@@ -52,29 +52,61 @@ def test_error_frame_golden_bytes():
     assert got == want
 
 
-def test_hello_golden_bytes_without_and_with_hmac():
-    plain = c.encode_hello(broker_id=1, cluster="C", broker_name="b", timestamp_ms=2)
-    assert plain == b"PRHA" + bytes.fromhex("0001" "0000" "0000000000000001" "0000000000000002" "01" "01") + b"Cb"
-    signed = c.encode_hello(broker_id=1, cluster="C", broker_name="b", timestamp_ms=2, secret="s")
-    assert signed[6:8] == b"\x00\x01"
-    assert len(signed) == len(plain) + 32
-    assert signed[-32:] == c.hello_mac("s", signed[:-32])
+NONCE = bytes(range(16))
+
+
+def test_hello_golden_bytes():
+    raw = c.encode_hello(broker_id=1, cluster="C", broker_name="b", nonce=NONCE)
+    assert raw == (b"PRHA" + bytes.fromhex("0002" "0000" "0000000000000001") + NONCE + bytes.fromhex("01" "01")
+                   + b"Cb")
+
+
+def test_challenge_golden_bytes_with_and_without_auth():
+    nonce, proof = b"n" * 32, b"p" * 32
+    assert c.encode_challenge(nonce, proof) == bytes.fromhex("ffffffffffffffff" "fffffffe" "0001") + nonce + proof
+    assert c.encode_challenge(nonce, None) == bytes.fromhex("ffffffffffffffff" "fffffffe" "0000") + nonce + bytes(32)
+    assert len(c.encode_challenge(nonce, None)) == c.CHALLENGE_SIZE == 78
+
+
+def test_proofs_are_hmac_sha256_over_label_hello_and_nonce_and_differ_by_side():
+    import hashlib
+    import hmac
+
+    hello = c.encode_hello(broker_id=1, cluster="C", broker_name="b", nonce=NONCE)
+    nonce = b"n" * 32
+    assert c.slave_proof(b"k", hello, nonce) == hmac.new(b"k", b"pyrmq-ha-2 slave proof\x00" + hello + nonce,
+                                                         hashlib.sha256).digest()
+    assert c.master_proof(b"k", hello, nonce) != c.slave_proof(b"k", hello, nonce)  # never reflected
+    assert c.slave_proof(b"k", hello, nonce) != c.slave_proof(b"k", hello, b"m" * 32)  # bound to the nonce
 
 
 # round trips ---------------------------------------------------------------------------------------------
 names = st.text(min_size=1, max_size=40).filter(lambda s: 1 <= len(s.encode()) <= 255)
 
 
-@given(broker_id=st.integers(-(2**63), 2**63 - 1), cluster=names, name=names,
-       ts=st.integers(0, 2**63 - 1), secret=st.sampled_from(["", "secret", "ünï"]))
-def test_hello_round_trips_over_bytes_and_stream(broker_id, cluster, name, ts, secret):
-    raw = c.encode_hello(broker_id=broker_id, cluster=cluster, broker_name=name, timestamp_ms=ts, secret=secret)
+@given(broker_id=st.integers(-(2**63), 2**63 - 1), cluster=names, name=names, nonce=st.binary(min_size=16, max_size=16))
+def test_hello_round_trips_over_bytes_and_stream(broker_id, cluster, name, nonce):
+    raw = c.encode_hello(broker_id=broker_id, cluster=cluster, broker_name=name, nonce=nonce)
     hello, used = c.decode_hello(raw + b"tail")
     assert used == len(raw)
-    assert (hello.broker_id, hello.cluster, hello.broker_name, hello.timestamp_ms) == (broker_id, cluster, name, ts)
-    assert bool(hello.mac) == bool(secret)
+    assert (hello.broker_id, hello.cluster, hello.broker_name, hello.nonce, hello.raw) == (broker_id, cluster, name,
+                                                                                          nonce, raw)
     streamed = parse(c.read_hello, raw)
     assert streamed == hello
+
+
+@given(nonce=st.binary(min_size=32, max_size=32), proof=st.none() | st.binary(min_size=32, max_size=32),
+       cut=st.integers(1, 77))
+def test_challenges_round_trip_over_bytes_stream_and_the_incremental_decoder(nonce, proof, cut):
+    raw = c.encode_challenge(nonce, proof)
+    want = c.Challenge(proof is not None, nonce, proof or bytes(32))
+    assert c.decode_frame(raw, BATCH) == (want, len(raw))
+    assert parse(c.read_frame, raw, BATCH) == want
+    decoder = c.FrameDecoder(BATCH)
+    decoder.feed(raw[:cut])
+    assert decoder.frames() == []
+    decoder.feed(raw[cut:] + c.encode_frame(0, b"x"))
+    assert decoder.frames() == [want, c.Frame(0, b"x")]
 
 
 @given(offset=st.integers(0, 2**63 - 1))
@@ -143,8 +175,8 @@ def test_body_size_beyond_the_batch_size_is_refused_from_the_header_alone():
         parse(c.read_frame, c.HEADER.pack(0, BATCH + 1), BATCH)
 
 
-@pytest.mark.parametrize("size", [-2, -100, -(2**31)])
-def test_negative_body_size_other_than_the_error_marker_is_refused(size):
+@pytest.mark.parametrize("size", [-3, -100, -(2**31)])
+def test_negative_body_size_other_than_the_error_and_challenge_markers_is_refused(size):
     with pytest.raises(c.ProtocolError, match="negative"):
         c.decode_header(c.HEADER.pack(0, size), BATCH)
 
@@ -162,29 +194,43 @@ def test_truncated_structures_are_protocol_errors():
         parse(c.read_frame, frame[:-1], BATCH)
     with pytest.raises(c.ProtocolError, match="truncated"):
         parse(c.read_frame, frame[:7], BATCH)
-    hello = c.encode_hello(broker_id=1, cluster="C", broker_name="b", timestamp_ms=0, secret="x")
+    hello = c.encode_hello(broker_id=1, cluster="C", broker_name="b", nonce=NONCE)
     with pytest.raises(c.ProtocolError, match="truncated"):
         c.decode_hello(hello[:-1])
     with pytest.raises(c.ProtocolError, match="truncated"):
         parse(c.read_hello, hello[:-1])
+    challenge = c.encode_challenge(b"n" * 32, None)
+    with pytest.raises(c.ProtocolError, match="truncated"):
+        c.decode_frame(challenge[:-1], BATCH)
+    with pytest.raises(c.ProtocolError, match="truncated"):
+        parse(c.read_frame, challenge[:-1], BATCH)
+    with pytest.raises(c.ProtocolError, match="proof truncated"):
+        parse(c.read_proof, b"p" * 31)
     with pytest.raises(c.ProtocolError):
         c.decode_report(b"\x00" * 7)
 
 
 def test_a_rocketmq_style_bare_offset_is_not_a_hello():
     with pytest.raises(c.ProtocolError, match="magic"):
-        parse(c.read_hello, c.encode_report(123) * 4)
+        parse(c.read_hello, c.encode_report(123) * 5)
 
 
 def test_unknown_hello_version_and_flags_are_refused():
-    raw = bytearray(c.encode_hello(broker_id=1, cluster="C", broker_name="b", timestamp_ms=0))
-    raw[5] = 9
+    raw = bytearray(c.encode_hello(broker_id=1, cluster="C", broker_name="b", nonce=NONCE))
+    raw[5] = 1  # version 1: the timestamp-HMAC hello this build no longer accepts (it could be replayed)
     with pytest.raises(c.ProtocolError, match="version"):
         c.decode_hello(bytes(raw))
-    raw[5] = 1
-    raw[7] = 4
+    raw[5] = 2
+    raw[7] = 1
     with pytest.raises(c.ProtocolError, match="flags"):
         c.decode_hello(bytes(raw))
+
+
+def test_unknown_challenge_flags_are_refused():
+    raw = bytearray(c.encode_challenge(b"n" * 32, None))
+    raw[13] = 2
+    with pytest.raises(c.ProtocolError, match="challenge has unknown flags"):
+        c.decode_frame(bytes(raw), BATCH)
 
 
 def test_negative_reported_offset_is_refused():

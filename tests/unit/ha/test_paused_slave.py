@@ -23,7 +23,7 @@ def spawn_slave(root, master_addr: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "broker.ha.slave_main", "--root", str(root), "--master", master_addr,
-         "--file-size", str(h.FILE_SIZE), "--cluster", h.CLUSTER, "--broker-name", h.BROKER],
+         "--file-size", str(h.FILE_SIZE), "--cluster", h.CLUSTER, "--broker-name", h.BROKER, "--auth-secret", h.SECRET],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
     line = proc.stdout.readline()
     assert "HA slave ready" in line, line

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 
 import pytest
@@ -102,7 +103,7 @@ async def test_a_stopped_slave_makes_sync_puts_fail_fast_and_a_silent_one_times_
         assert (await h.put(m)).status is PutStatus.SLAVE_NOT_AVAILABLE
         # A peer that completes the handshake but never acks: the SYNC put waits slaveTimeout, then times out.
         peer = await h.RawPeer.connect(m.ha_addr)
-        peer.hello(broker_id=2)
+        await peer.handshake(broker_id=2)
         peer.send(ha_codec.encode_report(m.store.max_phy_offset))
         await connected(m)
         start = time.monotonic()
@@ -183,7 +184,7 @@ async def test_a_slave_ahead_of_the_master_gets_an_error_frame(tmp_path):
     try:
         await h.fill(m, 1000)
         peer = await h.RawPeer.connect(m.ha_addr)
-        peer.hello()
+        await peer.handshake()
         peer.send(ha_codec.encode_report(m.store.max_phy_offset + 100))
         frames = await peer.frames()
         assert frames and isinstance(frames[-1], ha_codec.ErrorFrame)
@@ -199,7 +200,7 @@ async def test_an_ack_beyond_the_master_max_closes_the_connection_and_never_coun
     try:
         await h.fill(m, 5000)
         peer = await h.RawPeer.connect(m.ha_addr)
-        peer.hello()
+        await peer.handshake()
         peer.send(ha_codec.encode_report(0))
         await peer.frames(until_bytes=m.store.max_phy_offset)
         peer.send(ha_codec.encode_report(m.store.max_phy_offset + 10**9))
@@ -211,56 +212,205 @@ async def test_an_ack_beyond_the_master_max_closes_the_connection_and_never_coun
         await m.stop()
 
 
-@pytest.mark.parametrize("impostor", ["bare-offset", "wrong-broker-name", "wrong-cluster", "broker-id-0",
-                                      "no-hmac", "bad-hmac"])
-async def test_an_impostor_is_refused_and_never_counts_as_an_ack(tmp_path, impostor):
-    m = await h.master(tmp_path / "m", ha_auth_secret="s3cret")
+@pytest.mark.parametrize("impostor", ["bare-offsets", "wrong-broker-name", "wrong-cluster", "broker-id-0",
+                                      "reports-instead-of-a-proof", "proof-of-another-secret", "replayed-proof",
+                                      "master-proof-reflected", "silent-after-hello"])
+async def test_an_impostor_is_refused_learns_no_offsets_and_never_counts_as_an_ack(tmp_path, impostor):
+    m = await h.master(tmp_path / "m")
     try:
         await h.fill(m, 5000)
+        if impostor == "replayed-proof":  # a real slave's exchange, captured, then replayed on a new connection
+            real = await h.RawPeer.connect(m.ha_addr)
+            await real.handshake(broker_id=1)
+            captured = real.hello_raw, ha_codec.slave_proof(h.SECRET.encode(), real.hello_raw,
+                                                            real.last_challenge.nonce)
+            real.close()
         peer = await h.RawPeer.connect(m.ha_addr)
-        if impostor == "bare-offset":
-            peer.send(ha_codec.encode_report(10**12) * 4)  # what a RocketMQ 4.x slave / #3015 rogue peer sends
-        else:
-            kw = {"secret": "s3cret"}
-            kw.update({"wrong-broker-name": {"broker_name": "broker-x"}, "wrong-cluster": {"cluster": "Other"},
-                       "broker-id-0": {"broker_id": 0}, "no-hmac": {"secret": ""},
-                       "bad-hmac": {"secret": "guess"}}[impostor])
-            peer.hello(**kw)
+        if impostor == "bare-offsets":
+            peer.send(ha_codec.encode_report(10**12) * 5)  # what a RocketMQ 4.x slave / #3015 rogue peer sends
+        elif impostor in ("wrong-broker-name", "wrong-cluster", "broker-id-0"):
+            peer.hello(**{"wrong-broker-name": {"broker_name": "broker-x"}, "wrong-cluster": {"cluster": "Other"},
+                          "broker-id-0": {"broker_id": 0}}[impostor])
             peer.send(ha_codec.encode_report(10**12))
-        frames = await peer.frames()
-        assert len(frames) == 1 and frames[0].code is ha_codec.ErrorCode.PEER_REFUSED, frames
+        elif impostor == "reports-instead-of-a-proof":
+            peer.hello()
+            peer.send(ha_codec.encode_report(m.store.max_phy_offset) * 8)
+        elif impostor == "proof-of-another-secret":
+            await peer.handshake(secret="another-secret-0123456789")
+            peer.send(ha_codec.encode_report(m.store.max_phy_offset))
+        elif impostor == "replayed-proof":
+            peer.send(captured[0])
+            assert isinstance(await peer.next_frame(), ha_codec.Challenge)
+            peer.send(captured[1] + ha_codec.encode_report(m.store.max_phy_offset))
+        elif impostor == "master-proof-reflected":
+            peer.hello()
+            challenge = await peer.next_frame()
+            peer.send(challenge.proof + ha_codec.encode_report(m.store.max_phy_offset))
+        else:
+            peer.hello()  # and then nothing: the handshake times out
+        frames = await peer.frames(10)
+        errors = [f for f in frames if isinstance(f, ha_codec.ErrorFrame)]
+        assert not [f for f in frames if isinstance(f, ha_codec.Frame)], frames
+        assert len(errors) == 1 and errors[0].code is ha_codec.ErrorCode.PEER_REFUSED, frames
+        assert errors[0].master_min == errors[0].master_max == errors[0].phy_offset == -1  # no offsets leak
+        assert "broker-a" not in errors[0].message and "TestCluster" not in errors[0].message
         assert m.ha.master.connected_slaves() == 0
+        assert _local_addr(peer) not in [x.addr for x in m.ha.status().slaves]  # a refused peer is never a row
         assert m.ha.push2slave_max_offset == 0
         assert (await h.put(m)).status is PutStatus.SLAVE_NOT_AVAILABLE
+        peer.close()
     finally:
         await m.stop()
 
 
-async def test_a_slave_with_the_shared_secret_replicates(tmp_path):
-    m = await h.master(tmp_path / "m", ha_auth_secret="s3cret")
-    s = await h.slave(tmp_path / "s", m, ha_auth_secret="s3cret")
+async def test_a_slave_with_the_shared_secret_replicates_and_one_with_another_secret_is_refused(tmp_path, caplog):
+    m = await h.master(tmp_path / "m")
+    s = await h.slave(tmp_path / "s", m)
+    other = await h.slave(tmp_path / "o", m, broker_id=2, ha_auth_secret="another-secret-0123456789")
     try:
         await connected(m)
         assert (await h.put(m)).status is PutStatus.PUT_OK
+        # the master's proof does not match the other slave's secret: it refuses the master and never sends its own
+        await async_wait_until(lambda: "its proof does not match this slave's HA secret" in caplog.text, 10,
+                               "the slave with another secret distrusts the master")
+        assert other.ha.slave.last_error.startswith(f"master {m.ha_addr} not trusted")
+        assert [x.broker_id for x in m.ha.status().slaves] == [1]
+    finally:
+        await other.stop()
+        await s.stop()
+        await m.stop()
+
+
+@pytest.mark.parametrize("master_secret, slave_secret, expected", [
+    (h.SECRET, "", "it authenticates its slaves and this slave has no HA secret"),
+    ("", h.SECRET, "it authenticates nobody (no HA secret)"),
+])
+async def test_a_secret_on_one_side_only_is_refused_with_what_to_set(tmp_path, caplog, master_secret, slave_secret,
+                                                                     expected):
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER, ha_auth_secret=master_secret)
+    s = await h.slave(tmp_path / "s", m, ha_auth_secret=slave_secret)
+    try:
+        await async_wait_until(lambda: expected in caplog.text, 10, f"the slave logs {expected!r}")
+        await connected(m, 0)
+        assert m.ha.push2slave_max_offset == 0 and not [x for x in m.ha.status().slaves if x.connected]
     finally:
         await s.stop()
         await m.stop()
 
 
-async def test_a_second_connection_with_the_same_broker_id_replaces_the_first(tmp_path):
+async def test_a_peer_posing_as_the_master_gets_no_proof_and_no_report_from_the_slave(tmp_path, caplog):
+    got = bytearray()
+    peer_closed = asyncio.Event()
+
+    async def fake_master(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await ha_codec.read_hello(reader)
+        writer.write(ha_codec.encode_challenge(os.urandom(32), os.urandom(32)))  # cannot compute the real proof
+        got.extend(await reader.read(1 << 16))  # b"" once the slave closes
+        peer_closed.set()
+        writer.close()
+
+    server = await asyncio.start_server(fake_master, "127.0.0.1", 0)
+    addr = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    s = await h.slave(tmp_path / "s", master_addr=addr)
+    try:
+        async with asyncio.timeout(10):
+            await peer_closed.wait()
+        assert bytes(got) == b"", "the slave sent a proof or a report to an impostor"
+        assert "its proof does not match this slave's HA secret" in caplog.text
+    finally:
+        await s.stop()
+        server.close()
+
+
+async def test_an_authenticated_reconnect_replaces_the_live_connection_of_its_broker_id(tmp_path):
     m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
     try:
         first = await h.RawPeer.connect(m.ha_addr)
-        first.hello()
+        await first.handshake()
+        first.send(ha_codec.encode_report(0))
+        await connected(m)
+        second = await h.RawPeer.connect(m.ha_addr)
+        await second.handshake()
+        second.send(ha_codec.encode_report(0))
+        assert await first.closed_by_peer()
+        assert m.ha.master.connected_slaves() == 1 and m.ha.counters.replaced == 1
+        assert m.ha.master.connections[1].link.slave_addr == _local_addr(second)
+        second.close()
+    finally:
+        await m.stop()
+
+
+async def test_without_a_secret_a_second_claim_of_a_live_broker_id_is_refused_and_the_first_stays(tmp_path):
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER, ha_auth_secret="")
+    try:
+        first = await h.RawPeer.connect(m.ha_addr)
+        assert not (await first.handshake()).auth  # the unsafe master asks for no proof
         first.send(ha_codec.encode_report(0))
         await connected(m)
         second = await h.RawPeer.connect(m.ha_addr)
         second.hello()
         second.send(ha_codec.encode_report(0))
-        assert await first.closed_by_peer()
-        assert m.ha.master.connected_slaves() == 1 and m.ha.counters.replaced == 1
-        second.close()
+        frames = await second.frames()
+        assert isinstance(frames[0], ha_codec.Challenge) and isinstance(frames[-1], ha_codec.ErrorFrame), frames
+        assert frames[-1].master_max == -1
+        assert m.ha.counters.replaced == 0
+        assert m.ha.master.connections[1].link.slave_addr == _local_addr(first)
+        first.close()
     finally:
+        await m.stop()
+
+
+def _local_addr(peer: h.RawPeer) -> str:
+    host, port = peer.writer.get_extra_info("sockname")[:2]
+    return f"{host}:{port}"
+
+
+async def test_departed_slaves_leave_ha_status_after_the_keep_interval(tmp_path):
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)  # haDisconnectedSlaveKeepInterval: 60 s
+    try:
+        gone = await h.RawPeer.connect(m.ha_addr)
+        await gone.handshake(broker_id=1)
+        gone.send(ha_codec.encode_report(0))
+        await connected(m, 1)
+        gone.close()
+        await connected(m, 0)
+        assert [(x.broker_id, x.state) for x in m.ha.status().slaves] == [(1, "DISCONNECTED")]
+        closed = m.ha.master.links[1].closed_mono
+        assert [lk.broker_id for lk in m.ha.master.visible_links(closed + 59.9)] == [1]
+        assert m.ha.master.visible_links(closed + 60.0) == []
+        live = await h.RawPeer.connect(m.ha_addr)
+        await live.handshake(broker_id=2)
+        live.send(ha_codec.encode_report(0))
+        await connected(m, 1)
+        assert [(x.broker_id, x.state) for x in m.ha.status().slaves] == [(2, "OK")]
+        assert m.ha.master.visible_links(time.monotonic() + 10**6)[0].broker_id == 2  # a live slave never expires
+        live.close()
+    finally:
+        await m.stop()
+
+
+async def test_handshakes_in_progress_are_bounded(tmp_path, monkeypatch):
+    from broker.ha import master as master_mod
+
+    monkeypatch.setattr(master_mod, "MAX_HANDSHAKES", 3)
+    monkeypatch.setattr(master_mod, "HANDSHAKE_TIMEOUT_S", 1.0)
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
+    silent = []
+    try:
+        for _ in range(3):
+            silent.append(await h.RawPeer.connect(m.ha_addr))
+        await async_wait_until(lambda: m.ha.master.handshakes_in_progress == 3, 5, "3 handshakes in progress")
+        extra = await h.RawPeer.connect(m.ha_addr)
+        assert await extra.closed_by_peer()  # closed at once, without waiting for its hello
+        assert m.ha.counters.refused == 1
+        s = await h.slave(tmp_path / "s", m)  # the real slave gets in once the silent ones time out
+        try:
+            await async_wait_until(lambda: m.ha.master.connected_slaves() == 1, 20, "the slave connected")
+        finally:
+            await s.stop()
+    finally:
+        for p in silent:
+            p.close()
         await m.stop()
 
 
@@ -273,7 +423,7 @@ async def test_frames_never_cross_a_file_end_and_catch_up_uses_sendfile_at_nonze
         total = m.store.max_phy_offset
         m.ha.master.sendfile_min_lag = 64 * 1024  # treat this 2.5 MiB lag as a catch-up
         peer = await h.RawPeer.connect(m.ha_addr)
-        peer.hello()
+        await peer.handshake()
         peer.send(ha_codec.encode_report(0))
         frames = [f for f in await peer.frames(until_bytes=total) if isinstance(f, ha_codec.Frame) and f.body]
         expected = 0
@@ -310,10 +460,13 @@ async def test_a_mismatching_header_offset_makes_the_slave_reconnect_from_its_ow
     reports: list[int] = []
     hellos = 0
 
-    async def fake_master(reader, writer):
+    async def fake_master(reader, writer):  # holds the secret: only its frame offsets are wrong
         nonlocal hellos
-        await ha_codec.read_hello(reader)
+        hello = await ha_codec.read_hello(reader)
         hellos += 1
+        nonce = os.urandom(32)
+        writer.write(ha_codec.encode_challenge(nonce, ha_codec.master_proof(h.SECRET.encode(), hello.raw, nonce)))
+        assert await ha_codec.read_proof(reader) == ha_codec.slave_proof(h.SECRET.encode(), hello.raw, nonce)
         reports.append(await ha_codec.read_report(reader))
         if hellos == 1:
             writer.write(ha_codec.encode_frame(local_max + 4096, b"x" * 100))

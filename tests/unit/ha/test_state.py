@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.config import CatchUpFrom
-from broker.ha.state import Verdict, check_hello, choose_start, judge_report
+from broker.ha.state import Admission, Verdict, admit, check_hello, choose_start, judge_report
 from remoting.ha_codec import ErrorCode, decode_hello, encode_hello
 
 MiB = 1 << 20
@@ -42,18 +42,21 @@ def test_only_growing_acks_within_what_was_sent_and_the_master_max_advance(value
 
 
 def hello(**kw):
-    base = dict(broker_id=1, cluster="C", broker_name="b", timestamp_ms=1000, secret="")
+    base = {"broker_id": 1, "cluster": "C", "broker_name": "b", "nonce": bytes(16)}
     base.update(kw)
     return decode_hello(encode_hello(**base))[0]
 
 
 def test_hello_checks_refuse_strangers_and_accept_the_group_slave():
-    ok = dict(cluster="C", broker_name="b", now_ms=1000)
-    assert check_hello(hello(), secret="", **ok) is None
-    assert check_hello(hello(broker_name="x"), secret="", **ok).code is ErrorCode.PEER_REFUSED
-    assert check_hello(hello(cluster="D"), secret="", **ok) is not None
-    assert check_hello(hello(broker_id=0), secret="", **ok) is not None
-    assert "no HMAC" in check_hello(hello(), secret="s", **ok).message
-    assert "bad HMAC" in check_hello(hello(secret="t"), secret="s", **ok).message
-    assert check_hello(hello(secret="s"), secret="s", **ok) is None
-    assert "clock" in check_hello(hello(secret="s", timestamp_ms=10**9), secret="s", **ok).message
+    ok = {"cluster": "C", "broker_name": "b"}
+    assert check_hello(hello(), **ok) is None
+    assert check_hello(hello(broker_name="x"), **ok).code is ErrorCode.PEER_REFUSED
+    assert check_hello(hello(cluster="D"), **ok) is not None
+    assert check_hello(hello(broker_id=0), **ok) is not None
+
+
+@given(authenticated=st.booleans(), live=st.booleans())
+def test_a_live_broker_id_is_taken_over_only_with_proof(authenticated, live):
+    got = admit(authenticated=authenticated, live_with_same_id=live)
+    model = Admission.NEW if not live else (Admission.REPLACE if authenticated else Admission.REFUSE)
+    assert got is model
