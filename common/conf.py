@@ -156,7 +156,11 @@ def _convert(raw: str, typ: Any, *, source: str, key: str) -> Any:
         if not _ASCII_INT.fullmatch(text):
             raise ConfigError(f"{raw!r} is not an integer", source=source, key=key,
                               hint="use a whole number written with the digits 0-9")
-        return int(text)
+        try:
+            return int(text)
+        except ValueError:  # more digits than int() converts (4,300 by default): no setting is that large
+            raise ConfigError(f"an integer of {len(text)} characters is too long", source=source, key=key,
+                              hint="use a whole number that fits the setting's range") from None
     if typ is float:
         text = raw.strip()
         if not _ASCII_FLOAT.fullmatch(text):
