@@ -38,7 +38,11 @@ class RateLimitedLog:
     def warning(self, msg: str, *args: Any) -> None:
         self.log(logging.WARNING, msg, *args)
 
-    def log(self, level: int, msg: str, *args: Any) -> None:
+    def exception(self, msg: str, *args: Any) -> None:
+        """ERROR with the traceback of the exception being handled (at most one traceback per interval)."""
+        self.log(logging.ERROR, msg, *args, exc_info=True)
+
+    def log(self, level: int, msg: str, *args: Any, exc_info: bool = False) -> None:
         now = time.monotonic()
         if now < self._next:
             self._suppressed += 1
@@ -47,4 +51,4 @@ class RateLimitedLog:
             msg += f" ({self._suppressed} similar lines suppressed)"
             self._suppressed = 0
         self._next = now + self.every_s
-        self.logger.log(level, msg, *args)
+        self.logger.log(level, msg, *args, exc_info=exc_info)

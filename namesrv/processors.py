@@ -1,9 +1,10 @@
 """The nameserver's remoting processors (RocketMQ's DefaultRequestProcessor): validate -> route table -> response.
 
 One function per request code (spec remoting.md §2.1), registered on a ``RemotingServer`` by ``register``. Headers
-are read with ``remoting.headers.Fields``: a missing or unparsable field answers SYSTEM_ERROR (1) naming it, a
-field that parses but can never be valid (an address without a port, a negative brokerId) INVALID_PARAMETER (29),
-a body of the wrong shape SYSTEM_ERROR with what was expected (``namesrv.bodies``); nothing is stored then. Every
+are read with ``remoting.headers.Fields``: a missing or unparsable field, a field that parses but can never be
+valid (an address without a port, a negative brokerId) and a body of the wrong shape (``namesrv.bodies``) answer 29
+INVALID_PARAMETER saying what was expected, where RocketMQ answers 1 (a broker's registration raises any code
+alike); a body whose CRC does not match keeps RocketMQ's 1 and text (resending may help). Nothing is stored then. Every
 non-zero answer has a remark that says what to do; successes carry a short remark too (RocketMQ clients ignore it).
 Codes nobody registered are answered REQUEST_CODE_NOT_SUPPORTED by the server (RocketMQ's nameserver stays silent).
 
@@ -25,6 +26,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from common.log import RateLimitedLog
 from namesrv import bodies
 from namesrv import route_table as rt
 from namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
@@ -35,6 +37,7 @@ from remoting.headers import Fields, HeaderError, NumberError, parse_host_port
 from remoting.server import RemotingServer
 
 log = logging.getLogger(__name__)
+refused_log = RateLimitedLog(log)  # a peer can send bad registrations at will: at most one line per 10 s
 
 OK = ResponseCode.SUCCESS
 NO_ROUTE_HINT = "create it with mqctl updateTopic or enable autoCreateTopicEnable on a broker"
@@ -150,8 +153,9 @@ class NamesrvProcessors:
             parsed = bodies.decode_register_body(body, compressed=compressed, version=request.version)
         except bodies.BodyError as exc:
             self._count_register(broker_id, ok=False)
-            log.warning("refused the registration of %s id %d from %s: %s", broker_name, broker_id, conn.peer, exc)
-            return response_to(request, ResponseCode.SYSTEM_ERROR, f"REGISTER_BROKER body: {exc}")
+            refused_log.warning("refused the registration of %s id %d from %s: %s", broker_name, broker_id, conn.peer,
+                                exc)
+            return response_to(request, ResponseCode.INVALID_PARAMETER, f"REGISTER_BROKER body: {exc}")
         result = self.table.register_broker(
             cluster=cluster,
             broker_name=broker_name,
@@ -212,7 +216,7 @@ class NamesrvProcessors:
         try:
             version = bodies.decode_data_version(request.body_bytes(), "QUERY_DATA_VERSION body")
         except bodies.BodyError as exc:
-            return response_to(request, ResponseCode.SYSTEM_ERROR, str(exc))
+            return response_to(request, ResponseCode.INVALID_PARAMETER, str(exc))
         changed, stored = self.table.query_data_version(broker_addr, version, self._clock_ms())
         body = bodies.dumps(bodies.data_version_json(stored)) if stored is not None else b""
         remark = "changed: register now" if changed else "unchanged; the broker's live entry was refreshed"

@@ -5,7 +5,9 @@ responses are matched to waiting callers by ``opaque``; requests go to the ``dis
 it. ``dispatch(conn, request)`` returns the response, ``None`` (nothing to answer) or an awaitable of either;
 an awaitable runs as its own task, so a held pull or a send waiting for its slave never delays the requests
 behind it, and answers are written in completion order. A oneway request (flag bit 1) is served and never
-answered.
+answered. A header that does not parse (``HeaderError``) or extFields that are not flat scalars answer 29
+INVALID_PARAMETER without a log line; a processor that raises anything else answers 1 SYSTEM_ERROR and logs its
+traceback, at most one per 10 s (a peer can repeat the request at will).
 
 Every buffer is bounded (``Limits``):
 
@@ -69,6 +71,8 @@ DEFAULT_LIMITS = Limits()
 
 
 bad_frame_log = RateLimitedLog(log)
+# A request whose processor raised: a bug, but one a peer may trigger at will, so one traceback per interval.
+failed_request_log = RateLimitedLog(log)
 
 
 class Connection(asyncio.Protocol):
@@ -313,7 +317,9 @@ class Connection(asyncio.Protocol):
     def _on_request(self, cmd: RemotingCommand, size: int) -> None:
         dispatch = self.dispatch
         if cmd.problem is not None:
-            result: Any = response_to(cmd, ResponseCode.SYSTEM_ERROR, f"request code {cmd.code}: {cmd.problem}")
+            result: Any = response_to(
+                cmd, ResponseCode.INVALID_PARAMETER, f"request code {cmd.code}: {cmd.problem}"
+            )
         elif dispatch is None:
             result = response_to(
                 cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
@@ -323,8 +329,8 @@ class Connection(asyncio.Protocol):
                 result = dispatch(self, cmd)
             except HeaderError as exc:
                 result = response_to(cmd, exc.code, str(exc))
-            except Exception as exc:
-                log.exception("%s: request code %d from %s failed", self.name, cmd.code, self.peer)
+            except Exception as exc:  # noqa: BLE001 - logged (rate-limited) and answered SYSTEM_ERROR
+                failed_request_log.exception("%s: request code %d from %s failed", self.name, cmd.code, self.peer)
                 result = response_to(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
         if result is None:
             return
@@ -358,8 +364,8 @@ class Connection(asyncio.Protocol):
                 result = response_to(cmd, exc.code, str(exc))
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
-                log.exception("%s: request code %d from %s failed", self.name, cmd.code, self.peer)
+            except Exception as exc:  # noqa: BLE001 - logged (rate-limited) and answered SYSTEM_ERROR
+                failed_request_log.exception("%s: request code %d from %s failed", self.name, cmd.code, self.peer)
                 result = response_to(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
             if result is not None and not cmd.flag & FLAG_ONEWAY:
                 self.write(result)

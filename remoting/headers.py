@@ -5,7 +5,9 @@ Every value travels as text. Numbers are ASCII decimal with an optional sign and
 (``int`` 32-bit, ``long`` 64-bit); Unicode digits, blanks, fractions and overflow are refused (Python's
 ``int()`` would accept several of them). Booleans are ``true``/``false`` in any case, and ``1``/``0`` (the C++
 client sends the latter). A missing required field or a bad value raises ``HeaderError`` naming the field and
-what to send instead; processors turn it into a response (RocketMQ answers SYSTEM_ERROR with the text).
+what to send instead; the connection turns it into a response with 29 INVALID_PARAMETER. RocketMQ answers 1
+SYSTEM_ERROR with the exception text, which tells a caller (a RocketMQ producer among them) that retrying may help;
+the same request never parses, so pyrmq says it is the request's fault.
 
 ``parse_int`` applies the same rule to every other number that comes from outside the process: JSON body fields,
 stored properties (DELAY, REAL_QID), file and directory names, addresses, config values. ``str.isdigit()`` is not
@@ -65,7 +67,7 @@ def parse_host_port(addr: str, what: str = "address") -> tuple[str, int]:
 class HeaderError(PyrmqError):
     """A request header field that is missing or does not parse."""
 
-    def __init__(self, message: str, code: int = ResponseCode.SYSTEM_ERROR) -> None:
+    def __init__(self, message: str, code: int = ResponseCode.INVALID_PARAMETER) -> None:
         super().__init__(message)
         self.code = int(code)
 

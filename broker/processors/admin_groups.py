@@ -4,7 +4,7 @@
   (``groupName``, ``consumeEnable``, ``consumeFromMinEnable``, ``consumeBroadcastEnable``, ``retryQueueNums``,
   ``retryMaxTimes``, ``brokerId``, ``whichBrokerWhenConsumeSlowly``, ``notifyConsumerIdsChangedEnable``). A field
   left out takes RocketMQ's default; RocketMQ 5's extra fields (retry policy, attributes, ...) are ignored. A value
-  of the wrong JSON type, or out of range, answers 1 naming the field.
+  of the wrong JSON type, or out of range, answers 29 INVALID_PARAMETER naming the field (RocketMQ: 1).
 - DELETE_SUBSCRIPTIONGROUP (207), header ``groupName``; ``removeOffset`` (4.9.7) or ``cleanOffset`` (5.x) true
   also drops the group's consumer offsets. A group this broker does not have answers SUCCESS with a remark, as
   RocketMQ does (``mqadmin deleteSubGroup -c`` asks every master and stops at the first error).
@@ -19,10 +19,11 @@
   "consumeFromWhere":S,"consumeType":S,"messageModel":S,"subscriptionTable":{topic:SubscriptionData}}``;
   206 CONSUMER_NOT_ONLINE when no consumer of the group is connected.
 - GET_PRODUCER_CONNECTION_LIST (204), ``producerGroup``: ProducerConnection ``{"connectionSet":[Connection]}``;
-  1 when no producer of the group is connected. Connection = ``{"clientAddr":S,"clientId":S,"language":S,
+  1 when no producer of the group is connected (RocketMQ's code and text: the state may change, so trying again
+  later is right). Connection = ``{"clientAddr":S,"clientId":S,"language":S,
   "version":I}`` (what the client said in its HEART_BEAT's command header).
 
-Group writes are refused on a slave with code 1 and RocketMQ's remark.
+Group writes are refused on a slave with RocketMQ's remark and 16 NO_PERMISSION (``admin_topics.slave_refusal``).
 """
 
 from __future__ import annotations
@@ -77,14 +78,14 @@ def update(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingComman
         return refused
     cfg = parse_group_config(request.body_bytes())
     if isinstance(cfg, str):
-        return response_to(request, ResponseCode.SYSTEM_ERROR, f"UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: {cfg}")
+        return response_to(request, ResponseCode.INVALID_PARAMETER, f"UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: {cfg}")
     bad = validate.group_name(cfg.group_name)
     if bad:
-        return response_to(request, ResponseCode.SYSTEM_ERROR, bad.remark)
+        return response_to(request, bad.code, bad.remark)
     if not 1 <= cfg.retry_queue_nums <= validate.MAX_QUEUE_NUMS or cfg.retry_max_times < 0 or cfg.broker_id < 0:
         return response_to(
             request,
-            ResponseCode.SYSTEM_ERROR,
+            ResponseCode.INVALID_PARAMETER,
             f"retryQueueNums must be 1..{validate.MAX_QUEUE_NUMS}, retryMaxTimes and brokerId must not be negative;"
             f" got {cfg.retry_queue_nums}, {cfg.retry_max_times}, {cfg.broker_id}",
         )
@@ -101,7 +102,7 @@ def delete(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingComman
     group = f.req_str("groupName")
     bad = validate.group_name(group)
     if bad:
-        return response_to(request, ResponseCode.SYSTEM_ERROR, bad.remark)
+        return response_to(request, bad.code, bad.remark)
     existed = ctx.groups.delete(group)
     dropped = 0
     if f.bool("removeOffset") or f.bool("cleanOffset"):

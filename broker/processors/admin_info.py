@@ -14,8 +14,10 @@
 - GET_BROKER_CONFIG (26): body Java properties text ``key=value\\n`` of every effective key (what
   ``--print-config`` prints); header ``version`` = the config's DataVersion JSON. The config never changes while
   the broker runs, so the version is counter 0 stamped with the boot time.
-- UPDATE_BROKER_CONFIG (25): pyrmq's settings are fixed at start. A body that changes nothing answers 0; one that
-  would change a key answers 1 naming the keys: edit the config file and restart the broker. Unknown keys answer 1.
+- UPDATE_BROKER_CONFIG (25): pyrmq's settings are fixed at start (reliability.md §7 case 26: an unauthenticated
+  config change is refused). A body that changes nothing answers 0; one that would change a key answers 16
+  NO_PERMISSION naming the keys: edit the config file and restart the broker. Unknown keys or a body that is not
+  properties text answer 29 INVALID_PARAMETER (RocketMQ answers 1, which would tell a caller to retry).
 - GET_BROKER_HA_STATUS (907, RocketMQ 5's number): JSON body ``broker/ha/status.py`` documents (HARuntimeInfo
   names plus pyrmq's). Without an HA service (unit tests) it carries the role and commitlog range only.
 """
@@ -157,21 +159,23 @@ def update_config(ctx: BrokerContext, conn, request: RemotingCommand) -> Remotin
         wanted = conf.parse_properties(request.body_bytes().decode("utf-8"), "UPDATE_BROKER_CONFIG body")
     except (ConfigError, UnicodeDecodeError) as exc:
         return response_to(
-            request, ResponseCode.SYSTEM_ERROR, f"the body is not Java properties text ({exc}); send key=value lines"
+            request,
+            ResponseCode.INVALID_PARAMETER,
+            f"the body is not Java properties text ({exc}); send key=value lines",
         )
     current = effective_config(ctx)
     unknown = sorted(k for k in wanted if k not in current)
     if unknown:
         return response_to(
             request,
-            ResponseCode.SYSTEM_ERROR,
+            ResponseCode.INVALID_PARAMETER,
             f"unknown config keys {', '.join(unknown)}; GET_BROKER_CONFIG lists the keys this broker has",
         )
     changed = sorted(k for k, (v, _line) in wanted.items() if current[k] != v.strip())
     if changed:
         return response_to(
             request,
-            ResponseCode.SYSTEM_ERROR,
+            ResponseCode.NO_PERMISSION,
             f"pyrmq brokers do not change their configuration at runtime ({', '.join(changed)} would change);"
             " edit the broker's config file and restart it",
         )

@@ -11,9 +11,11 @@
   ``{"offsetTable":{{"brokerName":S,"queueId":I,"topic":S}:{"lastUpdateTimestamp":L,"maxOffset":L,"minOffset":L}}}``
   with the MessageQueue keys written inline as fastjson writes them; 17 for an unknown topic.
 
-Writes are refused on a slave (it copies the master's table; spec §2.5) with code 1 and RocketMQ's remark. A bad
-name, a system topic, queue counts outside 1..1024 or an invalid perm answer 1 with a remark that says what to
-change (RocketMQ answers 1 for each of these).
+Writes are refused on a slave (it copies the master's table; spec §2.5) with RocketMQ's remark and 16
+NO_PERMISSION. A bad name, queue counts outside 1..1024 or an invalid perm answer 29 INVALID_PARAMETER, a system
+topic (or the cluster's name) 16, each with a remark that says what to change. RocketMQ answers 1 to all of these;
+no RocketMQ client or tool branches on that code (they raise it as MQBrokerException/MQClientException), and 1 tells
+a pyrmq caller, like a RocketMQ producer, that retrying may help, which it never does here (issue 12 item 10).
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ SLAVE_REFUSAL = "Can't modify topic or subscription group from slave broker, ple
 
 
 def slave_refusal(ctx: BrokerContext, request: RemotingCommand) -> RemotingCommand | None:
-    """Code 1 for a topic or group write sent to a slave; None on a master."""
+    """16 NO_PERMISSION for a topic or group write sent to a slave (RocketMQ's remark, RocketMQ's code is 1); None
+    on a master."""
     if not ctx.is_slave:
         return None
     return response_to(
-        request, ResponseCode.SYSTEM_ERROR, f"{SLAVE_REFUSAL}; {ctx.slave_refusal('modify on the master')}"
+        request, ResponseCode.NO_PERMISSION, f"{SLAVE_REFUSAL}; {ctx.slave_refusal('modify on the master')}"
     )
 
 
@@ -53,16 +56,18 @@ def update(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingComman
     read_nums, write_nums, perm = f.req_int("readQueueNums"), f.req_int("writeQueueNums"), f.req_int("perm")
     bad = validate.admin_topic(topic) or validate.queue_nums(read_nums, write_nums)
     if bad:
-        return response_to(request, ResponseCode.SYSTEM_ERROR, bad.remark)
+        return response_to(request, bad.code, bad.remark)
     if topic == ctx.settings.broker.broker_cluster_name:
         return response_to(
             request,
-            ResponseCode.SYSTEM_ERROR,
+            ResponseCode.NO_PERMISSION,
             f"topic {topic} is the cluster's name, which RocketMQ reserves as a system topic; choose another name",
         )
     if not perm_valid(perm):
         return response_to(
-            request, ResponseCode.SYSTEM_ERROR, f"perm {perm} is invalid; use 2 (W), 4 (R) or 6 (RW), plus 1 (inherit)"
+            request,
+            ResponseCode.INVALID_PARAMETER,
+            f"perm {perm} is invalid; use 2 (W), 4 (R) or 6 (RW), plus 1 (inherit)",
         )
     cfg = TopicConfig(
         topic_name=topic,
@@ -84,7 +89,7 @@ def delete(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingComman
     topic = Fields(request.ext, "DELETE_TOPIC_IN_BROKER").req_str("topic")
     bad = validate.admin_topic(topic)
     if bad:
-        return response_to(request, ResponseCode.SYSTEM_ERROR, bad.remark)
+        return response_to(request, bad.code, bad.remark)
     existed = ctx.topics.delete(topic)
     ctx.store.delete_topic(topic)
     dropped = ctx.offsets.remove_topic(topic)

@@ -210,7 +210,8 @@ def _consumer_list(ctx: BrokerContext, conn: Connection, request: RemotingComman
     group = Fields(request.ext, "GET_CONSUMER_LIST_BY_GROUP").req_str("consumerGroup")
     ids = ctx.clients.consumer_ids(group)
     if not ids:
-        # RocketMQ's exact text; clients only log it and retry at their next rebalance.
+        # RocketMQ's exact text and code: clients log it and ask again at their next rebalance, which is right (a
+        # consumer may connect meanwhile), so 1 stays.
         return response_to(request, ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
     return response_to(request, ResponseCode.SUCCESS, body=fastjson.dumps({"consumerIdList": ids}))
 
@@ -223,9 +224,9 @@ def _check_client_config(ctx: BrokerContext, conn: Connection, request: Remoting
     except BodyError as exc:
         return response_to(request, ResponseCode.INVALID_PARAMETER, f"CHECK_CLIENT_CONFIG body is not valid: {exc}")
     if sub is not None and sub.expression_type != "TAG":
-        return response_to(
+        return response_to(  # RocketMQ answers 1; its client raises any code as "maybe you use SQL92"
             request,
-            ResponseCode.SYSTEM_ERROR,
+            ResponseCode.INVALID_PARAMETER,
             f"The broker does not support consumer to filter message by {sub.expression_type};"
             " pyrmq filters by tags only (subscribe with 'tagA || tagB')",
         )

@@ -133,9 +133,9 @@ def _subscription(ctx: BrokerContext, h: PullHeader, request: RemotingCommand) -
             )
         expression_type, expression = sub.expression_type, sub.sub_string
     if expression_type != "TAG":
-        return _refuse(
+        return _refuse(  # RocketMQ answers 1; its consumers retry a failed pull whatever the code
             request,
-            ResponseCode.SYSTEM_ERROR,
+            ResponseCode.INVALID_PARAMETER,
             f"The broker does not support consumer to filter message by {expression_type}; pyrmq filters by tags"
             " only (subscribe with 'tagA || tagB')",
         )

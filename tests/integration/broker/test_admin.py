@@ -51,9 +51,9 @@ async def test_a_disabled_group_is_refused_pulls_until_it_is_enabled_again(clien
 async def test_a_group_config_body_of_the_wrong_shape_is_refused_with_the_field_named(client):
     bad_type = b'{"groupName":"g","brokerId":"x"}'
     resp = await client.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=bad_type)
-    assert resp.code == RC.SYSTEM_ERROR and "brokerId='x' must be an integer" in resp.remark
+    assert resp.code == RC.INVALID_PARAMETER and "brokerId='x' must be an integer" in resp.remark
     resp = await client.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b"[]")
-    assert resp.code == RC.SYSTEM_ERROR and "SubscriptionGroupConfig" in resp.remark
+    assert resp.code == RC.INVALID_PARAMETER and "SubscriptionGroupConfig" in resp.remark
 
 
 async def test_deleting_a_group_with_remove_offset_drops_its_offsets(client, admin, master):
@@ -82,15 +82,18 @@ async def test_deleting_a_topic_drops_its_queues_and_consumer_offsets(client, ad
     assert again.code == 0 and "does not exist" in again.remark  # RocketMQ answers 0 (deleteTopic asks every master)
 
 
-async def test_bad_topic_names_and_system_topics_are_refused_with_code_1_and_a_remark(client):
-    for name, says in (("bad topic", "rename the topic"), ("SCHEDULE_TOPIC_XXXX", "system topic"),
-                       ("DefaultCluster", "cluster's name")):
+async def test_bad_topic_names_and_system_topics_are_refused_with_their_code_and_a_remark(client):
+    for name, code, says in (("bad topic", RC.INVALID_PARAMETER, "rename the topic"),
+                             ("SCHEDULE_TOPIC_XXXX", RC.NO_PERMISSION, "system topic"),
+                             ("DefaultCluster", RC.NO_PERMISSION, "cluster's name")):
         resp = await client.create_topic(name)
-        assert resp.code == RC.SYSTEM_ERROR and says in resp.remark, (name, resp.remark)
+        assert resp.code == code and says in resp.remark, (name, resp.remark)
     resp = await client.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "NoCounts"})
-    assert resp.code == RC.SYSTEM_ERROR and "readQueueNums is missing" in resp.remark
+    assert resp.code == RC.INVALID_PARAMETER and "readQueueNums is missing" in resp.remark
     resp = await client.create_topic("TooMany", queues=5000)
-    assert resp.code == RC.SYSTEM_ERROR and "between 1 and 1024" in resp.remark
+    assert resp.code == RC.INVALID_PARAMETER and "between 1 and 1024" in resp.remark
+    resp = await client.create_topic("BadPerm", perm=9)
+    assert resp.code == RC.INVALID_PARAMETER and "perm 9 is invalid" in resp.remark
 
 
 async def test_a_created_topic_is_routed_by_the_nameserver_at_once(client, admin):
@@ -165,10 +168,10 @@ async def test_update_broker_config_refuses_runtime_changes_and_says_to_restart(
     same = await client.request(RequestCode.UPDATE_BROKER_CONFIG, body=b"brokerName=broker-a\n")
     assert same.code == 0 and "nothing changed" in same.remark
     change = await client.request(RequestCode.UPDATE_BROKER_CONFIG, body=b"brokerName=broker-a\nslaveReadEnable=true\n")
-    assert change.code == RC.SYSTEM_ERROR
+    assert change.code == RC.NO_PERMISSION
     assert "slaveReadEnable" in change.remark and "restart" in change.remark and "brokerName" not in change.remark
     unknown = await client.request(RequestCode.UPDATE_BROKER_CONFIG, body=b"noSuchKey=1\n")
-    assert unknown.code == RC.SYSTEM_ERROR and "noSuchKey" in unknown.remark
+    assert unknown.code == RC.INVALID_PARAMETER and "noSuchKey" in unknown.remark
 
 
 async def test_ha_status_of_a_master_without_slaves(client, admin, master):

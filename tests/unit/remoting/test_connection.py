@@ -17,7 +17,7 @@ from remoting.headers import Fields
 from remoting.server import RemotingServer
 from tests.support.waiting import async_wait_until
 
-ECHO, SLOW, HOLD, BIG, NEEDS_INT = 1, 2, 3, 4, 5
+ECHO, SLOW, HOLD, BIG, NEEDS_INT, BOOM = 1, 2, 3, 4, 5, 6
 
 
 @pytest.fixture
@@ -83,9 +83,21 @@ async def test_unknown_code_is_answered_not_supported_with_a_remark(server, clie
     assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and "4242" in resp.remark
 
 
-async def test_bad_header_field_gets_system_error_naming_the_field(server, client):
+async def test_bad_header_field_gets_invalid_parameter_naming_the_field(server, client):
     resp = await client.invoke(addr(server), RemotingCommand(NEEDS_INT, ext={"n": "٣"}), 3)
-    assert resp.code == ResponseCode.SYSTEM_ERROR and "n=" in resp.remark
+    assert resp.code == ResponseCode.INVALID_PARAMETER and "n=" in resp.remark
+
+
+async def test_a_failing_processor_is_answered_1_and_logs_at_most_one_traceback_per_interval(server, client, caplog):
+    def boom(conn, req):
+        raise ValueError("boom")
+
+    server.register(BOOM, boom)
+    for _ in range(20):
+        resp = await client.invoke(addr(server), RemotingCommand(BOOM), 3)
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "ValueError: boom" in resp.remark
+    tracebacks = [r for r in caplog.records if r.exc_info and f"request code {BOOM}" in r.getMessage()]
+    assert len(tracebacks) <= 1, "a peer repeating a failing request must not write a traceback each time"
 
 
 async def test_oneway_is_served_and_not_answered(server, client):
@@ -118,7 +130,7 @@ async def test_nested_ext_fields_are_answered_and_the_connection_stays(server, c
     (frame,) = FrameDecoder().feed(await asyncio.wait_for(reader.read(65536), 3))
     resp = decode(frame)
     assert (resp.code, resp.opaque, resp.flag) == (
-        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.INVALID_PARAMETER,
         5,
         1,
     ) and "strings or numbers" in resp.remark

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remoting import fastjson
+from remoting.codes import ResponseCode
 from remoting.headers import Fields, HeaderError
 from remoting.message_headers import PullHeader, SendHeader
 
@@ -14,8 +15,9 @@ from remoting.message_headers import PullHeader, SendHeader
 @pytest.mark.parametrize("text", ["١٢", "1.5", " 1", "1e3", "", "0x10", "9" * 21, "2147483648"])
 def test_ints_that_java_or_python_would_bend_are_refused(text):
     f = Fields({"queueId": text}, "pull request")
-    with pytest.raises(HeaderError, match="queueId"):
+    with pytest.raises(HeaderError, match="queueId") as err:
         f.req_int("queueId")
+    assert err.value.code == ResponseCode.INVALID_PARAMETER  # the request's fault: retrying it never helps
 
 
 def test_numbers_and_booleans_parse_as_java_sends_them():
