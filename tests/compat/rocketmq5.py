@@ -68,8 +68,16 @@ class Rmq5Client:
 
     def call(self, timeout_s: float = 30.0, **cmd):
         """Send one command; return its ``ok`` value, or raise ClientError with the client's error and log."""
+        self.begin(**cmd)
+        return self.result(cmd, timeout_s)
+
+    def begin(self, **cmd) -> dict:
+        """Send one command without waiting (``result`` collects the answer): several clients work at once."""
         self.proc.stdin.write(json.dumps(cmd) + "\n")
         self.proc.stdin.flush()
+        return cmd
+
+    def result(self, cmd: dict, timeout_s: float = 30.0):
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()

@@ -4,8 +4,12 @@ Runs in its own venv (``.venv/rocketmq5-client``, see rocketmq5.py): its top-lev
 with the C++ client's, and its protos with the broker's stubs, so it never shares a process with pyrmq. One JSON
 command per stdin line, one JSON answer per stdout line (``{"ok": ...}`` or ``{"error": "..."}``). Commands:
 ``producer`` {endpoint, topics}, ``send`` {topic, body, tag?, keys?, props?, group?, delay_s?, async?},
-``simple_consumer`` {endpoint, group, topic, expression?, await_s}, ``receive`` {max, invisible_s},
-``ack`` {id}, ``change`` {id, invisible_s}, ``shutdown``. Received messages are kept by message id for ack/change.
+``send_many`` {topic, count, prefix} (message ids), ``simple_consumer`` {endpoint, group, topic, expression?, await_s},
+``receive`` {max, invisible_s}, ``ack`` {id}, ``change`` {id, invisible_s}, ``drain`` {invisible_s, idle_receives,
+total_s} (receive and ack until ``idle_receives`` receives in a row came back empty; every message received, with
+the monotonic time of its receive and of its ack), ``push_consumer`` {endpoint, group, topic, fail_once?} (its
+listener answers FAILURE the first time it sees a body in ``fail_once``, SUCCESS otherwise), ``pushed`` (what the
+push listener saw so far, in order), ``shutdown``. Received messages are kept by message id for ack/change.
 """
 
 from __future__ import annotations
@@ -17,16 +21,50 @@ import traceback
 
 
 def main() -> None:
-    from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+    import threading
 
-    producer = consumer = None
+    from rocketmq import (
+        ClientConfiguration,
+        ConsumeResult,
+        Credentials,
+        FilterExpression,
+        Message,
+        MessageListener,
+        Producer,
+        PushConsumer,
+        SimpleConsumer,
+    )
+
+    producer = consumer = pusher = None
     received: dict[str, object] = {}
+    pushed: list[dict] = []
+    pushed_lock = threading.Lock()
+
+    class Listener(MessageListener):
+        def __init__(self, fail_once: set[str]) -> None:
+            self.fail_once = fail_once
+
+        def consume(self, message) -> ConsumeResult:
+            body = message.body.decode()
+            with pushed_lock:
+                failing = body in self.fail_once
+                self.fail_once.discard(body)
+                pushed.append({"id": message.message_id, "body": body, "attempt": message.delivery_attempt,
+                               "result": "FAILURE" if failing else "SUCCESS"})
+            return ConsumeResult.FAILURE if failing else ConsumeResult.SUCCESS
+
+    def view(m) -> dict:
+        return {
+            "id": m.message_id, "body": m.body.decode(), "tag": m.tag, "keys": list(m.keys or []),
+            "props": dict(m.properties or {}), "attempt": m.delivery_attempt, "topic": m.topic,
+            "group": m.message_group, "corrupted": bool(getattr(m, "corrupted", False)),
+        }
 
     def config(endpoint: str) -> ClientConfiguration:
         return ClientConfiguration(endpoint, Credentials(), request_timeout=3)
 
     def do(cmd: dict):
-        nonlocal producer, consumer
+        nonlocal producer, consumer, pusher
         op = cmd["op"]
         if op == "producer":
             producer = Producer(config(cmd["endpoint"]), tuple(cmd["topics"]))
@@ -48,6 +86,14 @@ def main() -> None:
                 msg.delivery_timestamp = int(time.time()) + int(cmd["delay_s"])
             receipt = producer.send_async(msg).result() if cmd.get("async") else producer.send(msg)
             return {"message_id": receipt.message_id, "offset": receipt.offset}
+        if op == "send_many":
+            ids = []
+            for i in range(cmd["count"]):
+                msg = Message()
+                msg.topic = cmd["topic"]
+                msg.body = f"{cmd['prefix']}{i}".encode()
+                ids.append(producer.send(msg).message_id)
+            return ids
         if op == "simple_consumer":
             expression = FilterExpression(cmd.get("expression") or "*")
             consumer = SimpleConsumer(config(cmd["endpoint"]), cmd["group"], {cmd["topic"]: expression},
@@ -60,12 +106,27 @@ def main() -> None:
             out = []
             for m in messages:
                 received[m.message_id] = m
-                out.append({
-                    "id": m.message_id, "body": m.body.decode(), "tag": m.tag, "keys": list(m.keys or []),
-                    "props": dict(m.properties or {}), "attempt": m.delivery_attempt, "topic": m.topic,
-                    "group": m.message_group, "corrupted": bool(getattr(m, "corrupted", False)),
-                })
+                out.append(view(m))
             return {"messages": out, "elapsed_s": time.monotonic() - started}
+        if op == "drain":
+            out, empty, deadline = [], 0, time.monotonic() + cmd["total_s"]
+            while empty < cmd["idle_receives"] and time.monotonic() < deadline:
+                messages = consumer.receive(32, cmd["invisible_s"]) or []
+                empty = 0 if messages else empty + 1
+                for m in messages:
+                    got = time.monotonic()
+                    consumer.ack(m)
+                    out.append({**view(m), "received": got, "acked": time.monotonic()})
+            return out
+        if op == "push_consumer":
+            listener = Listener(set(cmd.get("fail_once") or ()))
+            pusher = PushConsumer(config(cmd["endpoint"]), cmd["group"], listener,
+                                  {cmd["topic"]: FilterExpression("*")})
+            pusher.startup()
+            return True
+        if op == "pushed":
+            with pushed_lock:
+                return list(pushed)
         if op == "ack":
             consumer.ack(received.pop(cmd["id"]))
             return True
@@ -73,7 +134,7 @@ def main() -> None:
             consumer.change_invisible_duration(received[cmd["id"]], cmd["invisible_s"])
             return True
         if op == "shutdown":
-            for client in (producer, consumer):
+            for client in (producer, consumer, pusher):
                 if client is not None:
                     client.shutdown()
             return True

@@ -8,6 +8,7 @@ topic.
 
 from __future__ import annotations
 
+import asyncio
 import urllib.request
 
 import grpc
@@ -17,8 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
 from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
+from broker.grpc_v2.pop.service import revive_topic
+from broker.grpc_v2.pop.state import TAG_ACK, TAG_CK, Ack, Checkpoint, PopState
 from tests.compat import harness
-from tests.compat.rocketmq5 import Rmq5Client, client_python
+from tests.compat.rocketmq5 import ClientError, Rmq5Client, client_python
+from tests.integration.broker.rpc import BrokerClient
 from tests.integration.ctl.cli import ok_json
 from tests.support.procs import Broker, Namesrv
 from tests.support.waiting import wait_until
@@ -28,12 +32,12 @@ pytestmark = pytest.mark.integration
 CLIENT_ID = [("x-mq-client-id", "pytest@raw")]
 
 
-def _start_group(root) -> harness.Group:
+def _start_group(root, **conf) -> harness.Group:
     """A nameserver, a SYNC_MASTER and its slave sharing an HA secret; the v2 clients use the master's endpoint."""
     namesrv = Namesrv(root / "namesrv").start(harness.BOOT_S)
     started: list = [namesrv]
     try:
-        common = {"slaveSynchronizeInterval": 1000, "haAuthSecret": "v2-compat-" + "0" * 54}
+        common = {"slaveSynchronizeInterval": 1000, "haAuthSecret": "v2-compat-" + "0" * 54, **conf}
         master = Broker(root / "master", name=harness.BROKER_NAME, namesrv_addr=namesrv.addr, role="SYNC_MASTER",
                         cluster=harness.CLUSTER, **common).start(harness.BOOT_S)
         started.append(master)
@@ -148,11 +152,11 @@ def _consumer(client, group, topic: str, cgroup: str, await_s: int = 3):
     return c
 
 
-def _receive_until(consumer, count: int, invisible_s: int, timeout_s: float = 30.0) -> list[dict]:
+def _receive_until(consumer, count: int, invisible_s: int, timeout_s: float = 30.0, batch: int = 32) -> list[dict]:
     got: list[dict] = []
 
     def more() -> bool:
-        got.extend(consumer.call(timeout_s=20, op="receive", max=32, invisible_s=invisible_s)["messages"])
+        got.extend(consumer.call(timeout_s=20, op="receive", max=batch, invisible_s=invisible_s)["messages"])
         return len(got) >= count
 
     wait_until(more, timeout_s, lambda: f"received {len(got)} of {count} messages: {got}")
@@ -294,3 +298,140 @@ def test_consumer_progress_shows_a_pop_groups_messages_in_flight(group, client):
     for m in (got[0], got[2]):
         consumer.call(op="ack", id=m["id"])
     assert harness.progress(group, cgroup)["inflightTotal"] == 0
+
+
+def test_two_simple_consumers_of_a_group_share_2000_messages_and_never_get_one_twice(group, client):
+    topic, cgroup = harness.unique("v2share"), harness.unique("v2group")
+    harness.create_topic(group, topic, 4)
+    producer = client()
+    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    sent = producer.call(timeout_s=600, op="send_many", topic=topic, count=2000, prefix="m")
+    consumers = [_consumer(client, group, topic, cgroup, await_s=1) for _ in range(2)]
+    # both drain at once, each acking what it got at once (well within the 60 s invisible time)
+    calls = [(c, c.begin(op="drain", invisible_s=60, idle_receives=3, total_s=300)) for c in consumers]
+    parts = [c.result(cmd, timeout_s=400) for c, cmd in calls]
+    ids = [m["id"] for part in parts for m in part]
+    assert len(ids) == len(set(ids)), "a message reached both consumers while it was invisible"
+    assert set(ids) == set(sent) and len(sent) == 2000
+    assert all(m["attempt"] == 1 for part in parts for m in part)
+    assert all(len(part) > 0 for part in parts), [len(p) for p in parts]
+
+
+def test_push_consumer_receives_acks_and_a_failed_message_comes_back_with_attempt_2(group, client):
+    topic, cgroup = harness.unique("v2push"), harness.unique("v2group")
+    harness.create_topic(group, topic, 2)
+    producer = client()
+    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    sent = {producer.call(op="send", topic=topic, body=f"p{i}")["message_id"]: f"p{i}" for i in range(5)}
+    pusher = client()
+    pusher.call(op="push_consumer", endpoint=group.master.grpc_addr, group=cgroup, topic=topic, fail_once=["p2"])
+    seen: list[dict] = []
+
+    def all_consumed() -> bool:
+        seen[:] = pusher.call(op="pushed")
+        return {m["id"] for m in seen if m["result"] == "SUCCESS"} == set(sent)
+
+    wait_until(all_consumed, 60, lambda: f"the push listener saw {seen}")
+    assert [(m["attempt"], m["result"]) for m in seen if m["body"] == "p2"] == [(1, "FAILURE"), (2, "SUCCESS")]
+    assert all(m["attempt"] == 1 for m in seen if m["body"] != "p2")
+    wait_until(lambda: harness.progress(group, cgroup)["inflightTotal"] == 0, 30,
+               lambda: f"the push consumer's acks never cleared the in-flight count: {harness.progress(group, cgroup)}")
+
+
+def _revive_records(broker, cluster: str = harness.CLUSTER) -> list[tuple[int, str, bytes]]:
+    """The broker's revive queue as (offset, tag, body), read over remoting like any topic."""
+
+    async def read():
+        client = BrokerClient(broker.addr)
+        try:
+            return await client.pull_all("revive_reader", revive_topic(cluster), 0)
+        finally:
+            await client.close()
+
+    return [(m.queue_offset, m.properties.get("TAGS", ""), m.body) for m in asyncio.run(read())]
+
+
+def _pop_state(records) -> PopState:
+    state = PopState()
+    for _, tag, body in records:
+        if tag == TAG_CK:
+            state.add_checkpoint(Checkpoint.from_json(body))
+        elif tag == TAG_ACK:
+            state.add_ack(Ack.from_json(body))
+    return state
+
+
+def _after_restart(consumer, timeout_s: float = 60, **cmd):
+    """``consumer.call(**cmd)`` once the client reaches the restarted broker. Its gRPC channel saw the broker go away
+    and sits in gRPC's reconnect backoff for a while: calls fail at once with UNAVAILABLE (nothing was sent, so a
+    retry is safe); the official client does not retry them itself."""
+    answer: list = []
+
+    def attempt() -> bool:
+        try:
+            answer.append(consumer.call(timeout_s=120, **cmd))
+        except ClientError as exc:
+            if "StatusCode.UNAVAILABLE" not in str(exc):
+                raise
+            return False
+        return True
+
+    wait_until(attempt, timeout_s, f"the client never reached the restarted broker for {cmd['op']}")
+    return answer[0]
+
+
+@pytest.fixture
+def crash_group(tmp_path):
+    """A group of its own, whose master the test kills. Consumer offsets are persisted only at a clean stop
+    (flushConsumerOffsetInterval 10 min), so a crash rolls the master's offsets back to its start: the worst a crash
+    can leave."""
+    g = _start_group(tmp_path, slaveReadEnable=True, flushConsumerOffsetInterval=600_000)
+    yield g
+    for proc in g.procs():
+        proc.stop()
+
+
+def test_a_crashed_master_loses_no_in_flight_message_and_its_slave_holds_the_same_pop_state(crash_group, client):
+    g = crash_group
+    topic, cgroup = harness.unique("v2crash"), harness.unique("v2group")
+    harness.create_topic(g, topic, 2)
+    producer = client()
+    producer.call(op="producer", endpoint=g.master.grpc_addr, topics=[topic])
+    sent = {producer.call(op="send", topic=topic, body=f"m{i}")["message_id"] for i in range(20)}
+    consumer = _consumer(client, g, topic, cgroup)
+    first = _receive_until(consumer, 10, invisible_s=300, batch=5)
+    acked, in_flight = first[:4], first[4:]
+    for m in acked:
+        consumer.call(op="ack", id=m["id"])
+
+    # the slave holds the same pop state: checkpoints and acks are commitlog records of the revive topic
+    master_records = _revive_records(g.master)
+    assert {tag for _, tag, _ in master_records} == {TAG_CK, TAG_ACK}
+    wait_until(lambda: _revive_records(g.slave) == master_records, harness.READY_S,
+               lambda: f"the slave's revive queue {_revive_records(g.slave)} differs from {master_records}")
+    assert _pop_state(_revive_records(g.slave)).in_flight_count() == len(in_flight)
+
+    g.slave.stop()  # the restarted master cannot take newer offsets from it: it keeps its own, rolled back
+    g.master.kill()
+    g.master.start(harness.BOOT_S)
+    # the rebuilt state knows every handle from before the crash: ack two, make the rest visible in a second
+    for m in in_flight[:2]:
+        _after_restart(consumer, op="ack", id=m["id"])
+    for m in in_flight[2:]:
+        _after_restart(consumer, op="change", id=m["id"], invisible_s=1)
+    rest = _after_restart(consumer, op="drain", invisible_s=60, idle_receives=2, total_s=90)
+    first_ids = {m["id"] for m in first}
+    shortened = {m["id"] for m in in_flight[2:]}
+    assert sorted(m["id"] for m in rest) == sorted((sent - first_ids) | shortened)  # each once, nothing acked
+    assert {m["id"]: m["attempt"] for m in rest if m["id"] in shortened} == dict.fromkeys(shortened, 2)
+
+    # a second crash, after revives and acks: nothing comes back
+    g.master.kill()
+    g.master.start(harness.BOOT_S)
+    again = _after_restart(consumer, op="drain", invisible_s=60, idle_receives=2, total_s=60)
+    assert again == []
+    g.slave.start(harness.BOOT_S)
+    master_records = _revive_records(g.master)
+    wait_until(lambda: _revive_records(g.slave) == master_records, harness.READY_S,
+               "the restarted slave never caught up with the master's revive queue")
+    assert _pop_state(master_records).in_flight_count() == 0

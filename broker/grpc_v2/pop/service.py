@@ -14,9 +14,13 @@ a master (spec/pop.md, "a faithful but simpler implementation", §9).
   carries the new handle.
 * **Revive** (one task): each due checkpoint's un-acked messages are re-put to the pop retry topic with
   reconsumeTimes + 1 (UNIQ_KEY kept, so the message id stays), or to ``%DLQ%{group}`` once that exceeds the group's
-  retryMaxTimes; then the checkpoint is dropped and the revive offset (group ``CID_RMQ_SYS_REVIVE_GROUP``) moves to
-  the oldest checkpoint still held. A restarted broker rebuilds the index by scanning the revive queue from there:
-  a checkpoint revived but not yet past the committed revive offset is revived again (a duplicate, never a loss).
+  retryMaxTimes, and an ``ack`` record marks each one handed on; then the checkpoint is dropped and the revive
+  offset (group ``CID_RMQ_SYS_REVIVE_GROUP``) moves to the oldest checkpoint still held.
+* **Restart** (``_rebuild``): the index is rebuilt by scanning the revive queue (the system topic
+  ``rmq_sys_REVIVE_LOG_<cluster>``, replicated like any topic) from the committed revive offset; each queue's pop
+  offset moves to the end of the last checkpoint read from it. So a crash, which rolls the flushed consumer offsets
+  back, hands out no message twice: in-flight ones stay invisible until their time (their handles still ack),
+  acked and revived ones do not come back. A duplicate needs a crash between a revive's re-put and its ack record.
 * **Forward to DLQ**: the message is copied to ``%DLQ%{group}``, then acked.
 
 Pop and pull consumers of one group share the committed offsets of the normal queues: do not mix them in a group.
@@ -91,9 +95,12 @@ class PopService:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self.ctx.store.add_dispatch_listener(self._on_dispatch)
-        scanned = self._rebuild()
-        log.info("pop state rebuilt from %s: %d records, %d checkpoints held", self.revive_topic, scanned,
-                 len(self.state))
+        _, created = self.ctx.topics.create_if_absent(self.revive_topic, 1, PERM_READ | PERM_WRITE)
+        if created:  # a system topic as in RocketMQ: listed, synced to the slaves, readable like any topic
+            self.ctx.topics_changed()
+        scanned, restored = self._rebuild()
+        log.info("pop state rebuilt from %s: %d records, %d checkpoints held, %d pop offsets moved past what the"
+                 " last offset flush had", self.revive_topic, scanned, len(self.state), restored)
         self._task = asyncio.create_task(self._revive_loop(), name="pop-revive")
 
     async def stop(self) -> None:
@@ -106,35 +113,54 @@ class PopService:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
-    def _rebuild(self) -> int:
+    def _rebuild(self) -> tuple[int, int]:
+        """Scan the revive queue from the committed revive offset: (records scanned, pop offsets restored).
+
+        Consumer offsets reach the disk every flushConsumerOffsetInterval, so after a crash the pop offsets (and the
+        revive offset) are those of the last flush. Every pop since then wrote its checkpoint, durably, before it
+        answered, and the scan starts at or before it: each queue's pop offset is moved to the end of the last
+        checkpoint read from it, so messages handed out before the crash are not handed out again as new ones."""
         offset = self.ctx.offsets.query(REVIVE_GROUP, self.revive_topic, 0)
         if offset is None:
             offset = self.ctx.store.min_offset_in_queue(self.revive_topic, 0)
         end = self.ctx.store.max_offset_in_queue(self.revive_topic, 0)
         scanned = 0
+        popped: dict[tuple[str, str, int], int] = {}  # (group, topic read, queue id) -> end of the last pop
         while offset < end:
             result = self.ctx.store.get_message(REVIVE_GROUP, self.revive_topic, 0, offset, SCAN_BATCH)
             if result.status is not GetStatus.FOUND:
                 offset = max(result.next_begin_offset, offset + 1)
                 continue
             for raw in result.records:
-                self._apply(decode(raw))
+                ck = self._apply(decode(raw))
+                if ck is not None and ck.diffs:
+                    key = ck.group, ck.topic, ck.queue_id
+                    popped[key] = max(popped.get(key, 0), ck.start_offset + max(ck.diffs) + 1)
                 scanned += 1
             offset = result.next_begin_offset
-        return scanned
+        restored = 0
+        for (group, topic, queue_id), pop_end in popped.items():
+            committed = self.ctx.offsets.query(group, topic, queue_id)
+            if committed is None or committed < pop_end:
+                self.ctx.offsets.commit(group, topic, queue_id, pop_end)
+                restored += 1
+        return scanned, restored
 
-    def _apply(self, record: StoredMessage) -> None:
+    def _apply(self, record: StoredMessage) -> Checkpoint | None:
+        """Feed one revive record to the state; the checkpoint when it was one."""
         tag = record.properties.get(PROPERTY_TAGS)
         try:
             if tag == TAG_CK:
                 ck = Checkpoint.from_json(record.body)
                 ck.revive_offset = record.queue_offset
                 self.state.add_checkpoint(ck)
-            elif tag == TAG_ACK:
+                return ck
+            if tag == TAG_ACK:
                 self.state.add_ack(Ack.from_json(record.body))
         except (ValueError, KeyError, TypeError) as exc:
             log.error("revive record at %s offset %d is not a pop record (%r); skipped", self.revive_topic,
                       record.queue_offset, exc)
+        return None
 
     async def _append(self, tag: str, record: Checkpoint | Ack) -> int | None:
         """Write one revive record; its queue offset, or None when the store refused it."""
@@ -486,6 +512,9 @@ class PopService:
                     ok = False
                     break
                 ck.acked.add(offset)  # handed on: never re-put twice by this process
+                # nor after a crash, which rolls the revive offset back to its last flush and rescans from there
+                await self._append(TAG_ACK, Ack(ck.topic, ck.group, ck.queue_id, ck.start_offset, ck.pop_time_ms,
+                                                offset, ck.broker_name))
                 count += 1
                 if to_dlq:
                     self.dead_lettered += 1
