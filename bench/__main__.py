@@ -20,6 +20,7 @@ MODULES = [
     "bench.deploy_bench",
     "bench.spark_bench",
     "bench.chaos",
+    "bench.fuzz",
 ]
 
 
