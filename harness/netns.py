@@ -53,6 +53,20 @@ def unavailable() -> str | None:
     return None
 
 
+def reap_stale() -> list[str]:
+    """Delete ``pyrmq-*-<pid>`` namespaces whose process is gone (a run killed before its teardown)."""
+    reaped = []
+    for line in _run("ip", "netns", "list").splitlines():
+        name = line.split()[0] if line.split() else ""
+        pid = name.rpartition("-")[2]
+        if not name.startswith("pyrmq-") or not pid.isascii() or not pid.isdigit():
+            continue
+        if not os.path.exists(f"/proc/{int(pid)}"):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+            reaped.append(name)
+    return reaped
+
+
 def _used_networks() -> list[ipaddress.IPv4Network]:
     out = []
     for line in _run("ip", "-o", "-4", "addr", "show").splitlines():
@@ -73,7 +87,8 @@ class NetNamespace:
 
     @classmethod
     def create(cls, tag: str) -> NetNamespace:
-        """A fresh namespace named ``pyrmq-<tag>`` on a /30 no local interface overlaps."""
+        """A fresh namespace named ``pyrmq-<tag>-<pid>`` on a /30 no local interface overlaps."""
+        reap_stale()
         used = _used_networks()
         start = (os.getpid() * 4) % SUBNET.num_addresses
         for i in range(SUBNET.num_addresses // 4):

@@ -258,7 +258,8 @@ class ScheduleRunner:
         drain = await drain_node(self.cluster.namesrv_addr, self.topic, self.ledger, "slave",
                                  group=f"{self.group}-slave-drain")
         if drain.skipped:
-            self.notes.append(f"the slave had no record for {drain.skipped} queue offsets it still listed "
-                              "(its commitlog file was deleted); a consumer of the slave retries them forever")
+            self.notes.append(f"the slave had no record for {drain.skipped} queue offsets (below its min offset: "
+                              "its oldest commitlog file was deleted); it answers a pull there PULL_RETRY_IMMEDIATELY "
+                              "with the same offset, so a consumer of the slave retries forever")
         return check(list(self.ledger.sends.values()), list(self.ledger.reads), slave_reads=drain.reads,
                      slave_ack=ack)
