@@ -14,6 +14,8 @@ import traceback
 MODULES = [
     "bench.remoting_bench",
     "bench.store_bench",
+    "bench.broker_path_bench",
+    "bench.metrics_bench",
     "bench.replication_bench",
     "bench.failover_bench",
     "bench.e2e_bench",
