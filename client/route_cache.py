@@ -108,13 +108,17 @@ class RouteCache:
         self._last_refresh: dict[str, float] = {}
         self._poll_task: asyncio.Task | None = None
         self._locks: dict[str, asyncio.Lock] = {}
+        self._stopped = False
 
     # lifecycle --------------------------------------------------------------------------------------------
     def start(self) -> None:
+        self._stopped = False
         if self._poll_task is None:
             self._poll_task = asyncio.get_running_loop().create_task(self._poll_loop(), name="route-cache.poll")
 
     async def stop(self) -> None:
+        """End the poll and every background refresh; ``refresh_soon`` starts none after this."""
+        self._stopped = True
         tasks = [t for t in [self._poll_task, *self._refreshing.values()] if t is not None]
         self._poll_task = None
         self._refreshing.clear()
@@ -195,8 +199,9 @@ class RouteCache:
             self._brokers[name] = ids
 
     def refresh_soon(self, topic: str) -> None:
-        """Re-read ``topic``'s route in the background (at most once a second)."""
-        if topic in self._refreshing or time.monotonic() - self._last_refresh.get(topic, 0.0) < 1.0:
+        """Re-read ``topic``'s route in the background (at most once a second; never once stopped, so no task
+        outlives ``stop``)."""
+        if self._stopped or topic in self._refreshing or time.monotonic() - self._last_refresh.get(topic, 0.0) < 1.0:
             return
         route = self._routes.get(topic)
         allow_default = route is not None and route.is_default

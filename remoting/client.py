@@ -3,7 +3,8 @@
 ``invoke`` sends a request and returns the response whatever its code; transport failures raise
 ``RemotingError`` subclasses naming the address. Requests the peer sends us (a broker's
 NOTIFY_CONSUMER_IDS_CHANGED) go to processors registered with ``register``, as on a server. Concurrent callers
-for a new address share one connect. Not thread-safe: one event loop.
+for a new address share one connect; ``close`` ends the connects still in flight with the connections, so no task
+of the client outlives it. Not thread-safe: one event loop.
 """
 
 from __future__ import annotations
@@ -111,7 +112,14 @@ class RemotingClient:
             conn.abort(reason)
 
     async def close(self) -> None:
+        """Close every connection and end every connect still in flight (a peer that never answers the SYN),
+        so no task of this client outlives it."""
         self._closed = True
+        connecting = list(self._connecting.values())
+        for pending in connecting:
+            pending.cancel()
+        if connecting:
+            await asyncio.gather(*connecting, return_exceptions=True)
         conns, self._conns = list(self._conns.values()), {}
         for conn in conns:
             conn.close("client closed")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -145,3 +147,22 @@ def test_a_tbw102_route_caps_each_groups_write_queues_at_default_topic_queue_num
         MessageQueue("T", "b2", 0),
         MessageQueue("T", "b2", 1),
     ]
+
+
+class _SlowNamesrv:
+    """A nameserver that never answers: a refresh started in the background stays pending until cancelled."""
+
+    async def topic_route_data(self, topic: str) -> dict:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_stop_ends_background_refreshes_and_none_start_after_it():
+    cache = RouteCache(namesrv=_SlowNamesrv(), health=HealthTracker())  # type: ignore[arg-type]
+    cache.start()
+    cache.refresh_soon("T")
+    await asyncio.sleep(0)
+    await cache.stop()
+    cache.refresh_soon("U")  # e.g. a send failing while its producer stops
+    left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+    assert not left, f"route tasks outlived stop(): {left}"
