@@ -7,10 +7,11 @@ check (spec/reliability.md §5 and §8).
    as facts, bounded; a recovery that does not come is noted, the schedule goes on).
 3. Writers stop, everything is healed, and the group must read every message acked so far from the live master
    (first check: nothing acked is lost in either mode).
-4. Writers start again; with load on, the slave's acked offset is recorded from the master's HA status
-   (GET_BROKER_HA_STATUS through client/admin.py) and the master is SIGKILLed for good, as if its disk were
-   gone (F5). The slave alone is drained (second check, ``harness.checker``): SYNC, every SEND_OK is on the
-   slave; ASYNC, whatever is missing lies beyond the recorded acked offset.
+4. Writers start again; with load on, the slave is cut off (HA partition, else paused) for a moment, its acked
+   offset is recorded from the master's HA status (GET_BROKER_HA_STATUS through client/admin.py) and the master
+   is SIGKILLed for good, as if its disk were gone (F5 after N1: spec N1k). The slave alone is drained (second
+   check, ``harness.checker``): SYNC, every SEND_OK is on the slave; ASYNC, whatever is missing lies beyond the
+   recorded acked offset (and some is: what the master acked while the slave was cut off).
 
 Each fault also records the slave's acked offset and the master's max offset when it started. Holding a fault
 for its time is the schedule itself, not a wait for something to happen; every wait for a state is bounded.
@@ -36,6 +37,7 @@ QUEUES = 4
 RECOVERY_S = 45.0  # slave back in sync after a fault was healed
 LOAD_HELD_ACKS = 30  # acked sends after a heal that show the load is held again
 ADMIN_TIMEOUT_S = 3.0
+DESTROY_LAG_S = 2.0  # the slave is cut off this long before the master is destroyed
 
 
 @dataclass(frozen=True)
@@ -72,12 +74,13 @@ class ScheduleResult:
     notes: list[str] = field(default_factory=list)  # liveness: what did not recover in time
     duration_s: float = 0.0
     outcomes: dict[str, int] = field(default_factory=dict)  # send status or error type -> sends
+    destroyed_behind: int | None = None  # bytes the slave's ack was behind the master's max at the destroy
 
     def figures(self) -> dict[str, Any]:
         return {"name": self.name, "mode": self.mode.value, "duration_s": round(self.duration_s, 1),
                 "faults": [vars(f) for f in self.faults], "drained": self.drained.figures(),
-                "final": self.final.figures(), "outcomes": self.outcomes, "problems": self.problems,
-                "notes": self.notes}
+                "final": self.final.figures(), "outcomes": self.outcomes,
+                "destroyed_behind": self.destroyed_behind, "problems": self.problems, "notes": self.notes}
 
 
 def random_faults(rng: random.Random, count: int, kinds: tuple[str, ...] = FAULT_KINDS,
@@ -121,6 +124,7 @@ class ScheduleRunner:
         self.admin = AdminClient(cluster.namesrv_addr, timeout_s=ADMIN_TIMEOUT_S)
         self.notes: list[str] = []
         self.t0 = 0.0
+        self.destroyed_behind: int | None = None  # master max - slave ack when the master was destroyed
 
     # facts ------------------------------------------------------------------------------------------------
     async def ha(self):
@@ -238,7 +242,7 @@ class ScheduleRunner:
         problems += [f"after the master was destroyed: {p}" for p in final.problems(self.mode)]
         outcomes = Counter(s.detail for s in self.ledger.sends.values())
         return ScheduleResult(self.name, self.mode, records, drained, final, problems, self.notes,
-                              time.monotonic() - started, dict(outcomes.most_common()))
+                              time.monotonic() - started, dict(outcomes.most_common()), self.destroyed_behind)
 
     async def destroy_master_under_load(self, readers: Readers) -> Report:
         writers = Writers(self.cluster.namesrv_addr, self.topic, self.ledger, writers=self.n_writers,
@@ -249,9 +253,16 @@ class ScheduleRunner:
             await self.require(lambda: self.ledger.acked_since(t) >= LOAD_HELD_ACKS, 30,
                                "acked sends before the master is destroyed")
             await readers.stop()
+            # N1k: cut the slave off first, so the master is destroyed with a backlog the slave never got (ASYNC
+            # acks it, SYNC must not); the HA partition where there is one, else a paused slave
+            cut = "partition-ha" if "partition-ha" not in self.cluster.skipped else "pause-slave"
+            await asyncio.to_thread(self._inject, cut)
+            await asyncio.sleep(DESTROY_LAG_S)  # how long the slave falls behind: the schedule, not a wait
             status = await self.ha()
             ack = max((s.ack_offset for s in status.slaves), default=None) if status else None
             await asyncio.to_thread(self.cluster.master.kill)
+            self.destroyed_behind = (status.commitlog_max_offset - ack) if status and ack is not None else None
+            await asyncio.to_thread(self.cluster.heal_ha if cut == "partition-ha" else self.cluster.slave.resume)
         finally:
             await writers.stop()
         await self.require(self.slave_dispatched, 30, "the slave dispatching its whole commitlog")
