@@ -15,6 +15,9 @@ suffix its OTel exporter appends), ``V2Metrics`` is a no-op when the broker expo
   put_status}`` (un-acked messages re-put to the pop retry topic), the broker's ``rocketmq_send_to_dlq_messages_total``
   (revived past retryMaxTimes, or forwarded by the client) and ``rocketmq_messages_out_total`` /
   ``rocketmq_throughput_out_total`` (messages a receive handed out).
+
+Families labelled by topic and group keep the broker's ``series_limit`` busiest (or largest) label sets and sum
+the rest under ``_other``, as ``broker.metrics`` does.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.metadata.topics import is_system_topic
-from common.metrics import BatchHistogram, LoopCounter, ScrapeCollector, label_value
+from common.metrics import OTHER, BatchHistogram, CappedGroup, LoopCounter, ScrapeCollector, SeriesCap, label_value
 
 # RocketMQ 5's rocketmq_rpc_latency buckets (ms)
 RPC_BUCKETS_MS = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)
@@ -56,8 +59,12 @@ class V2Metrics:
                                                             "put_status"])
         self.revive_retry = LoopCounter("rocketmq_pop_revive_retry_messages", "Un-acked popped messages re-put to"
                                         " the group's pop retry topic.", ["topic", "consumer_group", "put_status"])
-        for family in (self.rpc, self.revive_in, self.revive_retry):
-            reg.register(family)
+        # topic- and group-labelled families keep the broker's series_limit busiest label sets (the rest: _other)
+        self.limit = broker_metrics.series_limit
+        reg.register(self.rpc)
+        for family in (self.revive_in, self.revive_retry):
+            cap = SeriesCap(self.limit, family.labelnames, ["topic", "consumer_group"])
+            reg.register(CappedGroup(cap, family, [family]))
         reg.register(ScrapeCollector("pop-state", self._collect_pop))
 
     def watch_pop(self, pop) -> None:
@@ -96,8 +103,15 @@ class V2Metrics:
         labels = ["topic", "consumer_group", "is_retry", "is_system"]
         inflight = GaugeMetricFamily("rocketmq_consumer_inflight_messages", "Messages received by pop consumers"
                                      " and neither acked nor revived yet.", labels=labels)
-        for (topic, group, is_retry), n in sorted(pop.inflight_by_topic().items()):
-            inflight.add_metric([topic, group, label_value(is_retry), label_value(is_system_topic(topic))], n)
+        rows = sorted(pop.inflight_by_topic().items(), key=lambda kv: -kv[1])
+        other: dict[bool, int] = {}
+        for i, ((topic, group, is_retry), n) in enumerate(rows):
+            if i < self.limit:  # the largest; the rest summed under _other, as the broker's lag series
+                inflight.add_metric([topic, group, label_value(is_retry), label_value(is_system_topic(topic))], n)
+            else:
+                other[is_retry] = other.get(is_retry, 0) + n
+        for is_retry, n in other.items():
+            inflight.add_metric([OTHER, OTHER, label_value(is_retry), "false"], n)
         checkpoints = GaugeMetricFamily("rocketmq_pop_checkpoints", "Pop checkpoints held (some message of the"
                                         " batch neither acked nor revived).", len(pop.state))
         lag = GaugeMetricFamily("rocketmq_pop_revive_lag", "Revive-queue records after the committed revive"
