@@ -8,8 +8,10 @@ do answers UNSUPPORTED naming the feature: EndTransaction, RecallMessage, PullMe
 QueryOffset.
 
 Telemetry: the first command must be ``settings`` (within ``SETTINGS_WAIT_S``, else the stream ends with
-BAD_REQUEST saying so); each settings command is answered with ``settings.answer``; other client commands are
-ignored. At most ``MAX_STREAMS_PER_CLIENT`` streams per client id, ``MAX_STREAMS`` in all.
+BAD_REQUEST saying so: the official client sends its Settings as soon as the stream opens); each settings command
+is answered with ``settings.answer``; other client commands are ignored. At most ``MAX_STREAMS_PER_CLIENT`` (16)
+streams per client id, ``MAX_STREAMS_PER_CONNECTION`` (64) per connection (checked first, so a client rotating
+client ids records none) and ``MAX_STREAMS`` (4096) in all; the rest are answered TOO_MANY_REQUESTS at once.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
 log = logging.getLogger(__name__)
 
 CLIENT_ID_HEADER = "x-mq-client-id"
-SETTINGS_WAIT_S = 30.0
+SETTINGS_WAIT_S = 10.0
 MAX_STREAMS = 4096
+MAX_STREAMS_PER_CONNECTION = 64
 
 
 def client_id(context: grpc.aio.ServicerContext) -> str:
@@ -86,6 +89,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         self.clients = V2Clients()
         self.routes = ClusterRoutes(ctx)  # its grpc_port (the bound one) is set by the endpoint before serving
         self._streams = 0
+        self._streams_by_peer: dict[str, int] = {}  # context.peer() (one per connection) -> open Telemetry streams
 
     # routes and sessions ------------------------------------------------------------------------------------
     @_guarded(spb.QueryRouteResponse)
@@ -118,15 +122,19 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             yield spb.TelemetryCommand(status=codes.status(
                 pb.Code.CLIENT_ID_REQUIRED, "the x-mq-client-id header is missing; RocketMQ 5 clients set it"))
             return
-        client = self.clients.touch(cid)
-        if client is None or client.streams >= MAX_STREAMS_PER_CLIENT or self._streams >= MAX_STREAMS:
+        peer = context.peer() or ""
+        client = None
+        if self._streams_by_peer.get(peer, 0) < MAX_STREAMS_PER_CONNECTION and self._streams < MAX_STREAMS:
+            client = self.clients.touch(cid)
+        if client is None or client.streams >= MAX_STREAMS_PER_CLIENT:
             yield spb.TelemetryCommand(status=codes.status(
                 pb.Code.TOO_MANY_REQUESTS,
-                f"too many Telemetry streams (at most {MAX_STREAMS_PER_CLIENT} per client id, {MAX_STREAMS} in all);"
-                " close idle clients"))
+                f"too many Telemetry streams (at most {MAX_STREAMS_PER_CLIENT} per client id,"
+                f" {MAX_STREAMS_PER_CONNECTION} per connection, {MAX_STREAMS} in all); close idle clients"))
             return
         client.streams += 1
         self._streams += 1
+        self._streams_by_peer[peer] = self._streams_by_peer.get(peer, 0) + 1
         try:
             iterator = request_iterator.__aiter__()
             first = True
@@ -159,6 +167,9 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         finally:
             client.streams -= 1
             self._streams -= 1
+            left = self._streams_by_peer.pop(peer) - 1
+            if left:
+                self._streams_by_peer[peer] = left
 
     # sending ------------------------------------------------------------------------------------------------
     @_guarded(spb.SendMessageResponse)

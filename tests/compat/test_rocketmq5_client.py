@@ -13,16 +13,20 @@ import urllib.request
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.grpc_v2.clients import MAX_STREAMS_PER_CLIENT
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
 from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
 from broker.grpc_v2.pop.service import revive_topic
 from broker.grpc_v2.pop.state import TAG_ACK, TAG_CK, Ack, Checkpoint, PopState
+from broker.grpc_v2.service import MAX_STREAMS_PER_CONNECTION, SETTINGS_WAIT_S
+from remoting.codes import RequestCode
 from tests.compat import harness
 from tests.compat.rocketmq5 import ClientError, Rmq5Client, client_python
-from tests.integration.broker.rpc import BrokerClient
+from tests.integration.broker.rpc import BrokerClient, group_config
 from tests.integration.ctl.cli import ok_json
 from tests.support.procs import Broker, Namesrv
 from tests.support.waiting import wait_until
@@ -438,3 +442,193 @@ def test_a_crashed_master_loses_no_in_flight_message_and_its_slave_holds_the_sam
     wait_until(lambda: _revive_records(g.slave) == master_records, harness.READY_S,
                "the restarted slave never caught up with the master's revive queue")
     assert _pop_state(master_records).in_flight_count() == 0
+
+
+# bad input (raw grpc.aio calls): a v2 code and a message that says what to do, nothing stored -------------------
+STRICT_MAX_BODY = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def strict(group, tmp_path_factory):
+    """A broker alone (its own cluster on the group's nameserver) that creates neither topics nor groups on demand
+    and takes bodies up to 64 KiB."""
+    broker = Broker(tmp_path_factory.mktemp("v2-strict"), name="broker-v2-strict", namesrv_addr=group.namesrv_addr,
+                    cluster="V2Strict", autoCreateTopicEnable=False, autoCreateSubscriptionGroup=False,
+                    maxMessageSize=STRICT_MAX_BODY).start(harness.BOOT_S)
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+async def strict_rpc(strict):
+    remoting = BrokerClient(strict.addr)
+    async with grpc.aio.insecure_channel(strict.grpc_addr) as channel:
+        yield sgrpc.MessagingServiceStub(channel), remoting
+    await remoting.close()
+
+
+def _message(topic: str, body: bytes, message_id: str = "01RAWV2TEST") -> pb.Message:
+    return pb.Message(topic=pb.Resource(name=topic), body=body, system_properties=pb.SystemProperties(
+        message_id=message_id, message_type=pb.MessageType.NORMAL, body_encoding=pb.Encoding.IDENTITY))
+
+
+async def _receive(stub, topic: str, cgroup: str, invisible_ms: int = 10_000, poll_ms: int = 0) -> list:
+    req = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=cgroup), message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)),
+        filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"), batch_size=32,
+        invisible_duration=Duration(seconds=invisible_ms // 1000, nanos=invisible_ms % 1000 * 1_000_000),
+        long_polling_timeout=Duration(seconds=poll_ms // 1000, nanos=poll_ms % 1000 * 1_000_000))
+    return [r async for r in stub.ReceiveMessage(req, metadata=CLIENT_ID, timeout=10)]
+
+
+def _status(responses: list) -> pb.Status:
+    [status] = [r.status for r in responses if r.HasField("status")]
+    return status
+
+
+async def test_sends_to_a_missing_topic_or_over_max_message_size_get_v2_codes_and_store_nothing(strict_rpc):
+    stub, remoting = strict_rpc
+    send = await stub.SendMessage(spb.SendMessageRequest(messages=[_message("v2_no_such_topic", b"x")]),
+                                  metadata=CLIENT_ID, timeout=5)
+    assert send.status.code == pb.Code.TOPIC_NOT_FOUND and "autoCreateTopicEnable=false" in send.status.message
+    assert "v2_no_such_topic" not in await remoting.topic_configs()
+
+    topic = harness.unique("v2big")
+    assert (await remoting.create_topic(topic, queues=1)).code == 0
+    big = await stub.SendMessage(spb.SendMessageRequest(messages=[_message(topic, b"x" * (STRICT_MAX_BODY + 1))]),
+                                 metadata=CLIENT_ID, timeout=5)
+    assert big.status.code == pb.Code.MESSAGE_BODY_TOO_LARGE and "split it" in big.status.message
+    fits = await stub.SendMessage(spb.SendMessageRequest(messages=[_message(topic, b"x" * STRICT_MAX_BODY)]),
+                                  metadata=CLIENT_ID, timeout=5)
+    assert fits.status.code == pb.Code.OK and fits.entries[0].offset == 0  # the refused one took no offset
+
+
+async def test_receives_for_a_missing_topic_or_group_or_an_invisible_time_out_of_range_store_nothing(strict_rpc):
+    stub, remoting = strict_rpc
+    topic, cgroup = harness.unique("v2recv"), harness.unique("v2group")
+    missing = _status(await _receive(stub, "v2_no_such_topic", cgroup))
+    assert missing.code == pb.Code.TOPIC_NOT_FOUND and "mqctl updateTopic" in missing.message
+    assert (await remoting.create_topic(topic, queues=1)).code == 0
+    for _ in range(2):  # the first refusal created nothing
+        no_group = _status(await _receive(stub, topic, cgroup))
+        assert no_group.code == pb.Code.CONSUMER_GROUP_NOT_FOUND and "mqctl updateSubGroup" in no_group.message
+    for invisible_ms in (1, 13 * 3600 * 1000):  # checked first: a group that would be created on demand is not
+        out_of_range = _status(await _receive(stub, topic, harness.unique("v2group"), invisible_ms))
+        assert out_of_range.code == pb.Code.ILLEGAL_INVISIBLE_TIME and "range" in out_of_range.message
+    assert not [t for t in await remoting.topic_configs() if t.startswith("%RETRY%")]
+
+
+def _forge(handle: str, **fields: int | str) -> str:
+    """A receipt handle with some of its 9 fields replaced (names as in broker.grpc_v2.pop.receipt)."""
+    names = ["start", "pop_time", "invisible", "revive_qid", "topic_type", "broker", "queue", "offset", "commitlog"]
+    parts = handle.split(" ")
+    for name, value in fields.items():
+        parts[names.index(name)] = str(value)
+    return " ".join(parts)
+
+
+async def test_forged_stale_and_foreign_receipt_handles_get_invalid_receipt_handle_and_store_nothing(strict_rpc):
+    stub, remoting = strict_rpc
+    topic, cgroup = harness.unique("v2handle"), harness.unique("v2group")
+    assert (await remoting.create_topic(topic, queues=1)).code == 0
+    assert (await remoting.create_group(group_config(cgroup))).code == 0
+    sent = await stub.SendMessage(spb.SendMessageRequest(messages=[_message(topic, b"one")]), metadata=CLIENT_ID,
+                                  timeout=5)
+    assert sent.status.code == pb.Code.OK
+    [message] = [r.message for r in await _receive(stub, topic, cgroup, poll_ms=3000) if r.HasField("message")]
+    handle = message.system_properties.receipt_handle
+    revive = revive_topic("V2Strict")
+    records_before = await _max_offset(remoting, revive)
+
+    async def ack(h: str) -> pb.Status:
+        answer = await stub.AckMessage(spb.AckMessageRequest(
+            group=pb.Resource(name=cgroup), topic=pb.Resource(name=topic),
+            entries=[spb.AckMessageEntry(message_id=message.system_properties.message_id, receipt_handle=h)]),
+            metadata=CLIENT_ID, timeout=5)
+        return answer.status
+
+    bad = {
+        "not a handle": "9 space-separated fields",
+        _forge(handle, broker="broker-elsewhere"): "ack on the broker the message came from",
+        _forge(handle, pop_time=1000): "expired",
+        _forge(handle, offset=7): "no in-flight message",
+    }
+    for forged, hint in bad.items():
+        st = await ack(forged)
+        assert st.code == pb.Code.INVALID_RECEIPT_HANDLE and hint in st.message, (forged, st)
+    change = await stub.ChangeInvisibleDuration(spb.ChangeInvisibleDurationRequest(
+        group=pb.Resource(name=cgroup), topic=pb.Resource(name=topic), receipt_handle=handle,
+        invisible_duration=Duration(seconds=13 * 3600), message_id=message.system_properties.message_id),
+        metadata=CLIENT_ID, timeout=5)
+    assert change.status.code == pb.Code.ILLEGAL_INVISIBLE_TIME
+    dlq = await stub.ForwardMessageToDeadLetterQueue(spb.ForwardMessageToDeadLetterQueueRequest(
+        group=pb.Resource(name=cgroup), topic=pb.Resource(name=topic), receipt_handle=_forge(handle, offset=7)),
+        metadata=CLIENT_ID, timeout=5)
+    assert dlq.status.code == pb.Code.INVALID_RECEIPT_HANDLE
+    assert await _max_offset(remoting, revive) == records_before  # no ack or checkpoint record written
+    assert f"%DLQ%{cgroup}" not in await remoting.topic_configs()
+    assert (await ack(handle)).code == pb.Code.OK
+    stale = await ack(handle)
+    assert stale.code == pb.Code.INVALID_RECEIPT_HANDLE and "acked already" in stale.message
+    assert await _max_offset(remoting, revive) == records_before + 1  # the one good ack
+
+
+async def _max_offset(remoting: BrokerClient, topic: str) -> int:
+    resp = await remoting.request(RequestCode.GET_MAX_OFFSET, ext={"topic": topic, "queueId": "0"})
+    assert resp.code == 0, resp.remark
+    return int(resp.ext["offset"])
+
+
+def _telemetry_settings() -> spb.TelemetryCommand:
+    return spb.TelemetryCommand(settings=pb.Settings(
+        client_type=pb.ClientType.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="any")])))
+
+
+async def _first_answer(stub, metadata, first: spb.TelemetryCommand | None):
+    """Open a Telemetry stream that sends ``first`` (or nothing) and stays open: (the call, the first answer)."""
+
+    async def commands():
+        if first is not None:
+            yield first
+        await asyncio.Event().wait()  # held open until the call is cancelled
+
+    call = stub.Telemetry(commands(), metadata=metadata)
+    return call, await call.read()
+
+
+async def test_telemetry_without_settings_and_a_thousand_streams_get_v2_codes(strict):
+    async with grpc.aio.insecure_channel(strict.grpc_addr) as channel:
+        stub = sgrpc.MessagingServiceStub(channel)
+        silent = asyncio.ensure_future(_first_answer(stub, CLIENT_ID, None))
+        _, wrong_first = await _first_answer(stub, CLIENT_ID, spb.TelemetryCommand(
+            thread_stack_trace=spb.ThreadStackTrace(nonce="x")))
+        assert wrong_first.status.code == pb.Code.BAD_REQUEST and "must be settings" in wrong_first.status.message
+
+        # one client id, 1,000 streams: a few are served, the rest refused at once
+        opened = await asyncio.gather(*(_first_answer(stub, [("x-mq-client-id", "pytest@greedy")],
+                                                      _telemetry_settings()) for _ in range(1000)))
+        served = [call for call, answer in opened if answer.status.code == pb.Code.OK]
+        refused = [answer for _, answer in opened if answer.status.code == pb.Code.TOO_MANY_REQUESTS]
+        assert len(served) == MAX_STREAMS_PER_CLIENT and len(refused) == 1000 - len(served)
+        assert "close idle clients" in refused[0].status.message
+        # 1,000 client ids on one connection: capped per connection too, before any client is recorded
+        many = await asyncio.gather(*(_first_answer(stub, [("x-mq-client-id", f"pytest@{i}")],
+                                                    _telemetry_settings()) for i in range(1000)))
+        assert sum(answer.status.code == pb.Code.OK for _, answer in many) <= MAX_STREAMS_PER_CONNECTION
+        for call, _ in opened + many:
+            call.cancel()
+
+        _, silent_answer = await asyncio.wait_for(silent, SETTINGS_WAIT_S + 10)
+        assert silent_answer.status.code == pb.Code.BAD_REQUEST and "sends its Settings first" in \
+            silent_answer.status.message
+    # the slots are given back when the streams end: a new stream of the greedy client is served
+    async with grpc.aio.insecure_channel(strict.grpc_addr) as channel:
+        stub = sgrpc.MessagingServiceStub(channel)
+        deadline = asyncio.get_running_loop().time() + harness.READY_S
+        while True:
+            call, answer = await _first_answer(stub, [("x-mq-client-id", "pytest@greedy")], _telemetry_settings())
+            call.cancel()
+            if answer.status.code == pb.Code.OK or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.2)  # the broker notices the cancelled streams asynchronously
+        assert answer.status.code == pb.Code.OK, answer.status

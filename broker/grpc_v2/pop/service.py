@@ -240,11 +240,7 @@ class PopService:
 
     async def receive(self, req: spb.ReceiveMessageRequest, time_remaining: float | None) -> AsyncIterator:
         group, topic = req.group.name, req.message_queue.topic.name
-        admitted = self._admit(group, topic)
-        if isinstance(admitted, pb.Status):
-            yield spb.ReceiveMessageResponse(status=admitted)
-            return
-        cfg, _ = admitted
+        # the request's own fields first: a bad one must not create the group on demand
         if req.auto_renew:
             invisible_ms = AUTO_RENEW_INVISIBLE_MS
         else:
@@ -266,6 +262,11 @@ class PopService:
                 pb.Code.ILLEGAL_FILTER_EXPRESSION, f"filter {expression.expression!r} names no tag; use '*' or"
                 " 'tagA || tagB'"))
             return
+        admitted = self._admit(group, topic)
+        if isinstance(admitted, pb.Status):
+            yield spb.ReceiveMessageResponse(status=admitted)
+            return
+        cfg, _ = admitted
         batch = max(1, min(req.batch_size or MAX_BATCH, MAX_BATCH))
         poll_s = _ms(req.long_polling_timeout) / 1000 if req.HasField("long_polling_timeout") else 20.0
         if time_remaining is not None:
