@@ -19,6 +19,7 @@ MODULES = [
     "bench.replication_bench",
     "bench.failover_bench",
     "bench.e2e_bench",
+    "bench.rocketmq5_bench",
     "bench.deploy_bench",
     "bench.spark_bench",
     "bench.chaos",
