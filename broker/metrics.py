@@ -419,9 +419,9 @@ class BrokerMetrics:
         SLAVE_NOT_AVAILABLE is not a wait and is only counted by ``on_send``."""
         clock = time.perf_counter
 
-        async def timed(next_offset: int):
+        async def timed(next_offset: int, deadline: float | None = None):
             started = clock()
-            status, remark = await waiter(next_offset)
+            status, remark = await (waiter(next_offset) if deadline is None else waiter(next_offset, deadline))
             if label_value(status) != "SLAVE_NOT_AVAILABLE":
                 self.on_sync_wait(clock() - started, status)
             return status, remark

@@ -329,6 +329,7 @@ class AdminClient:
             batch=False,
             broker_name=mq.broker_name,
             dedup=False,
+            timeout_millis=int(self.timeout_s * 1000),  # the broker answers its slave/flush status before then
         )
         request = RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext=header.to_v2(), body=message.body)
         response = await self.remoting.invoke(addr, request, self.timeout_s, "SEND_MESSAGE_V2 (310)")

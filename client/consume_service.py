@@ -234,6 +234,7 @@ class ConsumeService:
                 batch=False,
                 broker_name=mq.broker_name,
                 dedup=False,
+                timeout_millis=int(self.request_timeout_s * 1000),
             )
             request = command(RequestCode.SEND_MESSAGE_V2, header.to_v2(), m.body)
             try:

@@ -26,7 +26,10 @@ level goes in a request of its own (RocketMQ refuses delays inside a batch).
 
 Outcomes, per message (all messages of a batch share one):
 - SUCCESS / FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: a SendResult with that
-  SendStatus. The message is stored; it is never retried or hidden.
+  SendStatus. The message is stored; it is never retried or hidden. Each request carries the time left until
+  ``send_timeout_s`` (pyrmq's ``timeoutMillis`` field), so the broker answers its flush or slave status before
+  the producer would give up; the default of 5 s leaves room for a broker's whole 3 s slave wait (RocketMQ's
+  3 s default equals it, and a paused slave then showed as RequestTimeout instead of FLUSH_SLAVE_TIMEOUT).
 - transport failure (unreachable, no answer in time): the broker is avoided for a few seconds and the batch is
   retried on a queue of another broker group, up to ``retry_times_when_send_failed`` times within ``send_timeout_s``.
   A batch that timed out may have been stored: the retry keeps each message's UNIQ_KEY, and with
@@ -71,7 +74,7 @@ from common.service import Service
 from remoting.codes import RequestCode, ResponseCode
 from remoting.headers import INT_MAX, INT_MIN, parse_int
 from remoting.message_codec import MessageCodecError, encode_batch
-from remoting.message_headers import DEFAULT_TOPIC, SendHeader
+from remoting.message_headers import DEFAULT_TOPIC, TIMEOUT_FIELD, SendHeader
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +166,7 @@ class Producer:
         group: str,
         namesrv_addr: str,
         *,
-        send_timeout_s: float = 3.0,
+        send_timeout_s: float = 5.0,
         retry_times_when_send_failed: int = 2,
         max_batch_bytes: int = 1024 * 1024,
         max_batch_messages: int = 512,
@@ -486,6 +489,7 @@ class Producer:
             self.stats.rpcs += 1
             ext["e"] = str(mq.queue_id)
             ext["n"] = mq.broker_name
+            ext[TIMEOUT_FIELD] = str(int(remaining * 1000))
             request = what.format(mq)
             try:
                 resp = await self.remoting.invoke(addr, command(batch.code, ext, batch.body), remaining, request)

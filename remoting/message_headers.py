@@ -1,11 +1,15 @@
 """The send and pull request headers (spec remoting.md §3.1, §4.1), shared by the broker and the SDK.
 
 SEND_MESSAGE (10) carries full field names; SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) carry the
-one-letter keys of ``V2_KEYS``. Both parse into one ``SendHeader``; the SDK writes V2. pyrmq's own extension
-travels as an extra field that RocketMQ clients never send and RocketMQ brokers ignore:
+one-letter keys of ``V2_KEYS``. Both parse into one ``SendHeader``; the SDK writes V2. pyrmq's own extensions
+travel as extra fields that RocketMQ clients never send and RocketMQ brokers ignore:
 
 - ``dedup`` = ``true``: the broker skips messages whose UNIQ_KEY it stored for the topic within its dedup
   window and repeats their first result (the Spark sink's exactly-once writes).
+- ``timeoutMillis``: how long, in ms, the sender still waits for this answer as the request leaves it. The broker
+  answers its status (FLUSH_SLAVE_TIMEOUT, FLUSH_DISK_TIMEOUT) a margin before that instead of waiting its full
+  slaveTimeout / syncFlushTimeout, so the sender learns that the message is stored on the master rather than timing
+  out without knowing. Without it (RocketMQ clients) the broker waits as configured.
 
 PULL_MESSAGE (11) uses RocketMQ 5's optional ``maxMsgBytes`` to cap a pull's bytes.
 """
@@ -36,6 +40,7 @@ V2_KEYS = {
 }
 V1_KEYS = {v: k for k, v in V2_KEYS.items()}
 DEDUP_FIELD = "dedup"
+TIMEOUT_FIELD = "timeoutMillis"
 DEFAULT_TOPIC = "TBW102"
 
 # PullSysFlag
@@ -62,6 +67,7 @@ class SendHeader:
     batch: bool
     broker_name: str | None
     dedup: bool
+    timeout_millis: int | None = None  # pyrmq: what the sender still waits, ms (``TIMEOUT_FIELD``)
 
     @classmethod
     def parse(cls, code: int, ext: dict[str, str] | None) -> SendHeader:
@@ -83,6 +89,7 @@ class SendHeader:
             batch=code == RequestCode.SEND_BATCH_MESSAGE or f.bool("batch"),
             broker_name=f.str("bname"),
             dedup=f.bool(DEDUP_FIELD),
+            timeout_millis=f.long(TIMEOUT_FIELD),
         )
 
     def to_v2(self) -> dict[str, str]:
@@ -106,6 +113,8 @@ class SendHeader:
             ext["n"] = self.broker_name
         if self.dedup:
             ext[DEDUP_FIELD] = "true"
+        if self.timeout_millis is not None:
+            ext[TIMEOUT_FIELD] = str(self.timeout_millis)
         return ext
 
 

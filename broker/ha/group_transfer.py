@@ -8,7 +8,10 @@ A SYNC_MASTER answers PUT_OK only once some slave acked the batch's end offset (
   (PUT_OK), so N concurrent senders cost one heap push each and a handful of acks in total: no per-request
   frame, no per-request polling;
 - deadlines are ``now + slaveTimeout`` in insertion order, so one timer (``call_at`` for the oldest pending
-  deadline) expires them in order (FLUSH_SLAVE_TIMEOUT).
+  deadline) expires them in order (FLUSH_SLAVE_TIMEOUT);
+- a put whose sender waits less than that (the send request's ``timeoutMillis``, spec §3 conventions) passes
+  the ``deadline`` by which it must be answered; such a wait gets a timer of its own and answers
+  FLUSH_SLAVE_TIMEOUT then, so the sender learns the status instead of timing out.
 
 ``push2SlaveMaxOffset`` is one monotonic value per master: the highest ack any slave ever sent (never reset on
 disconnect, as in RocketMQ). Task-safety: event loop only.
@@ -64,8 +67,9 @@ class GroupTransfer:
                 f"{self.fallbehind_max}); the message is stored on the master only until the slave catches up")
 
     # waiter ----------------------------------------------------------------------------------------------
-    async def wait(self, next_offset: int) -> tuple[PutStatus, str]:
-        """The store's replica waiter: PUT_OK once a slave acked ``next_offset``."""
+    async def wait(self, next_offset: int, deadline: float | None = None) -> tuple[PutStatus, str]:
+        """The store's replica waiter: PUT_OK once a slave acked ``next_offset``, FLUSH_SLAVE_TIMEOUT after
+        slaveTimeout or at ``deadline`` (event-loop time), whichever comes first."""
         if next_offset <= self.push2slave_max_offset:
             self.ok += 1
             return PutStatus.PUT_OK, ""
@@ -79,11 +83,27 @@ class GroupTransfer:
         fut: asyncio.Future = loop.create_future()
         seq = next(self._seq)
         heapq.heappush(self._heap, (next_offset, seq, fut))
-        deadline = loop.time() + self.slave_timeout_s
-        self._deadlines.append((deadline, next_offset, fut))
+        expire_at = loop.time() + self.slave_timeout_s
+        if deadline is not None and deadline < expire_at:
+            timer = loop.call_at(deadline, self._expire_early, fut, next_offset)
+            fut.add_done_callback(lambda _f: timer.cancel())
+            return await fut
+        self._deadlines.append((expire_at, next_offset, fut))
         if self._timer is None:
-            self._arm(loop, deadline)
+            self._arm(loop, expire_at)
         return await fut
+
+    def _expire_early(self, fut: asyncio.Future, next_offset: int) -> None:
+        """The sender's deadline came before slaveTimeout (its entry stays in the heap until an ack pops it)."""
+        if fut.done():
+            return
+        self.timeouts += 1
+        self._stale += 1
+        fut.set_result((PutStatus.FLUSH_SLAVE_TIMEOUT, (
+            f"no slave of {self.broker_name} acknowledged offset {next_offset} before the sender's deadline "
+            f"(slaveTimeout={int(self.slave_timeout_s * 1000)} ms, highest slave ack {self.push2slave_max_offset});"
+            " the message is stored on the master and replicates when the slave catches up")))
+        self._compact()
 
     def on_ack(self, offset: int) -> None:
         """A slave acked ``offset``: raise push2SlaveMaxOffset and release every waiter it covers."""
@@ -117,13 +137,16 @@ class GroupTransfer:
                     f"no slave of {self.broker_name} acknowledged offset {next_offset} within slaveTimeout="
                     f"{int(self.slave_timeout_s * 1000)} ms (highest slave ack {self.push2slave_max_offset}); the "
                     "message is stored on the master and replicates when the slave catches up")))
+        self._compact()
+        if dq:
+            self._arm(loop, dq[0][0])
+
+    def _compact(self) -> None:
         if self._stale > 1024 and self._stale * 2 > len(self._heap):
             # a silent slave: drop timed-out entries in one O(n) pass instead of letting the heap grow
             self._heap = [e for e in self._heap if not e[2].done()]
             heapq.heapify(self._heap)
             self._stale = 0
-        if dq:
-            self._arm(loop, dq[0][0])
 
     @property
     def pending(self) -> int:

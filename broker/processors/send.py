@@ -15,6 +15,10 @@ With the ``dedup`` ext field (pyrmq's, spec §3 conventions), messages whose UNI
 topic within ``sendDedupWindowSeconds`` are not stored again; the answer repeats their first result. A key that
 another request is storing right now answers SYSTEM_BUSY so the client retries instead of racing itself.
 
+With the ``timeoutMillis`` ext field (pyrmq's: what the sender still waits), the flush and slave waits end
+``answer_deadline`` after the request arrived, a margin before the sender gives up, so a sender with a short
+timeout gets FLUSH_SLAVE_TIMEOUT / FLUSH_DISK_TIMEOUT (stored on the master) instead of timing out not knowing.
+
 Every answer carries the response header of spec §3.6 (Java reads it without a null check): ``msgId`` (the
 offset msgId, comma-separated for a batch), ``queueId``, ``queueOffset`` (the first message's), ``MSG_REGION``
 and ``TRACE_ON``; a refusal has ``msgId`` empty and ``queueOffset`` -1. Codes: 0, and 10 / 11 / 12 (stored, with
@@ -23,6 +27,7 @@ a weaker promise: the remark says which), else the refusal's code.
 
 from __future__ import annotations
 
+import asyncio
 from operator import itemgetter
 
 from broker.context import BrokerContext
@@ -52,6 +57,17 @@ TRACE_ON = "true"
 PROPERTY_CLUSTER = "CLUSTER"
 MAX_BATCH_MESSAGES = 65536
 _DELAY_KEY = PROPERTY_DELAY_TIME_LEVEL.encode() + b"\x01"
+MIN_ANSWER_MARGIN_MS = 100  # at least this much of the sender's time is left for the answer's way back
+
+
+def answer_deadline(timeout_millis: int | None) -> float | None:
+    """Event-loop time by which a send must be answered: the sender's remaining ``timeoutMillis`` less a margin
+    for the answer to travel back (a tenth of it, at least MIN_ANSWER_MARGIN_MS, at most half); None without."""
+    if timeout_millis is None:
+        return None
+    total = max(0, timeout_millis)
+    margin = min(total // 2, max(MIN_ANSWER_MARGIN_MS, total // 10))
+    return asyncio.get_running_loop().time() + (total - margin) / 1000.0
 
 
 def _reply(
@@ -132,10 +148,12 @@ class _Batch:
             return _Batch(sizes, self.wait, self.keys, raw=sub)
         return _Batch(sizes, self.wait, self.keys, drafts=[self.drafts[i] for i in indices])
 
-    async def put(self, ctx: BrokerContext, target: Target) -> PutResult:
+    async def put(self, ctx: BrokerContext, target: Target, deadline: float | None) -> PutResult:
         if self.raw is not None:
-            return await ctx.store.put_batch(target.topic, target.queue_id, self.raw)
-        return await ctx.store.put_messages(target.topic, target.queue_id, self.drafts, wait=self.wait)
+            return await ctx.store.put_batch(target.topic, target.queue_id, self.raw, deadline=deadline)
+        return await ctx.store.put_messages(
+            target.topic, target.queue_id, self.drafts, wait=self.wait, deadline=deadline
+        )
 
 
 def _single(ctx: BrokerContext, conn: Connection, h: SendHeader, body: bytes, target: Target) -> _Batch | str:
@@ -185,6 +203,7 @@ def _batch(ctx: BrokerContext, conn: Connection, h: SendHeader, body: bytes) -> 
 
 async def _send(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -> RemotingCommand:
     h = SendHeader.parse(request.code, request.ext)
+    deadline = answer_deadline(h.timeout_millis)
     admitted = admit(ctx, h)
     if isinstance(admitted, Refusal):
         _count(ctx, h.topic, 0 if h.batch else 1, admitted.code, None)
@@ -195,17 +214,17 @@ async def _send(ctx: BrokerContext, conn: Connection, request: RemotingCommand) 
         _count(ctx, admitted.topic, 0 if h.batch else 1, ResponseCode.MESSAGE_ILLEGAL, None)
         return _refuse(request, ResponseCode.MESSAGE_ILLEGAL, batch, admitted.queue_id)
     if h.dedup and ctx.dedup is not None:
-        reply, status = await _store_dedup(ctx, request, admitted, batch, ctx.dedup)
+        reply, status = await _store_dedup(ctx, request, admitted, batch, ctx.dedup, deadline)
     else:
-        reply, status = await _store(ctx, request, admitted, batch)
+        reply, status = await _store(ctx, request, admitted, batch, deadline)
     _count(ctx, admitted.topic, len(batch.sizes), status, batch.sizes)
     return reply
 
 
 async def _store(
-    ctx: BrokerContext, request: RemotingCommand, target: Target, batch: _Batch
+    ctx: BrokerContext, request: RemotingCommand, target: Target, batch: _Batch, deadline: float | None
 ) -> tuple[RemotingCommand, PutStatus]:
-    result = await batch.put(ctx, target)
+    result = await batch.put(ctx, target, deadline)
     code, remark = put_code(result.status, result.remark)
     if not result.status.stored:
         return _refuse(request, code, remark, target.queue_id), result.status
@@ -215,7 +234,12 @@ async def _store(
 
 
 async def _store_dedup(
-    ctx: BrokerContext, request: RemotingCommand, target: Target, batch: _Batch, window: SendDedupWindow
+    ctx: BrokerContext,
+    request: RemotingCommand,
+    target: Target,
+    batch: _Batch,
+    window: SendDedupWindow,
+    deadline: float | None,
 ) -> tuple[RemotingCommand, PutStatus | str]:
     plan = window.plan(target.topic, batch.keys())
     if plan.in_flight:
@@ -231,7 +255,7 @@ async def _store_dedup(
     if plan.new_indices:
         part = batch.subset(plan.new_indices) if len(plan.new_indices) < len(batch.sizes) else batch
         try:
-            result = await part.put(ctx, target)
+            result = await part.put(ctx, target, deadline)
         except BaseException:
             window.release(plan)
             raise

@@ -15,7 +15,7 @@ _PUT_CODES: dict[PutStatus, tuple[ResponseCode, str]] = {
     PutStatus.PUT_OK: (ResponseCode.SUCCESS, ""),
     PutStatus.FLUSH_DISK_TIMEOUT: (
         ResponseCode.FLUSH_DISK_TIMEOUT,
-        "stored on the master but not flushed to disk within syncFlushTimeout; do not resend (it would duplicate)",
+        "stored on the master but not flushed in time (syncFlushTimeout or the sender's deadline); do not resend",
     ),
     PutStatus.SLAVE_NOT_AVAILABLE: (
         ResponseCode.SLAVE_NOT_AVAILABLE,
@@ -23,7 +23,7 @@ _PUT_CODES: dict[PutStatus, tuple[ResponseCode, str]] = {
     ),
     PutStatus.FLUSH_SLAVE_TIMEOUT: (
         ResponseCode.FLUSH_SLAVE_TIMEOUT,
-        "stored on the master; the slave did not acknowledge within slaveTimeout; do not resend",
+        "stored on the master; no slave acked in time (slaveTimeout or the sender's deadline); do not resend",
     ),
     PutStatus.MESSAGE_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL, "the message breaks a store limit; fix it, do not retry"),
     PutStatus.PROPERTIES_SIZE_EXCEEDED: (

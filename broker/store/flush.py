@@ -7,7 +7,8 @@
 - ``GroupCommitService`` (SYNC_FLUSH): a put registers ``(next_offset, future)`` and waits. The service
   snapshots the write offset, runs ONE fdatasync in the executor, then completes every waiter whose
   next_offset is covered. Puts arriving during an fdatasync form the next group, so concurrent writers
-  share syncs. A waiter not served within ``syncFlushTimeout`` gets FLUSH_DISK_TIMEOUT (the data stays).
+  share syncs. A waiter not served within ``syncFlushTimeout``, or by the ``deadline`` its caller gave (an
+  event-loop time, when that is earlier), gets FLUSH_DISK_TIMEOUT (the data stays).
 - ``PeriodicFlushService`` for the consume queues: every ``flushIntervalConsumeQueue`` ms flushes dirty ones with
   the least-pages rule; on a thorough flush it also writes the checkpoint.
 
@@ -106,7 +107,7 @@ class GroupCommitService(Service):
     async def on_start(self) -> None:
         self.spawn("loop", self._loop())
 
-    async def wait_flushed(self, next_offset: int) -> tuple[PutStatus, str]:
+    async def wait_flushed(self, next_offset: int, deadline: float | None = None) -> tuple[PutStatus, str]:
         if self._flushed_fn() >= next_offset:
             return PutStatus.PUT_OK, ""
         if not self.started:
@@ -114,15 +115,18 @@ class GroupCommitService(Service):
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         # A timer handle rather than wait_for: no Task per waiting put (this runs once per put).
-        timer = loop.call_later(self._timeout_s, _expire, fut)
+        expire_at = loop.time() + self._timeout_s
+        capped = deadline is not None and deadline < expire_at
+        timer = loop.call_at(deadline if capped else expire_at, _expire, fut)
         heapq.heappush(self._waiters, (next_offset, next(self._seq), fut))
         self._wakeup.set()
         flushed = await fut
         timer.cancel()
         if not flushed:
+            within = "the time the sender's deadline left" if capped else "syncFlushTimeout"
             remark = (
-                f"the disk did not confirm the write within syncFlushTimeout={int(self._timeout_s * 1000)} ms; "
-                "the message is stored but may be lost on power failure"
+                f"the disk did not confirm the write within {within} (syncFlushTimeout="
+                f"{int(self._timeout_s * 1000)} ms); the message is stored but may be lost on power failure"
             )
             return PutStatus.FLUSH_DISK_TIMEOUT, remark
         return PutStatus.PUT_OK, ""

@@ -69,7 +69,9 @@ from remoting.message_codec import (
 
 log = logging.getLogger(__name__)
 
-ReplicaWaiter = Callable[[int], Awaitable[tuple[PutStatus, str]]]
+# waiter(next_offset) or waiter(next_offset, deadline): (status, remark) once replicated, or at slaveTimeout or the
+# sender's deadline (event-loop time), whichever comes first
+ReplicaWaiter = Callable[..., Awaitable[tuple[PutStatus, str]]]
 
 
 class MessageStore:
@@ -306,10 +308,17 @@ class MessageStore:
         return self._running and not self._stopping and self.role is not BrokerRole.SLAVE
 
     async def put_messages(
-        self, topic: str, queue_id: int, drafts: Sequence[MessageDraft], *, wait: bool | None = None
+        self,
+        topic: str,
+        queue_id: int,
+        drafts: Sequence[MessageDraft],
+        *,
+        wait: bool | None = None,
+        deadline: float | None = None,
     ) -> PutResult:
         """Append ``drafts`` to one queue. ``wait`` overrides the messages' own ``WAIT`` property (a remoting send
-        drops ``WAIT`` from what is stored but keeps its meaning, as RocketMQ does)."""
+        drops ``WAIT`` from what is stored but keeps its meaning, as RocketMQ does). ``deadline`` (event-loop time)
+        ends the flush and replica waits early: the sender stops waiting for the answer then."""
         refused = self._refusal()
         if refused is not None:
             return refused
@@ -326,10 +335,13 @@ class MessageStore:
             return prepared
         if wait is not None:
             prepared = prepared._replace(wait=wait)
-        return await self._put_prepared(prepared)
+        return await self._put_prepared(prepared, deadline)
 
-    async def put_batch(self, topic: str, queue_id: int, batch: RawBatch) -> PutResult:
-        """Append a batch as decoded from SEND_BATCH_MESSAGE without a draft per message (``put.prepare_raw``)."""
+    async def put_batch(
+        self, topic: str, queue_id: int, batch: RawBatch, *, deadline: float | None = None
+    ) -> PutResult:
+        """Append a batch as decoded from SEND_BATCH_MESSAGE without a draft per message (``put.prepare_raw``);
+        ``deadline`` as for ``put_messages``."""
         refused = self._refusal()
         if refused is not None:
             return refused
@@ -343,9 +355,9 @@ class MessageStore:
         )
         if isinstance(prepared, PutResult):
             return prepared
-        return await self._put_prepared(prepared)
+        return await self._put_prepared(prepared, deadline)
 
-    async def _put_prepared(self, prepared: put_path.Prepared) -> PutResult:
+    async def _put_prepared(self, prepared: put_path.Prepared, deadline: float | None = None) -> PutResult:
         result = None
         try:
             if prepared.single_queue and prepared.all_dispatched and not self._put_lock.locked():
@@ -360,13 +372,16 @@ class MessageStore:
         except OSError as exc:
             return self._on_write_error(exc)
         if prepared.wait:
-            gc, waiter = self._group_commit, self._replica_waiter
-            if gc is not None and waiter is not None:  # both at once, like RocketMQ's combined futures
-                outcomes = await asyncio.gather(gc.wait_flushed(result.next_offset), waiter(result.next_offset))
+            gc, waiter, end = self._group_commit, self._replica_waiter, result.next_offset
+            replicated = None
+            if waiter is not None:
+                replicated = waiter(end) if deadline is None else waiter(end, deadline)
+            if gc is not None and replicated is not None:  # both at once, like RocketMQ's combined futures
+                outcomes = await asyncio.gather(gc.wait_flushed(end, deadline), replicated)
             elif gc is not None:
-                outcomes = [await gc.wait_flushed(result.next_offset)]
-            elif waiter is not None:
-                outcomes = [await waiter(result.next_offset)]
+                outcomes = [await gc.wait_flushed(end, deadline)]
+            elif replicated is not None:
+                outcomes = [await replicated]
             else:
                 outcomes = []
             for status, remark in outcomes:  # flush first, then the replica: the replica's status wins

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from broker.processors import validate
+from broker.processors.send import answer_deadline
 from broker.processors.status_map import get_code, pull_remark, put_code
 from broker.schedule import due_prefix, redelivery_draft, runs_by_target
 from broker.store.types import GetStatus, PutStatus
@@ -110,3 +113,13 @@ def test_due_messages_are_re_put_in_runs_per_target_queue_without_the_delay():
     ]
     draft = redelivery_draft(msgs[0])
     assert "DELAY" not in draft.properties and draft.properties["KEYS"] == "k" and draft.reconsume_times == 2
+
+
+async def test_a_send_is_answered_a_margin_before_the_senders_timeout():
+    loop = asyncio.get_running_loop()
+    for timeout_ms, margin_ms in ((5000, 500), (3000, 300), (1000, 100), (150, 75), (0, 0), (-5, 0)):
+        before = loop.time()
+        deadline = answer_deadline(timeout_ms)
+        assert before + (max(0, timeout_ms) - margin_ms) / 1000 <= deadline <= loop.time() + (
+            max(0, timeout_ms) - margin_ms) / 1000
+    assert answer_deadline(None) is None  # a RocketMQ client: the broker waits as configured

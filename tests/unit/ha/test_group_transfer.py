@@ -84,3 +84,24 @@ async def test_timed_out_entries_do_not_pile_up_behind_a_silent_slave():
     assert len(gt._heap) < 3000  # compacted instead of holding every timed-out future
     gt.on_ack(10**9)
     assert gt.pending == 0
+
+
+async def test_a_senders_deadline_before_slave_timeout_answers_flush_slave_timeout_then():
+    gt = make(timeout_ms=60_000)
+    loop = asyncio.get_running_loop()
+    early = asyncio.create_task(gt.wait(10, loop.time() + 0.05))  # the sender waits 50 ms, not a minute
+    later = asyncio.create_task(gt.wait(20, loop.time() + 120))  # a deadline after slaveTimeout changes nothing
+    status, remark = await asyncio.wait_for(early, 5)
+    assert status is PutStatus.FLUSH_SLAVE_TIMEOUT and "before the sender's deadline" in remark
+    assert not later.done() and gt.timeouts == 1
+    gt.on_ack(20)
+    assert (await later)[0] is PutStatus.PUT_OK and gt.pending == 0
+
+
+async def test_entries_expired_by_senders_deadlines_do_not_pile_up_behind_a_silent_slave():
+    gt = make(timeout_ms=60_000)
+    loop = asyncio.get_running_loop()
+    for batch in range(3):
+        await asyncio.gather(*(gt.wait(10_000 + batch * 2000 + i, loop.time()) for i in range(1500)))
+    assert gt.timeouts == 4500
+    assert len(gt._heap) < 3000

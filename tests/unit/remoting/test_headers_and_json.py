@@ -53,6 +53,13 @@ def test_send_header_v1_and_v2_parse_alike():
     assert SendHeader.parse(320, h1.to_v2()).dedup and SendHeader.parse(320, h1.to_v2()).batch
 
 
+def test_send_header_carries_the_senders_timeout_only_when_set():
+    base = SendHeader("g", "T", "TBW102", 4, 0, 0, 5, 0, "", 0, None, False, None, False)
+    assert "timeoutMillis" not in base.to_v2() and SendHeader.parse(310, base.to_v2()).timeout_millis is None
+    base.timeout_millis = 4500
+    assert base.to_v2()["timeoutMillis"] == "4500" and SendHeader.parse(310, base.to_v2()) == base
+
+
 def test_pull_header_round_trip():
     h = PullHeader("g", "T", 1, 10, 32, 0x6, 0, 15000, "a || b", 1, "TAG", 65536)
     assert PullHeader.parse(h.to_ext()) == h

@@ -7,6 +7,7 @@ import os
 import threading
 
 from broker.config import FlushDiskType
+from broker.store.flush import GroupCommitService
 from broker.store.message_store import MessageStore
 from broker.store.types import PutStatus
 from tests.support.waiting import async_wait_until
@@ -113,3 +114,21 @@ async def test_sync_flush_and_replica_wait_run_together_and_the_replica_status_w
         assert s.flushed_phy_offset >= res.next_offset and seen[0][0] == res.next_offset
     finally:
         await s.stop()
+
+
+async def test_a_senders_deadline_before_sync_flush_timeout_answers_flush_disk_timeout_then():
+    release = asyncio.Event()
+
+    async def stuck_disk(target: int) -> int:
+        await release.wait()
+        return target
+
+    gc = GroupCommitService(lambda: 100, lambda: 0, stuck_disk, timeout_ms=60_000)
+    await gc.start()
+    try:
+        loop = asyncio.get_running_loop()
+        status, remark = await asyncio.wait_for(gc.wait_flushed(100, loop.time() + 0.05), 5)
+        assert status is PutStatus.FLUSH_DISK_TIMEOUT and "the sender's deadline" in remark
+    finally:
+        release.set()
+        await gc.stop()
