@@ -27,6 +27,7 @@ from pathlib import Path
 
 from common import conf
 from common.errors import ConfigError
+from remoting.headers import NumberError, parse_int
 
 # Environment variables that may override a few deployment keys (DESIGN.md §6).
 ENV_OVERRIDES = {"NAMESRV_ADDR": "namesrvAddr", "BROKER_IP1": "brokerIP1", "BROKER_IP2": "brokerIP2",
@@ -89,9 +90,12 @@ def parse_delay_levels(text: str) -> list[int]:
     out = []
     for item in text.split():
         unit = item[-1:]
-        if unit not in units or not item[:-1].isdigit():
-            raise ValueError(f"messageDelayLevel: {item!r} is not <number><s|m|h|d>")
-        out.append(int(item[:-1]) * units[unit])
+        try:
+            if unit not in units:
+                raise NumberError(f"unit {unit!r}")
+            out.append(parse_int(item[:-1], 0, conf.JAVA_INT_MAX) * units[unit])
+        except NumberError:
+            raise ValueError(f"messageDelayLevel: {item!r} is not <number><s|m|h|d>") from None
     if not out:
         raise ValueError("messageDelayLevel: at least one level is needed")
     return out

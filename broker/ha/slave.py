@@ -52,6 +52,7 @@ from remoting.ha_codec import (
     parse_frames,
     slave_proof,
 )
+from remoting.headers import parse_host_port
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +74,8 @@ _ERROR_ADVICE = {
 }
 
 
-def _parse_addr(addr: str) -> tuple[str, int]:
-    host, _, port = addr.strip().rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"HA master address {addr!r} is not host:port")
-    return host, int(port)
+def parse_master_addr(addr: str) -> tuple[str, int]:
+    return parse_host_port(addr.strip(), "HA master address")  # NumberError is a ValueError
 
 
 class HASlave(Service):
@@ -132,7 +130,7 @@ class HASlave(Service):
                 continue
             addr = self.master_addr
             try:
-                host, port = _parse_addr(addr)
+                host, port = parse_master_addr(addr)
                 async with asyncio.timeout(CONNECT_TIMEOUT_S):
                     transport, proto = await asyncio.get_running_loop().create_connection(
                         lambda: _ReceiveBuffer(BUFFER_BYTES, self.cfg.ha_transfer_batch_size), host, port)

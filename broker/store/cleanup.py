@@ -28,6 +28,7 @@ import time
 from typing import TYPE_CHECKING
 
 from common.service import Service
+from remoting.headers import NumberError, parse_int
 
 if TYPE_CHECKING:
     from broker.store.message_store import MessageStore
@@ -111,7 +112,13 @@ class DiskMonitor:
 
 
 def delete_hours(spec: str) -> set[int]:
-    return {int(h) for h in spec.split(";") if h.strip().isdigit()}
+    hours = set()
+    for part in spec.split(";"):
+        try:
+            hours.add(parse_int(part.strip(), 0, 23))
+        except NumberError:
+            continue  # not an hour (the config check names such a value)
+    return hours
 
 
 class CleanupService(Service):

@@ -23,6 +23,7 @@ import struct
 
 from broker.store.consume_queue import UNIT
 from broker.store.types import SCHEDULE_TOPIC
+from remoting.headers import NumberError, parse_int
 from remoting.message_codec import (
     BLANK_MAGIC,
     BLANK_SIZE,
@@ -187,7 +188,10 @@ def scan(
                 break
         if not sys_flag & 4:  # transaction PREPARED (0x4) / ROLLBACK (0xC) records get no unit
             if topic == SCHEDULE_TOPIC:
-                level = int(property_value(buf[props_start:end], PROPERTY_DELAY_TIME_LEVEL) or 0)
+                try:
+                    level = parse_int(property_value(buf[props_start:end], PROPERTY_DELAY_TIME_LEVEL) or 0)
+                except NumberError:  # the put path stores only levels that parse; anything else is due first
+                    level = 1
                 level = min(max(level, 1), max_level)
                 code = store_ts + delay_ms[level - 1]
             if run is None or run[1] != qid or run[0] is not topic or run[4] != qoff:

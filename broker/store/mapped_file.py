@@ -68,7 +68,7 @@ def file_name(start_offset: int) -> str:
 
 
 def parse_file_name(name: str) -> int | None:
-    return int(name) if len(name) == NAME_DIGITS and name.isdigit() else None
+    return int(name) if len(name) == NAME_DIGITS and name.isascii() and name.isdigit() else None
 
 
 def _fallocate(fd: int, mode: int, offset: int, length: int) -> bool:

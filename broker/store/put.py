@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from broker.store.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
 from broker.store.types import SCHEDULE_TOPIC, MessageDraft, PutResult, PutStatus, RawBatch
+from remoting.headers import INT_MAX, INT_MIN, NumberError, parse_int
 from remoting.message_codec import (
     BLANK_SIZE,
     HEADER,
@@ -282,8 +283,8 @@ def prepare_raw(
 def _delay_rewrite(i: int, topic: str, queue_id: int, d: MessageDraft, props: dict, max_level: int):
     delay = props[PROPERTY_DELAY_TIME_LEVEL]
     try:
-        level = int(delay)
-    except ValueError:
+        level = parse_int(delay, INT_MIN, INT_MAX)  # int() would take "٣" (3) and " 3"
+    except NumberError:
         return illegal(f"message {i}: DELAY={delay!r} is not a delay level number")
     if level <= 0 or d.sys_flag & TX_MASK:
         return props, 0

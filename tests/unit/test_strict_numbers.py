@@ -12,6 +12,8 @@ import zlib
 
 import pytest
 
+from broker.config import parse_delay_levels
+from broker.ha.slave import parse_master_addr
 from broker.metadata.consumer_offsets import ConsumerOffsetManager
 from broker.metadata.data_version import DataVersion
 from broker.metadata.delay_offsets import DelayOffsetManager
@@ -19,6 +21,10 @@ from broker.metadata.topics import TopicConfig
 from broker.processors.client_manage import BodyError, parse_subscription
 from broker.schedule import runs_by_target
 from broker.slave_sync import parse_consumer_offsets, parse_delay_offsets
+from broker.store.cleanup import delete_hours
+from broker.store.mapped_file import parse_file_name
+from broker.store.message_store import MessageStore
+from broker.store.types import PutStatus
 from client.admin_bodies import AdminBodyError, parse_all_delay_offsets, parse_topic_stats
 from client.namesrv import broker_addrs, parse_namesrv_addr
 from client.route_cache import build_route
@@ -29,6 +35,7 @@ from namesrv import bodies as namesrv_bodies
 from remoting.client import split_addr
 from remoting.headers import LONG_MAX, NumberError, parse_host_port, parse_int
 from remoting.message_codec import StoredMessage
+from tests.unit.store.conftest import draft, small_config
 
 UNICODE_DIGITS = ["²", "٣", "١٢", "𝟙"]  # superscript two, Arabic-Indic three and twelve, mathematical bold one
 
@@ -118,7 +125,7 @@ def test_sdk_route_and_broker_addrs_refuse_unicode_numbers(digit):
 def test_admin_answer_bodies_refuse_unicode_numbers(digit):
     with pytest.raises(AdminBodyError, match="not a decimal integer"):
         parse_all_delay_offsets(b'{"offsetTable":{"1":"%s"}}' % digit.encode())
-    body = '{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:{"maxOffset":"%s"}}}' % digit
+    body = '{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:{"maxOffset":"' + digit + '"}}}'
     with pytest.raises(AdminBodyError):
         parse_topic_stats(body.encode(), "T")
 
@@ -148,3 +155,30 @@ def test_spark_connector_refuses_unicode_queue_keys_and_ports(digit):
         source_options({"namesrv": f"127.0.0.1:98{digit}", "topic": "T"})
     with pytest.raises(OptionError, match="maxMessagesPerTrigger"):
         source_options({"namesrv": "127.0.0.1:9876", "topic": "T", "maxMessagesPerTrigger": digit})
+
+
+@pytest.mark.parametrize("digit", UNICODE_DIGITS)
+def test_broker_config_and_store_file_names_refuse_unicode_digits(digit):
+    with pytest.raises(ValueError, match="messageDelayLevel"):
+        parse_delay_levels(f"1s {digit}s")
+    assert parse_delay_levels("1s 2m") == [1000, 120_000]
+    assert delete_hours(f"04;{digit};23") == {4, 23}
+    assert parse_file_name(digit * 20) is None and parse_file_name("0" * 19 + "7") == 7
+
+
+@pytest.mark.parametrize("digit", UNICODE_DIGITS)
+async def test_the_store_refuses_a_unicode_delay_level_whoever_puts_it(digit, tmp_path):
+    store = MessageStore(small_config(tmp_path))
+    await store.start()
+    try:
+        result = await store.put_messages("T", 0, [draft(DELAY=digit)])
+        assert result.status is PutStatus.MESSAGE_ILLEGAL and "DELAY" in result.remark
+    finally:
+        await store.stop()
+
+
+@pytest.mark.parametrize("addr", ["h:²", "h:٣", "h:0", "h"])
+def test_the_ha_slave_does_not_dial_a_master_address_with_a_bad_port(addr):
+    with pytest.raises(ValueError, match="HA master address"):
+        parse_master_addr(addr)
+    assert parse_master_addr(" 10.0.0.1:10912 ") == ("10.0.0.1", 10912)
