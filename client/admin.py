@@ -317,18 +317,11 @@ class AdminClient:
         header = SendHeader(
             producer_group=producer_group,
             topic=mq.topic,
-            default_topic=DEFAULT_TOPIC,
-            default_topic_queue_nums=4,
             queue_id=mq.queue_id,
-            sys_flag=0,
             born_timestamp=now_ms,
             flag=message.flag,
             properties=message.wire_properties(now_ms),
-            reconsume_times=0,
-            max_reconsume_times=None,
-            batch=False,
             broker_name=mq.broker_name,
-            dedup=False,
             timeout_millis=int(self.timeout_s * 1000),  # the broker answers its slave/flush status before then
         )
         request = RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext=header.to_v2(), body=message.body)

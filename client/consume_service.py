@@ -22,7 +22,6 @@ import asyncio
 import enum
 import inspect
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
 from client.errors import BrokerError, MQClientError
@@ -40,7 +39,7 @@ from remoting.message_codec import (
     RETRY_GROUP_TOPIC_PREFIX,
     properties_to_string,
 )
-from remoting.message_headers import DEFAULT_TOPIC, SendHeader
+from remoting.message_headers import SendHeader
 
 log = logging.getLogger(__name__)
 
@@ -222,18 +221,13 @@ class ConsumeService:
             header = SendHeader(
                 producer_group=self.group,
                 topic=topic,
-                default_topic=DEFAULT_TOPIC,
-                default_topic_queue_nums=4,
                 queue_id=mq.queue_id,
                 sys_flag=m.sys_flag,
-                born_timestamp=int(time.time() * 1000),
                 flag=m.flag,
                 properties=properties_to_string(props),
                 reconsume_times=m.reconsume_times + 1,
                 max_reconsume_times=self.max_reconsume_times if self.max_reconsume_times > 0 else 16,
-                batch=False,
                 broker_name=mq.broker_name,
-                dedup=False,
                 timeout_millis=int(self.request_timeout_s * 1000),
             )
             request = command(RequestCode.SEND_MESSAGE_V2, header.to_v2(), m.body)

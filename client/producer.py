@@ -74,7 +74,7 @@ from common.service import Service
 from remoting.codes import RequestCode, ResponseCode
 from remoting.headers import INT_MAX, INT_MIN, parse_int
 from remoting.message_codec import MessageCodecError, encode_batch
-from remoting.message_headers import DEFAULT_TOPIC, TIMEOUT_FIELD, SendHeader
+from remoting.message_headers import TIMEOUT_FIELD, SendHeader
 
 log = logging.getLogger(__name__)
 
@@ -448,15 +448,10 @@ class Producer:
         batch.ext = SendHeader(
             producer_group=self.group,
             topic=batch.mq.topic,
-            default_topic=DEFAULT_TOPIC,
             default_topic_queue_nums=self.default_topic_queue_nums,
             queue_id=batch.mq.queue_id,
-            sys_flag=0,
-            born_timestamp=int(time.time() * 1000),
             flag=flag,
             properties=properties,
-            reconsume_times=0,
-            max_reconsume_times=None,
             batch=len(entries) > 1,
             broker_name=batch.mq.broker_name,
             dedup=self.dedup,

@@ -16,7 +16,8 @@ PULL_MESSAGE (11) uses RocketMQ 5's optional ``maxMsgBytes`` to cap a pull's byt
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from remoting.codes import RequestCode
 from remoting.headers import Fields
@@ -51,22 +52,28 @@ PULL_CLASS_FILTER = 0x8
 PULL_LITE = 0x10
 
 
-@dataclass(slots=True)
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True, kw_only=True)
 class SendHeader:
+    """One send request's header; senders name what differs from RocketMQ's defaults."""
+
     producer_group: str
     topic: str
-    default_topic: str
-    default_topic_queue_nums: int
     queue_id: int
-    sys_flag: int
-    born_timestamp: int
-    flag: int
-    properties: str
-    reconsume_times: int
-    max_reconsume_times: int | None
-    batch: bool
-    broker_name: str | None
-    dedup: bool
+    default_topic: str = DEFAULT_TOPIC
+    default_topic_queue_nums: int = 4
+    sys_flag: int = 0
+    born_timestamp: int = field(default_factory=_now_ms)
+    flag: int = 0
+    properties: str = ""
+    reconsume_times: int = 0
+    max_reconsume_times: int | None = None
+    batch: bool = False
+    broker_name: str | None = None
+    dedup: bool = False
     timeout_millis: int | None = None  # pyrmq: what the sender still waits, ms (``TIMEOUT_FIELD``)
 
     @classmethod

@@ -46,7 +46,7 @@ from connectors.spark.options import SinkOptions
 from connectors.spark.schema import SINK_COLUMNS
 from remoting.codes import SEND_OK_CODES, RequestCode, ResponseCode
 from remoting.message_codec import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, encode_batch
-from remoting.message_headers import DEFAULT_TOPIC, SendHeader
+from remoting.message_headers import SendHeader
 
 log = logging.getLogger("pyrmq.spark")
 
@@ -174,15 +174,7 @@ class _Sender:
         header = SendHeader(
             producer_group=self.opts.producer_group,
             topic=k[0],
-            default_topic=DEFAULT_TOPIC,
-            default_topic_queue_nums=4,
             queue_id=k[2],
-            sys_flag=0,
-            born_timestamp=int(time.time() * 1000),
-            flag=0,
-            properties="",
-            reconsume_times=0,
-            max_reconsume_times=None,
             batch=True,
             broker_name=k[1],
             dedup=True,

@@ -7,7 +7,6 @@ loop per call, independently of the connector under test.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -15,7 +14,7 @@ from client.admin import AdminClient
 from remoting.codes import SEND_OK_CODES, RequestCode, ResponseCode
 from remoting.frame_codec import RemotingCommand
 from remoting.message_codec import StoredMessage, encode_batch, iter_records
-from remoting.message_headers import DEFAULT_TOPIC, PULL_SUBSCRIPTION, PullHeader, SendHeader
+from remoting.message_headers import PULL_SUBSCRIPTION, PullHeader, SendHeader
 from tests.support.waiting import wait_until
 
 T = TypeVar("T")
@@ -58,18 +57,8 @@ def send(
                 header = SendHeader(
                     producer_group="spark-tests",
                     topic=topic,
-                    default_topic=DEFAULT_TOPIC,
-                    default_topic_queue_nums=4,
                     queue_id=qid,
-                    sys_flag=0,
-                    born_timestamp=int(time.time() * 1000),
-                    flag=0,
-                    properties="",
-                    reconsume_times=0,
-                    max_reconsume_times=None,
                     batch=True,
-                    broker_name=None,
-                    dedup=False,
                 )
                 request = RemotingCommand(
                     RequestCode.SEND_BATCH_MESSAGE, ext=header.to_v2(), body=encode_batch((0, b, props) for b in chunk)

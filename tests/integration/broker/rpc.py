@@ -8,7 +8,6 @@ the typed helpers (``send``, ``pull``, ``heartbeat``, offsets, admin) wrap it an
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,17 +153,14 @@ def send_ext(
     header = SendHeader(
         producer_group=producer_group,
         topic=topic,
-        default_topic="TBW102",
         default_topic_queue_nums=default_topic_queue_nums,
         queue_id=queue_id,
         sys_flag=sys_flag,
-        born_timestamp=int(time.time() * 1000),
         flag=flag,
         properties=properties,
         reconsume_times=reconsume_times,
         max_reconsume_times=max_reconsume_times,
         batch=code == RequestCode.SEND_BATCH_MESSAGE,
-        broker_name=None,
         dedup=dedup,
     )
     ext = header.to_v2()

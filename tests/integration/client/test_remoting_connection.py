@@ -5,7 +5,6 @@ restart, close()."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import defaultdict
 
 import pytest
@@ -33,18 +32,7 @@ def send_cmd(topic: str, queue_id: int, body: bytes) -> RemotingCommand:
     header = SendHeader(
         producer_group=unique("PG_x"),
         topic=topic,
-        default_topic="TBW102",
-        default_topic_queue_nums=4,
         queue_id=queue_id,
-        sys_flag=0,
-        born_timestamp=int(time.time() * 1000),
-        flag=0,
-        properties="",
-        reconsume_times=0,
-        max_reconsume_times=None,
-        batch=False,
-        broker_name=None,
-        dedup=False,
     )
     return command(RequestCode.SEND_MESSAGE_V2, header.to_v2(), body)
 

@@ -54,7 +54,7 @@ def test_send_header_v1_and_v2_parse_alike():
 
 
 def test_send_header_carries_the_senders_timeout_only_when_set():
-    base = SendHeader("g", "T", "TBW102", 4, 0, 0, 5, 0, "", 0, None, False, None, False)
+    base = SendHeader(producer_group="g", topic="T", queue_id=0, born_timestamp=5)
     assert "timeoutMillis" not in base.to_v2() and SendHeader.parse(310, base.to_v2()).timeout_millis is None
     base.timeout_millis = 4500
     assert base.to_v2()["timeoutMillis"] == "4500" and SendHeader.parse(310, base.to_v2()) == base
