@@ -14,6 +14,7 @@ says why the client cannot run on this machine.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -25,6 +26,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from client.admin import AdminClient
 from tests.integration.ctl.cli import ok_json
 from tests.support.procs import REPO_ROOT, Broker, Namesrv
 from tests.support.waiting import wait_until
@@ -154,6 +156,23 @@ def create_topic(group: Group, topic: str, queues: int) -> None:
         return nums == [queues] and {group.master.addr, group.slave.addr} <= addrs
 
     wait_until(routed, READY_S, lambda: f"topicRoute never listed {topic} with {queues} queues on master and slave")
+    # The slave learns topics by its metadata sync (every 10 s); until then it answers TOPIC_NOT_EXIST to pulls, so
+    # a test that kills the master must not start before the slave knows the topic.
+    wait_until(
+        lambda: slave_knows_topic(group, topic),
+        READY_S,
+        lambda: f"the slave {group.slave.addr} never synced topic {topic} from its master",
+        interval_s=0.5,
+    )
+
+
+def slave_knows_topic(group: Group, topic: str) -> bool:
+    async def ask() -> bool:
+        async with AdminClient(group.namesrv_addr) as admin:
+            configs = await admin.all_topic_configs(group.slave.addr)
+        return any(c.topic_name == topic for c in configs.topic_configs)
+
+    return asyncio.run(ask())
 
 
 def progress(group: Group, consumer_group: str | None, topic: str | None = None) -> dict | list:
