@@ -37,11 +37,10 @@ async def test_sync_full_slave_disk_without_forced_cleanup_loses_no_send_ok(chao
     assert not result.problems, summary(result)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "finding (issue 12 chaos tier): under disk pressure the slave force-deletes its oldest commitlog file "
-    "(RocketMQ's forced cleanup above diskSpaceCleanForciblyRatio=85), so SEND_OK messages are gone from the slave "
-    "while its consume queues still list them; a destroyed master then loses them"))
 async def test_sync_full_slave_disk_with_default_cleanup_loses_no_send_ok(chaos):
+    # The chaos tier found that the slave force-deleted unexpired files above diskSpaceCleanForciblyRatio (85 %),
+    # RocketMQ's forced cleanup, and a destroyed master then lost those SEND_OK messages. A slave now deletes only
+    # expired files and stops taking replication while its disk is full.
     spec = ClusterSpec(Mode.SYNC, slave_conf={"cleanResourceInterval": 1000})  # the cleanup runs during the fault
     result = await chaos(spec, "sync_disk_full_default", [Fault("disk-full-slave", 8)], needs=("disk-full-slave",))
     assert not result.problems, summary(result)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.config import BrokerRole
 from broker.store.message_store import MessageStore
 from broker.store.types import GetStatus, PutStatus
 from tests.support.waiting import async_wait_until
@@ -76,6 +77,28 @@ async def test_disk_pressure_deletes_unexpired_files_until_under_the_forcible_ra
         assert s.min_phy_offset == 2 * SMALL_FILE
     finally:
         await s.stop()
+
+
+async def test_a_slave_under_disk_pressure_keeps_unexpired_files(tmp_path):
+    """A slave's copy is what a SYNC_MASTER's SEND_OK promised: disk pressure never deletes it before it expires."""
+    root = tmp_path / "s"
+    master = MessageStore(small_config(root, file_reserved_time=72, delete_when="99"))
+    await master.start()
+    for i in range(200):  # ~3.3 files of 64 KiB, none expired
+        await master.put_messages("T", i % 2, [draft(b"x" * 1000)])
+    await master.stop()
+    slave = MessageStore(small_config(root, file_reserved_time=72, delete_when="99", broker_role=BrokerRole.SLAVE))
+    await slave.start()
+    try:
+        files = len(slave._commitlog.files.files)
+        slave.disk.used_ratio = lambda: 0.99  # far above diskSpaceCleanForciblyRatio (85 %)
+        assert slave._cleanup.run_once() == 0
+        assert len(slave._commitlog.files.files) == files and slave.min_phy_offset == 0
+        old = time.time() - 100 * 3600
+        os.utime(slave._commitlog.files.files[0].path, (old, old))
+        assert slave._cleanup.run_once() == 1, "an expired file still goes"
+    finally:
+        await slave.stop()
 
 
 async def test_disk_over_the_warning_level_refuses_writes_and_writes_nothing(tmp_path):
