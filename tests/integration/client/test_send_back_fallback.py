@@ -59,6 +59,9 @@ async def test_a_message_failed_while_its_master_is_down_is_retried_through_anot
         pull_retry_delay_s=0.5,
         local_retry_delay_s=0.5,
         membership_poll_interval_s=0.5,
+        # The retry topic reaches the nameserver after the first heartbeat, maybe after the consumer's first route
+        # look-up; the default 30 s refresh would then be this test's whole wait.
+        poll_name_server_interval_s=1.0,
     )
     consumer.subscribe(topic)
     consumer.register_message_listener(listener)
