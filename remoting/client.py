@@ -50,6 +50,11 @@ class RemotingClient:
             )
         return processor(conn, cmd)
 
+    @property
+    def connecting(self) -> frozenset[str]:
+        """Addresses with a connect in flight."""
+        return frozenset(self._connecting)
+
     def cached(self, addr: str) -> Connection | None:
         conn = self._conns.get(addr)
         return conn if conn is not None and conn.is_open else None

@@ -37,6 +37,15 @@ def send_cmd(topic: str, queue_id: int, body: bytes) -> RemotingCommand:
     return command(RequestCode.SEND_MESSAGE_V2, header.to_v2(), body)
 
 
+async def wait_held(admin, addr: str, count: int = 1) -> None:
+    """Until the broker reports ``count`` pulls parked by long polling (its runtime info's heldPullRequests)."""
+
+    async def held() -> bool:
+        return int((await admin.broker_runtime_info(addr))["heldPullRequests"]) == count
+
+    await wait_for(held, 5.0, f"{count} pull(s) held by the broker at {addr}")
+
+
 def pull_cmd(group: str, topic: str, queue_id: int, offset: int, *, max_nums: int = 32, suspend_ms: int = 0):
     header = PullHeader(
         consumer_group=group,
@@ -111,8 +120,7 @@ async def test_a_held_pull_does_not_delay_a_send_on_the_same_connection(broker, 
     await create_topic(admin, broker, topic, queues=1)
     held = asyncio.ensure_future(remoting.invoke(broker.addr, pull_cmd(group, topic, 0, 0, suspend_ms=5000), 10.0))
     try:
-        await wait_for(lambda: remoting.client.cached(broker.addr) is not None, 5.0, "the connection to open")
-        await asyncio.sleep(0.3)
+        await wait_held(admin, broker.addr)
         assert not held.done(), "the pull at the max offset was answered instead of held"
         sent = await asyncio.wait_for(remoting.invoke(broker.addr, send_cmd(topic, 0, b"wake-up"), 5.0), 5.0)
         assert sent.code == ResponseCode.SUCCESS and sent.ext["queueOffset"] == "0"
@@ -161,7 +169,7 @@ async def test_a_broker_crash_fails_the_held_pull_and_the_same_client_works_afte
         sent = await remoting.invoke(broker.addr, send_cmd(topic, 0, b"before-crash"), 5.0)
         assert sent.code == ResponseCode.SUCCESS
         held = asyncio.ensure_future(remoting.invoke(broker.addr, pull_cmd(group, topic, 0, 1, suspend_ms=8000), 10.0))
-        await asyncio.sleep(0.3)
+        await wait_held(admin, broker.addr)
         assert not held.done()
         broker.kill()
         with pytest.raises(BrokerUnreachableError) as err:
@@ -191,8 +199,7 @@ async def test_close_fails_a_held_pull_at_once_and_takes_no_more_calls(broker, a
     await create_topic(admin, broker, topic, queues=1)
     remoting = ClientRemoting()
     held = asyncio.ensure_future(remoting.invoke(broker.addr, pull_cmd(group, topic, 0, 0, suspend_ms=5000), 10.0))
-    await wait_for(lambda: remoting.client.cached(broker.addr) is not None, 5.0, "the connection to open")
-    await asyncio.sleep(0.2)
+    await wait_held(admin, broker.addr)
     assert not held.done()
     await asyncio.wait_for(remoting.close(), 2.0)
     with pytest.raises(BrokerUnreachableError):

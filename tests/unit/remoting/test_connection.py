@@ -115,7 +115,8 @@ async def test_closing_a_client_ends_a_connect_that_hangs_so_no_task_outlives_it
     cli = RemotingClient(connect_timeout_s=30)
     call = asyncio.ensure_future(cli.invoke(f"127.0.0.1:{port}", RemotingCommand(ECHO), 30))
     try:
-        await asyncio.sleep(0.3)
+        addr = f"127.0.0.1:{port}"
+        await async_wait_until(lambda: addr in cli.connecting, 5, "the connect to start")
         assert not call.done(), "the connect was expected to hang on the full accept queue"
         call.cancel()
         await cli.close()
