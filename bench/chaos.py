@@ -11,7 +11,7 @@ notes are recoveries that did not come in time.
 ``python -m bench.chaos --schedules 20 --faults 8`` is the long run (about half a minute per fault on a 2-core
 box); ``python -m bench`` runs 2 schedules of 4 faults. ``--no-forced-cleanup`` sets the slave's
 diskSpaceCleanForciblyRatio=100, so a full slave disk checks the full disk alone (see the tier's xfail for what
-the forced cleanup does). Writes ``bench/results/chaos.json``. Uses tests/support/procs.py for the processes.
+the forced cleanup does). Writes ``bench/results/chaos.json``. Uses harness/procs.py for the processes.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from bench.report import print_table, write_json
 from harness.chaos.cluster import ChaosCluster, ClusterSpec
 from harness.chaos.schedule import FAULT_KINDS, ScheduleResult, ScheduleRunner, random_faults
 from harness.checker import Mode
-from tests.support import procs
+from harness import procs
 
 
 async def run_one(index: int, mode: Mode, faults, workdir: Path, rate: float, slave_conf: dict) -> ScheduleResult:

@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 from bench.report import print_table, write_json
 from common import event_loop
 from client import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
-from tests.support.procs import Broker, Namesrv
+from harness.procs import Broker, Namesrv
 
 MiB = 1024 * 1024
 VARIANTS = {  # producer settings; "roundrobin" is the producer before pipelining and sticky queues

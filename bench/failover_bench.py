@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bench.report import median_of, print_table, write_json
 from client import AdminClient, Message, MessageQueue, Producer, PullConsumer, PullStatus
-from tests.support.procs import Broker, Namesrv
+from harness.procs import Broker, Namesrv
 
 TOPIC = "FailoverBench"
 BROKER = "broker-f"

@@ -5,7 +5,7 @@ Starts a nameserver and one broker (ASYNC_MASTER, ASYNC_FLUSH) as real processes
 then, on a fresh topic each:
 
 - ``rmq5_send``: the official Producer sends ``--count`` small messages one at a time (``producer.send``, each a
-  SendMessage call) from its own process (tests/compat/rocketmq5.py, its own venv);
+  SendMessage call) from its own process (harness/rocketmq5.py, its own venv);
 - ``rmq5_receive``: an official SimpleConsumer receives (batch 32) and acks each message (one AckMessage per
   message, as the client does) until the topic is drained;
 - ``sdk_send``: the SDK Producer sends the same bodies one at a time (``await producer.send``, one remoting send
@@ -34,8 +34,8 @@ from bench.e2e_bench import cpu_s, settle
 from bench.report import print_table, write_json
 from client import AdminClient, Message, Producer
 from common import event_loop
-from tests.compat.rocketmq5 import Rmq5Client, client_python
-from tests.support.procs import Broker, Namesrv
+from harness.rocketmq5 import Rmq5Client, client_python
+from harness.procs import Broker, Namesrv
 
 
 async def make_topic(ns_addr: str, broker: Broker, topic: str, queues: int) -> None:

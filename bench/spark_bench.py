@@ -26,9 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.report import print_table, write_json
-from tests.spark.cluster import create_topic, read_topic, send
-from tests.spark.conftest import build_session
-from tests.support.procs import Broker, Namesrv
+from harness.spark_cluster import create_topic, read_topic, send
+from harness.spark_session import build_session
+from harness.procs import Broker, Namesrv
 
 BODY = b"x" * 1024
 

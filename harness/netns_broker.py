@@ -1,6 +1,6 @@
 """``python -m harness.netns_broker -c broker.conf``: the broker, run inside a network namespace.
 
-The process harness (tests/support/procs.py) starts ``python -m <module> -c <conf>`` and has no command prefix
+The process harness (harness/procs.py) starts ``python -m <module> -c <conf>`` and has no command prefix
 for ``ip netns exec``; so this module stands in for ``broker`` (set ``Broker.module``): same arguments, same log,
 same readiness line, and the PID is the broker's own (SIGSTOP, SIGKILL and SIGTERM reach it directly). It reads
 the namespace's name from ``<broker.conf>.netns`` (``write_netns_file``) and joins it with setns(2) before the

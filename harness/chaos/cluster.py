@@ -3,7 +3,7 @@ schedules inject (spec/reliability.md §5: F3, F4, F6, F7, N1, C7).
 
 The processes come from the caller's process harness (``procs``: anything with ``Namesrv(workdir)`` and
 ``Broker(workdir, name=, namesrv_addr=, role=, broker_id=, **conf)`` objects that ``start``, ``stop``, ``kill``,
-``pause`` and ``resume``, e.g. tests/support/procs.py), so this module does not import the tests.
+``pause`` and ``resume``, e.g. harness/procs.py).
 
 Where the machine allows it (root), the slave runs in a network namespace of its own (``harness.netns``), so
 the master-slave HA link can be partitioned alone, and its store sits on a small tmpfs (``harness.small_disk``),

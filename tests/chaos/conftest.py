@@ -1,6 +1,6 @@
 """The chaos tier: real nameserver, master and slave processes under scheduled faults, judged by harness.checker.
 
-A cluster per test (tests/support/procs.py processes; the slave in a network namespace and on a small tmpfs where
+A cluster per test (harness/procs.py processes; the slave in a network namespace and on a small tmpfs where
 the machine allows it, see harness/chaos/cluster.py). The longer runs with random schedules are bench/chaos.py.
 """
 
@@ -12,7 +12,7 @@ import pytest
 
 from harness.chaos.cluster import ChaosCluster, ClusterSpec
 from harness.chaos.schedule import Fault, ScheduleResult, ScheduleRunner
-from tests.support import procs
+from harness import procs
 
 
 def summary(result: ScheduleResult) -> str:

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from client.admin import AdminClient
 from tests.integration.ctl.cli import ok_json
-from tests.support.procs import REPO_ROOT, Broker, Namesrv
-from tests.support.waiting import wait_until
+from harness.procs import REPO_ROOT, Broker, Namesrv
+from harness.waiting import wait_until
 
 CLUSTER = "DefaultCluster"
 BROKER_NAME = "broker-cpp"

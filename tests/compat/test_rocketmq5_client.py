@@ -25,11 +25,11 @@ from broker.grpc_v2.pop.state import TAG_ACK, TAG_CK, Ack, Checkpoint, PopState
 from broker.grpc_v2.service import MAX_STREAMS_PER_CONNECTION, SETTINGS_WAIT_S
 from remoting.codes import RequestCode
 from tests.compat import harness
-from tests.compat.rocketmq5 import ClientError, Rmq5Client, client_python
+from harness.rocketmq5 import ClientError, Rmq5Client, client_python
 from tests.integration.broker.rpc import BrokerClient, group_config
 from tests.integration.ctl.cli import ok_json
-from tests.support.procs import Broker, Namesrv
-from tests.support.waiting import wait_until
+from harness.procs import Broker, Namesrv
+from harness.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.compat.harness import BROKER_NAME, create_topic, progress, unique
 from tests.integration.ctl.cli import ok_json
-from tests.support.waiting import wait_until
+from harness.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

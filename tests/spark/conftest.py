@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from tests.support.procs import REPO_ROOT, Broker, Namesrv
+from harness.procs import Broker, Namesrv
+from harness.spark_session import build_session
 
 
 def _missing() -> str | None:
@@ -34,43 +35,6 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "tests/spark/" in str(item.fspath).replace(os.sep, "/"):
                 item.add_marker(skip)
-
-
-def spark_env() -> dict[str, str]:
-    return {
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    }
-
-
-def build_session(warehouse: str):
-    """The fast local configuration of spec/spark-connector.md §7."""
-    os.environ.update(spark_env())
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("pyrmq-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.warehouse.dir", warehouse)
-        .config("spark.sql.streaming.numRecentProgressUpdates", "50")
-        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    from connectors.spark import register
-
-    register(spark)
-    return spark
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 def main(argv: list[str]) -> int:
     namesrv, topic, checkpoint, output, mode = argv
-    from tests.spark.conftest import build_session
+    from harness.spark_session import build_session
 
     spark = build_session(str(Path(checkpoint).parent / "warehouse"))
     df = (

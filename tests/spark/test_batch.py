@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.spark.cluster import create_topic, read_topic, send
+from harness.spark_cluster import create_topic, read_topic, send
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +77,7 @@ def test_a_batch_write_sends_every_row_once_with_its_tags_keys_and_properties(sp
 def test_the_example_pipeline_counts_messages_per_tag_per_minute(spark, namesrv, broker, tmp_path):
     import importlib.util
 
-    from tests.support.procs import REPO_ROOT
+    from harness.procs import REPO_ROOT
 
     spec = importlib.util.spec_from_file_location("spark_tag_counts", REPO_ROOT / "examples" / "spark_tag_counts.py")
     example = importlib.util.module_from_spec(spec)

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from tests.spark.cluster import create_topic, send
-from tests.spark.conftest import spark_env
-from tests.support.procs import REPO_ROOT
-from tests.support.waiting import wait_until
+from harness.spark_cluster import create_topic, send
+from harness.spark_session import spark_env
+from harness.procs import REPO_ROOT
+from harness.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

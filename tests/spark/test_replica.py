@@ -7,9 +7,9 @@ import urllib.request
 
 import pytest
 
-from tests.spark.cluster import create_topic, queue_max, send, topic_configs
-from tests.support.procs import Broker
-from tests.support.waiting import wait_until
+from harness.spark_cluster import create_topic, queue_max, send, topic_configs
+from harness.procs import Broker
+from harness.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

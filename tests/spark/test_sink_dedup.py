@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.spark.cluster import create_topic, read_topic
-from tests.support.procs import Broker
+from harness.spark_cluster import create_topic, read_topic
+from harness.procs import Broker
 
 pytestmark = pytest.mark.integration
 

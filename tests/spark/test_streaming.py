@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from tests.spark.cluster import create_topic, read_topic, send
+from harness.spark_cluster import create_topic, read_topic, send
 from tests.spark.flaky import FlakyCommitSource
 
 pytestmark = pytest.mark.integration
@@ -81,8 +81,8 @@ def test_a_sink_commit_that_fails_after_publishing_is_replayed_without_duplicate
 
 
 def test_with_commit_offsets_to_broker_the_group_offsets_follow_the_finished_batches(spark, namesrv, broker, tmp_path):
-    from tests.spark.cluster import committed_offset
-    from tests.support.waiting import wait_until
+    from harness.spark_cluster import committed_offset
+    from harness.waiting import wait_until
 
     topic = "SparkCommitOffsets"
     create_topic(broker.addr, namesrv.addr, topic, queues=2)

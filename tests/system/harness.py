@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from client import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer, SendStatus
 from ctl.app import app
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 from tests.system.cluster import BROKERS, NAMESRV_ADDR
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from client.admin import AdminClient, ClusterInfo
-from tests.support.waiting import wait_until
+from harness.waiting import wait_until
 from tests.system.cluster import BROKERS, NAMESRV_ADDR, SERVICES
 
 

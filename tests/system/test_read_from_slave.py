@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from client import AdminClient, PullConsumer, PullStatus
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 from tests.system.cluster import NAMESRV_ADDR
 from tests.system.harness import (
     MASTERS,

@@ -6,7 +6,7 @@ slave acks, broker-b an ASYNC_MASTER.
 
 from __future__ import annotations
 
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 from tests.system.harness import BackgroundProducer, RecordingConsumer, check, drain, ok_json, unique
 
 PER_BROKER = 3

@@ -18,7 +18,7 @@ from broker.store.types import PutStatus
 from common.metrics import BatchHistogram, MetricsServer, const_labels, new_registry
 from namesrv.metrics import NamesrvMetrics
 from namesrv.route_table import DataVersion, RouteInfoManager, TopicConfig
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 
 
 def samples(registry) -> dict[tuple[str, frozenset], float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.broker.rpc import BrokerClient, make_broker
-from tests.support.procs import Namesrv
+from harness.procs import Namesrv
 
 SHORT_DELAY_LEVELS = "1s 1s 2s"
 

@@ -31,7 +31,7 @@ from remoting.message_headers import (
     PullHeader,
     SendHeader,
 )
-from tests.support.procs import Broker
+from harness.procs import Broker
 
 FLAG_COMMIT_OFFSET = PULL_COMMIT_OFFSET
 FLAG_SUSPEND = PULL_SUSPEND
@@ -350,5 +350,5 @@ class BrokerClient:
 
 
 def make_broker(workdir: Path, **conf: object) -> Broker:
-    """A broker process for these tests (real `python -m broker`, see tests/support/procs.py)."""
+    """A broker process for these tests (real `python -m broker`, see harness/procs.py)."""
     return Broker(workdir, **conf)

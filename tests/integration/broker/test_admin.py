@@ -15,7 +15,7 @@ from remoting.codes import RequestCode
 from remoting.codes import ResponseCode as RC
 from remoting.message_codec import decode, iter_records
 from tests.integration.broker.rpc import BrokerClient, group_config, message
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from remoting.codes import ResponseCode as RC
 from remoting.frame_codec import FrameDecoder, RemotingCommand, decode
 from remoting.message_codec import encode_batch
 from tests.integration.broker.rpc import message, send_ext
-from tests.support.procs import free_port
+from harness.procs import free_port
 
 pytestmark = pytest.mark.integration
 

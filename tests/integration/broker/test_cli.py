@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.support.procs import REPO_ROOT
+from harness.procs import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 

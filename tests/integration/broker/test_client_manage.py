@@ -11,7 +11,7 @@ import pytest
 from remoting import fastjson
 from remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from tests.integration.broker.rpc import BrokerClient, message
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 
 pytestmark = pytest.mark.integration
 

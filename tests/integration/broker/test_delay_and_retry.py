@@ -11,7 +11,7 @@ from broker.store.types import SCHEDULE_TOPIC
 from remoting.codes import ResponseCode
 from remoting.message_codec import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 from tests.integration.broker.rpc import message
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from remoting.codes import ResponseCode as RC
 from remoting.frame_codec import RemotingCommand
 from remoting.message_headers import PULL_COMMIT_OFFSET, PullHeader
 from tests.integration.broker.rpc import message
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ from remoting import fastjson
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.frame_codec import RemotingCommand
-from tests.support.procs import Broker, Namesrv
-from tests.support.waiting import async_wait_until
+from harness.procs import Broker, Namesrv
+from harness.waiting import async_wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 
 from remoting.codes import ResponseCode
 from tests.integration.broker.rpc import FLAG_SUBSCRIPTION, FLAG_SUSPEND, BrokerClient, make_broker, message
-from tests.support.waiting import async_wait_until, wait_until
+from harness.waiting import async_wait_until, wait_until
 
 pytestmark = pytest.mark.integration
 

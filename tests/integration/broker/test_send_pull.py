@@ -11,7 +11,7 @@ import pytest
 from remoting.codes import RequestCode, ResponseCode
 from remoting.message_codec import parse_offset_msg_id
 from tests.integration.broker.rpc import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND, message
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 
 from remoting.codes import ResponseCode
 from tests.integration.broker.rpc import BrokerClient, make_broker, message
-from tests.support.procs import REPO_ROOT, free_port, write_conf
+from harness.procs import REPO_ROOT, free_port, write_conf
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from client import AdminClient, ConsumeStatus, MessageExt
-from tests.support.procs import Broker, Namesrv
+from harness.procs import Broker, Namesrv
 
 # Level 1 = 1 s, level 2 = 2 s; retries (level 3 + reconsumeTimes, capped at the top level) wait 1 s.
 SHORT_DELAY_LEVELS = "1s 2s 1s"
@@ -61,7 +61,7 @@ async def create_topic(admin: AdminClient, broker: Broker, topic: str, queues: i
 
 
 async def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.05):
-    from tests.support.waiting import async_wait_until
+    from harness.waiting import async_wait_until
 
     return await async_wait_until(condition, timeout_s, f"waiting for {what}", interval_s)
 

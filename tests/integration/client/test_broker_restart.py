@@ -6,7 +6,7 @@ import pytest
 
 from client import ConsumeFromWhere, Message, Producer, PushConsumer, SendStatus
 from tests.integration.client.conftest import Recorder, create_topic, unique, wait_for
-from tests.support.procs import Broker
+from harness.procs import Broker
 
 pytestmark = pytest.mark.integration
 

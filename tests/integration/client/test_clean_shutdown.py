@@ -18,8 +18,8 @@ import pytest
 
 from client import AdminClient, ConsumeStatus, Message, Producer, PullConsumer, PushConsumer
 from tests.integration.client.conftest import unique
-from tests.support.procs import Broker
-from tests.support.waiting import async_wait_until
+from harness.procs import Broker
+from harness.waiting import async_wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from client import (
 )
 from remoting.codes import ResponseCode
 from tests.integration.client.conftest import create_topic, unique
-from tests.support.procs import Broker, free_port
+from harness.procs import Broker, free_port
 
 pytestmark = pytest.mark.integration
 

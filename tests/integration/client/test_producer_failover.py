@@ -8,7 +8,7 @@ import pytest
 
 from client import Message, Producer, SendStatus
 from tests.integration.client.conftest import unique, wait_for
-from tests.support.procs import Broker
+from harness.procs import Broker
 
 pytestmark = pytest.mark.integration
 

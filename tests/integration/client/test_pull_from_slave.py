@@ -15,7 +15,7 @@ from client import (
     PushConsumer,
 )
 from tests.integration.client.conftest import Recorder, create_topic, unique, wait_for
-from tests.support.procs import Broker
+from harness.procs import Broker
 
 pytestmark = pytest.mark.integration
 

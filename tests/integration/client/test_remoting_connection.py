@@ -16,7 +16,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.frame_codec import RemotingCommand
 from remoting.message_headers import PULL_SUBSCRIPTION, PULL_SUSPEND, PullHeader, SendHeader
 from tests.integration.client.conftest import create_topic, unique, wait_for
-from tests.support.procs import Broker
+from harness.procs import Broker
 
 pytestmark = pytest.mark.integration
 

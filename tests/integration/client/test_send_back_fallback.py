@@ -9,7 +9,7 @@ import pytest
 
 from client import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
 from tests.integration.client.conftest import SHORT_DELAY_LEVELS, unique, wait_for
-from tests.support.procs import Broker
+from harness.procs import Broker
 
 pytestmark = pytest.mark.integration
 

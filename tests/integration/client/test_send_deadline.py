@@ -14,7 +14,7 @@ from client import Message, Producer, SendStatus
 from remoting.codes import ResponseCode
 from tests.integration.broker.rpc import BrokerClient, message
 from tests.integration.client.conftest import create_topic, unique, wait_for
-from tests.support.procs import Broker
+from harness.procs import Broker
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.ctl.cli import CLUSTER, ok_json
-from tests.support.procs import Broker, Namesrv
-from tests.support.waiting import wait_until
+from harness.procs import Broker, Namesrv
+from harness.waiting import wait_until
 
 BOOT_TIMEOUT_S = 30.0
 

@@ -11,7 +11,7 @@ import pytest
 
 from ctl.dev import MEMBERS, alive, paths
 from tests.integration.ctl.cli import mqctl, ok, ok_json
-from tests.support.waiting import wait_until
+from harness.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

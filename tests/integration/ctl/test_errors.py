@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.integration.ctl.cli import mqctl
-from tests.support.procs import REPO_ROOT, free_port
+from harness.procs import REPO_ROOT, free_port
 
 pytestmark = pytest.mark.integration
 

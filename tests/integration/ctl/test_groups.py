@@ -9,7 +9,7 @@ import pytest
 from client.admin import AdminClient
 from client.admin_bodies import SubscriptionGroupConfig
 from tests.integration.ctl.cli import CLUSTER, mqctl, ok, ok_json, unique
-from tests.support.waiting import wait_until
+from harness.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.support.procs import REPO_ROOT, free_port
+from harness.procs import REPO_ROOT, free_port
 
 pytestmark = pytest.mark.integration
 

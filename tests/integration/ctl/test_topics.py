@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.integration.ctl.cli import CLUSTER, mqctl, ok, ok_json, unique
-from tests.support.waiting import wait_until
+from harness.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from tests.support.procs import free_port
-from tests.support.waiting import wait_until
+from harness.procs import free_port
+from harness.waiting import wait_until
 
 INSTALL_TIMEOUT_S = 600
 

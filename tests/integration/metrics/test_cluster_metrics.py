@@ -15,8 +15,8 @@ from remoting.frame_codec import RemotingCommand
 from tests.integration.broker.rpc import BrokerClient, message
 from tests.integration.metrics.conftest import dashboard_queries
 from tests.integration.metrics.prom import PrometheusServer
-from tests.support.procs import Broker, Namesrv
-from tests.support.waiting import async_wait_until, wait_until
+from harness.procs import Broker, Namesrv
+from harness.waiting import async_wait_until, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -18,7 +18,7 @@ from namesrv.metrics import NamesrvMetrics
 from namesrv.route_table import DataVersion, RouteInfoManager, TopicConfig
 from tests.integration.metrics.conftest import dashboard_queries
 from tests.integration.metrics.prom import PrometheusServer
-from tests.support.waiting import wait_until
+from harness.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker.metrics import SERIES_LIMIT
 from remoting.codes import ResponseCode
 from tests.integration.broker.rpc import BrokerClient, message
-from tests.support.procs import Broker, Namesrv
+from harness.procs import Broker, Namesrv
 
 pytestmark = pytest.mark.integration
 

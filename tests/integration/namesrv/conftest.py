@@ -14,7 +14,7 @@ from remoting import fastjson
 from remoting.client import RemotingClient
 from remoting.codes import CURRENT_VERSION, RequestCode
 from remoting.frame_codec import RemotingCommand
-from tests.support.procs import Namesrv
+from harness.procs import Namesrv
 
 _unique = itertools.count(1)
 TIMEOUT_S = 5.0

@@ -11,8 +11,8 @@ from broker.metadata.topics import TopicConfig, TopicConfigManager
 from broker.registration import RegistrationService
 from remoting import fastjson
 from tests.integration.namesrv.conftest import route, route_addrs
-from tests.support.procs import Namesrv, free_port, write_conf
-from tests.support.waiting import async_wait_until
+from harness.procs import Namesrv, free_port, write_conf
+from harness.waiting import async_wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from remoting import fastjson
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from tests.integration.namesrv.conftest import Names, register, request, route
-from tests.support.procs import Namesrv
+from harness.procs import Namesrv
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ import pytest
 
 from remoting.client import RemotingClient
 from tests.integration.namesrv.conftest import Names, register, route_addrs, route_is
-from tests.support.procs import REPO_ROOT, Namesrv
-from tests.support.waiting import async_wait_until
+from harness.procs import REPO_ROOT, Namesrv
+from harness.waiting import async_wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import pytest
 
 from remoting.client import RemotingClient
 from tests.integration.namesrv.conftest import Names, register
-from tests.support.procs import NAMESRV_READY, REPO_ROOT, Namesrv
+from harness.procs import NAMESRV_READY, REPO_ROOT, Namesrv
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ from tests.integration.namesrv.conftest import (
     route,
     route_addrs,
 )
-from tests.support.procs import Namesrv
+from harness.procs import Namesrv
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.replication import helpers
-from tests.support.procs import Namesrv
+from harness.procs import Namesrv
 
 
 @pytest.fixture(autouse=True)

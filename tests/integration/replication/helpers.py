@@ -1,6 +1,6 @@
 """Shared pieces of the replication process tests: start a group, read HA status, compare commitlogs, drain queues.
 
-Every wait is bounded (tests/support/waiting.py) and generous: the box has 2 shared cores.
+Every wait is bounded (harness/waiting.py) and generous: the box has 2 shared cores.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 from client.admin_bodies import HAStatus, parse_ha_status
 from remoting.codes import RequestCode
 from tests.integration.broker.rpc import BrokerClient, message
-from tests.support.procs import Broker, Namesrv
-from tests.support.waiting import async_wait_until
+from harness.procs import Broker, Namesrv
+from harness.waiting import async_wait_until
 
 SEND_OK, FLUSH_DISK_TIMEOUT, SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT = 0, 10, 11, 12
 TOPIC_NOT_EXIST = 17

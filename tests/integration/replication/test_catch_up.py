@@ -27,8 +27,8 @@ from tests.integration.replication.helpers import (
     wait_slave_knows_topic,
     wait_slaves_ok,
 )
-from tests.support.procs import Broker
-from tests.support.waiting import async_wait_until, wait_until
+from harness.procs import Broker
+from harness.waiting import async_wait_until, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -23,11 +23,11 @@ from tests.integration.replication.helpers import (
     slave_states,
     wait_slaves_ok,
 )
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
 
-CLUSTER = "DefaultCluster"  # tests/support/procs.py's default
+CLUSTER = "DefaultCluster"  # harness/procs.py's default
 
 
 class ForgedPeer:

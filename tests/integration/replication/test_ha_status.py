@@ -11,7 +11,7 @@ import pytest
 from client import AdminClient
 from tests.integration.broker.rpc import BrokerClient
 from tests.integration.replication.helpers import SEND_OK, ha, master, send_batches, slave, wait_caught_up
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -30,8 +30,8 @@ from client import (
 from remoting.errors import RemotingError
 from tests.integration.broker.rpc import BrokerClient
 from tests.integration.replication.helpers import master, slave, wait_slave_knows_topic, wait_slaves_ok
-from tests.support.procs import Broker
-from tests.support.waiting import async_wait_until
+from harness.procs import Broker
+from harness.waiting import async_wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 

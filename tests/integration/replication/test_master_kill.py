@@ -19,8 +19,8 @@ import pytest
 from remoting.errors import RemotingError
 from tests.integration.broker.rpc import BrokerClient, message
 from tests.integration.replication.helpers import ha
-from tests.support.procs import Broker, Namesrv
-from tests.support.waiting import async_wait_until
+from harness.procs import Broker, Namesrv
+from harness.waiting import async_wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
 

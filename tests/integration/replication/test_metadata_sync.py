@@ -13,8 +13,8 @@ from client import AdminClient
 from remoting.codes import RequestCode
 from tests.integration.broker.rpc import BrokerClient, group_config, message
 from tests.integration.replication.helpers import master, slave, wait_sync_rounds
-from tests.support.procs import Broker
-from tests.support.waiting import async_wait_until
+from harness.procs import Broker
+from harness.waiting import async_wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
 

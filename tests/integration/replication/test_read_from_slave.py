@@ -12,7 +12,7 @@ import pytest
 from client import AdminClient, MessageQueue, PullConsumer, PullStatus
 from tests.integration.broker.rpc import BrokerClient, message
 from tests.integration.replication.helpers import SEND_OK, master, slave, wait_caught_up, wait_slaves_ok
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -28,7 +28,7 @@ from tests.integration.replication.helpers import (
     wait_slave_knows_topic,
     wait_slaves_ok,
 )
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
 

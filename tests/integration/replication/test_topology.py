@@ -19,8 +19,8 @@ from tests.integration.replication.helpers import (
     wait_slave_knows_topic,
     wait_slaves_ok,
 )
-from tests.support.procs import Broker, free_port
-from tests.support.waiting import async_wait_until
+from harness.procs import Broker, free_port
+from harness.waiting import async_wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
 

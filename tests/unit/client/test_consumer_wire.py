@@ -12,7 +12,7 @@ from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
 from remoting.message_codec import string_to_properties
 from remoting.message_headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 from tests.unit.client.fake_cluster import FakeCluster
 
 

@@ -17,7 +17,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.frame_codec import RemotingCommand, response_to
 from remoting.message_codec import decode_batch, java_string_hash, string_to_properties
 from remoting.server import RemotingServer
-from tests.support.procs import free_port
+from harness.procs import free_port
 from tests.unit.client.fake_cluster import FakeCluster
 
 

@@ -18,7 +18,7 @@ from broker.ha.service import HAService
 from broker.store.message_store import MessageStore
 from broker.store.types import MessageDraft
 from remoting import ha_codec
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 
 FILE_SIZE = 1024 * 1024
 CLUSTER = "TestCluster"

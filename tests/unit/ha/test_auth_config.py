@@ -14,7 +14,7 @@ import pytest
 from broker.__main__ import render
 from broker.config import load_broker_settings
 from common.errors import ConfigError
-from tests.support.procs import REPO_ROOT
+from harness.procs import REPO_ROOT
 
 SECRET = "0123456789abcdef0123456789abcdef"
 

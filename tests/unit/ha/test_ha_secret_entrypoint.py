@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from tests.support.procs import REPO_ROOT
+from harness.procs import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "deploy" / "images" / "ha_secret.py"
 READ = "import os, sys; sys.stdout.write(open(os.environ['HA_AUTH_SECRET_FILE']).read()); print(os.getpid())"

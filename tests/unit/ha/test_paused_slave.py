@@ -12,8 +12,8 @@ import pytest
 
 from broker.config import BrokerRole
 from broker.store.types import PutStatus
-from tests.support.procs import REPO_ROOT
-from tests.support.waiting import async_wait_until
+from harness.procs import REPO_ROOT
+from harness.waiting import async_wait_until
 from tests.unit.ha import harness as h
 
 pytestmark = pytest.mark.timeout(60)

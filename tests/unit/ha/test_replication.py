@@ -12,7 +12,7 @@ import pytest
 from broker.config import BrokerRole, CatchUpFrom
 from broker.store.types import PutStatus
 from remoting import ha_codec
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 from tests.unit.ha import harness as h
 
 pytestmark = pytest.mark.timeout(120)

@@ -27,7 +27,7 @@ from remoting.client import RemotingClient
 from remoting.codes import RequestCode
 from remoting.frame_codec import RemotingCommand, response_to
 from remoting.server import RemotingServer
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 from tests.unit.ha.harness import free_port, settings
 
 pytestmark = pytest.mark.timeout(60)

@@ -15,7 +15,7 @@ from remoting.errors import RemotingClosedError, RemotingTimeoutError
 from remoting.frame_codec import FrameDecoder, RemotingCommand, decode, encode_bytes, response_to
 from remoting.headers import Fields
 from remoting.server import RemotingServer
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 
 ECHO, SLOW, HOLD, BIG, NEEDS_INT, BOOM = 1, 2, 3, 4, 5, 6
 

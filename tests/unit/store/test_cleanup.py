@@ -13,7 +13,7 @@ import pytest
 from broker.config import BrokerRole
 from broker.store.message_store import MessageStore
 from broker.store.types import GetStatus, PutStatus
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 
 from .conftest import SMALL_FILE, assert_queues_match_commitlog, draft, small_config
 

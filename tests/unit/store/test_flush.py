@@ -10,7 +10,7 @@ from broker.config import FlushDiskType
 from broker.store.flush import GroupCommitService
 from broker.store.message_store import MessageStore
 from broker.store.types import PutStatus
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 
 from .conftest import draft, small_config
 

@@ -11,7 +11,7 @@ from broker.config import BrokerRole
 from broker.store.message_store import MessageStore, StoreLockedError
 from broker.store.types import GetStatus, MessageDraft, PutStatus
 from remoting.message_codec import TagFilter, iter_records
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 
 from .conftest import SMALL_FILE, assert_queues_match_commitlog, draft, replace, small_config
 

@@ -11,7 +11,7 @@ import pytest
 from broker.config import BrokerRole
 from broker.store.message_store import MessageStore
 from broker.store.types import GetStatus, StoreOffsetMismatch
-from tests.support.waiting import async_wait_until
+from harness.waiting import async_wait_until
 
 from .conftest import SMALL_FILE, actual_queues, assert_queues_match_commitlog, draft, small_config
 

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.support.procs import REPO_ROOT
+from harness.procs import REPO_ROOT
 
 CLIENT_REQUIREMENT = "rocketmq-python-client==5.1.2"
 VENV = REPO_ROOT / ".venv" / "rocketmq5-client"

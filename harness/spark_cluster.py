@@ -15,7 +15,7 @@ from remoting.codes import SEND_OK_CODES, RequestCode, ResponseCode
 from remoting.frame_codec import RemotingCommand
 from remoting.message_codec import StoredMessage, encode_batch, iter_records
 from remoting.message_headers import PULL_SUBSCRIPTION, PullHeader, SendHeader
-from tests.support.waiting import wait_until
+from harness.waiting import wait_until
 
 T = TypeVar("T")
 

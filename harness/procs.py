@@ -18,9 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from tests.support.waiting import wait_until
+from harness.waiting import wait_until
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 NAMESRV_READY = re.compile(r"The Name Server boot success\. listen=(\S+)")
 BROKER_READY = re.compile(r"The broker\[(\S+), (\S+)\] boot success\.")
 # The HA secret every test broker of this run shares (masters and slaves authenticate each other, as deployments do)
