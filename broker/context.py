@@ -1,7 +1,9 @@
 """Everything a request handler may touch, in one object built by ``BrokerServer`` (no globals).
 
-Handlers get the settings, the store, the metadata managers and the services through this context; the
-server stays a composition root and handlers stay testable pieces. ``spawn`` keeps a reference to background
+Handlers get the settings, the store, the metadata managers and the services through this context, never the
+server itself: the server stays a composition root and handlers stay testable pieces. The services' classes are
+imported for typing only, so this module (which every processor imports) pulls in none of them at run time; the
+pop service, whose module imports this one, is seen through the one method handlers call (``PopProgress``). ``spawn`` keeps a reference to background
 work started by a handler (persisting a changed table, an immediate registration) so it is not garbage
 collected half-way and can be awaited at stop.
 """
@@ -15,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.client_manager import ClientManager
 from broker.config import BrokerRole, BrokerSettings
@@ -25,6 +27,14 @@ from broker.metadata.delay_offsets import DelayOffsetManager
 from broker.metadata.subscription_groups import SubscriptionGroupManager
 from broker.metadata.topics import TopicConfigManager
 from remoting.message_codec import offset_msg_id
+
+if TYPE_CHECKING:
+    from broker.dedup import SendDedupWindow
+    from broker.ha.service import HAService
+    from broker.metrics import BrokerMetrics
+    from broker.rebalance_lock import RebalanceLockManager
+    from broker.retry import RetryService
+    from broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -59,23 +69,39 @@ class BrokerStats:
     get: Counter = field(default_factory=Counter)
 
 
+class PopProgress(Protocol):
+    """What GET_CONSUME_STATS asks of the RocketMQ 5 pop service (``broker.grpc_v2.pop.service.PopService``)."""
+
+    def queue_progress(self, group: str) -> dict[tuple[str, int], tuple[int, int]]: ...
+
+
+@dataclass
+class MasterAddrs:
+    """The master's addresses as the last registration round reported them (spec §2.3, §2.7); empty on a master
+    and on a slave whose master has not registered. ``BrokerServer`` updates them, handlers read them."""
+
+    ha: str = ""  # haServerAddr: where the slave's HA client connects
+    broker: str = ""  # masterAddr: the master's remoting address
+
+
 @dataclass
 class BrokerContext:
     settings: BrokerSettings
-    store: Any  # broker.store.message_store.MessageStore
+    store: MessageStore
     topics: TopicConfigManager
     groups: SubscriptionGroupManager
     offsets: ConsumerOffsetManager
     delay_offsets: DelayOffsetManager
     clients: ClientManager
     hold: PullRequestHoldService
-    locks: Any = None  # broker.rebalance_lock.RebalanceLockManager (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ)
-    retry: Any = None  # broker.retry.RetryService
-    metrics: Any = None  # broker.metrics.BrokerMetrics once the lead wires it; handlers call it once per request
-    dedup: Any = None  # broker.dedup.SendDedupWindow for sends with the ``dedup`` ext field
+    locks: RebalanceLockManager | None = None  # LOCK_BATCH_MQ / UNLOCK_BATCH_MQ
+    retry: RetryService | None = None
+    metrics: BrokerMetrics | None = None  # handlers call it once per request; None in benchmarks without metrics
+    dedup: SendDedupWindow | None = None  # for sends with the ``dedup`` ext field; None when the window is off
     register_now: Callable[[], None] = lambda: None
-    server: Any = None  # BrokerServer: HA wiring points (ha, master_ha_addr) for GET_BROKER_HA_STATUS
-    pop: Any = None  # broker.grpc_v2.pop.service.PopService on a master serving RocketMQ 5 clients (in-flight pops)
+    ha: HAService | None = None  # GET_BROKER_HA_STATUS; None in handler tests that run no HA
+    master: MasterAddrs = field(default_factory=MasterAddrs)
+    pop: PopProgress | None = None  # on a master serving RocketMQ 5 clients (GET_CONSUME_STATS' in-flight pops)
     stats: BrokerStats = field(default_factory=BrokerStats)
     boot_timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     _background: set[asyncio.Task] = field(default_factory=set)

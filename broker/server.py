@@ -15,8 +15,9 @@ answered at once with what the store has), stop the remoting servers (stop accep
 ``REMOTING_STOP_GRACE_S`` to finish, then close every connection), stop the services, persist all metadata, stop
 the store (flush, checkpoint, remove the abort marker).
 
-HA wiring points: ``self.ha`` and ``self.slave_sync``; ``on_registration_result`` records the master's HA and
-broker address from each registration round and calls every function in ``registration_listeners``.
+HA: ``self.ha`` (every role) and, on a slave, ``self.slave_sync``; both reach handlers through the context.
+``on_registration_result`` records the master's HA and broker addresses from each registration round in
+``self.master`` (the context's ``MasterAddrs``) and calls every function in ``registration_listeners``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dataclasses import replace
 from broker import processors
 from broker.client_manager import ClientManager
 from broker.config import BrokerSettings
-from broker.context import BrokerContext
+from broker.context import BrokerContext, MasterAddrs
 from broker.dedup import SendDedupWindow, restore_from_store
 from broker.grpc_v2.endpoint import GrpcEndpoint
 from broker.ha.service import HAService
@@ -101,11 +102,9 @@ class BrokerServer(Service):
     def __init__(self, settings: BrokerSettings) -> None:
         super().__init__("broker")
         self.settings = settings
-        # HA wiring points (see module docstring).
-        self.ha = None
-        self.slave_sync = None
-        self.master_ha_addr = ""
-        self.master_addr = ""
+        self.ha: HAService | None = None
+        self.slave_sync: SlaveSynchronize | None = None
+        self.master = MasterAddrs()
         self.registration_listeners: list[Callable[[str, str], None]] = []
         self.store: MessageStore | None = None
         self.ctx: BrokerContext | None = None
@@ -125,11 +124,11 @@ class BrokerServer(Service):
 
     def on_registration_result(self, ha_server_addr: str, master_addr: str) -> None:
         """Called after each registration round with the first successful reply (spec §2.3, §2.7)."""
-        if ha_server_addr and ha_server_addr != self.master_ha_addr:
+        if ha_server_addr and ha_server_addr != self.master.ha:
             log.info("nameserver reports master HA address %s", ha_server_addr)
         if ha_server_addr:  # a reply without one keeps the previous address, as RocketMQ does
-            self.master_ha_addr = ha_server_addr
-        self.master_addr = master_addr
+            self.master.ha = ha_server_addr
+        self.master.broker = master_addr
         for listener in self.registration_listeners:
             try:
                 listener(ha_server_addr, master_addr)
@@ -214,7 +213,7 @@ class BrokerServer(Service):
             locks=RebalanceLockManager(),
             retry=RetryService(store, topics, groups, len(levels)),
             dedup=await self._restored_dedup_window(store),
-            server=self,
+            master=self.master,
             metrics=metrics,
         )
         store.add_dispatch_listener(hold.notify)
@@ -230,7 +229,7 @@ class BrokerServer(Service):
             slave_addrs = await fetch_slave_addrs(broker.namesrv_list, broker.broker_name)
             if slave_addrs:
                 await pull_offsets_from_slaves(offsets, slave_addrs)
-        self.ha = HAService(settings, store)
+        self.ha = ctx.ha = HAService(settings, store)
         await self.ha.start()  # a SYNC_MASTER installs its replica waiter here
         metrics.attach(ha=self.ha)
         if self.ha.group_transfer is not None:
@@ -296,6 +295,7 @@ class BrokerServer(Service):
         return window
 
     def _on_master_learned(self, ha_server_addr: str, master_addr: str) -> None:
+        assert self.ha is not None and self.slave_sync is not None  # registered as a listener on a slave only
         self.ha.update_master_address(ha_server_addr)  # ignored when haMasterAddress is configured
         self.slave_sync.update_master_addr(self._group_internal_addr(master_addr))
 
@@ -303,7 +303,7 @@ class BrokerServer(Service):
         """The master's admin address as seen from inside the broker group (see ``group_internal_addr``)."""
         if not master_addr:
             return ""
-        return group_internal_addr(master_addr, self.settings.store.ha_master_address or self.master_ha_addr)
+        return group_internal_addr(master_addr, self.settings.store.ha_master_address or self.master.ha)
 
     async def _persist_tables(self) -> None:
         assert self.ctx is not None

@@ -69,11 +69,9 @@ class MorningTotals:
 
 
 def ha_status(ctx: BrokerContext) -> HAStatus:
-    server = ctx.server
-    ha = getattr(server, "ha", None)
-    master_ha_addr = getattr(server, "master_ha_addr", "") or ""
-    if ha is not None:
-        return ha.status(master_ha_addr)
+    master_ha_addr = ctx.master.ha
+    if ctx.ha is not None:
+        return ctx.ha.status(master_ha_addr)
     store = ctx.store
     client = None if ctx.settings.role.is_master else MasterLinkStatus(master_addr=master_ha_addr)
     return HAStatus(ctx.settings.role.name, store.max_phy_offset, store.min_phy_offset, client=client)
@@ -85,7 +83,6 @@ def runtime_table(ctx: BrokerContext, mornings: MorningTotals) -> dict[str, str]
     mornings.observe(now, put.total, get.total)
     store_info = ctx.store.runtime_info()
     table = {str(k): str(v) for k, v in store_info.items()}
-    server = ctx.server
     b = ctx.settings.broker
     table.update(
         {
@@ -97,8 +94,8 @@ def runtime_table(ctx: BrokerContext, mornings: MorningTotals) -> dict[str, str]
             "brokerClusterName": b.broker_cluster_name,
             "brokerAddr": b.broker_addr,
             "haServerAddr": ctx.settings.ha_server_addr,
-            "masterHaAddr": getattr(server, "master_ha_addr", "") or "",
-            "masterAddr": getattr(server, "master_addr", "") or "",
+            "masterHaAddr": ctx.master.ha,
+            "masterAddr": ctx.master.broker,
             "bootTimestamp": str(ctx.boot_timestamp_ms),
             "startAcceptSendRequestTimeStamp": str(ctx.boot_timestamp_ms),
             "runtime": f"{(int(now * 1000) - ctx.boot_timestamp_ms) // 1000}s",
@@ -184,7 +181,7 @@ def update_config(ctx: BrokerContext, conn, request: RemotingCommand) -> Remotin
 
 def ha_status_request(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
     status = ha_status(ctx)
-    remark = None if getattr(ctx.server, "ha", None) is not None else "no HA service is running on this broker"
+    remark = None if ctx.ha is not None else "no HA service is running on this broker"
     return response_to(request, ResponseCode.SUCCESS, remark, body=fastjson.dumps(status.to_json()))
 
 
