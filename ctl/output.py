@@ -62,13 +62,20 @@ class Output:
     def __init__(self, json_mode: bool = False) -> None:
         self.json_mode = json_mode
 
+    def lines(self, data: Any, lines: Iterable[str]) -> list[str]:
+        """What ``show`` prints, as lines (repeat mode redraws them): ``data`` as JSON in JSON mode, else ``lines``."""
+        if self.json_mode:
+            return json.dumps(data, indent=2, default=str).splitlines()
+        return list(lines)
+
+    def table_lines(self, columns: Sequence[Column], rows: list[dict[str, Any]], footer: Sequence[str] = ()) -> list[str]:
+        """What ``table`` prints, as lines."""
+        return self.lines(rows, [*format_table(columns, rows), *footer])
+
     def show(self, data: Any, lines: Iterable[str]) -> None:
         """Print ``data`` as JSON in JSON mode, else the human ``lines``."""
-        if self.json_mode:
-            typer.echo(json.dumps(data, indent=2, default=str))
-        else:
-            for text in lines:
-                typer.echo(text)
+        for text in self.lines(data, lines):
+            typer.echo(text)
 
     def table(self, columns: Sequence[Column], rows: list[dict[str, Any]], footer: Sequence[str] = ()) -> None:
         """A table; JSON mode prints the list of row objects."""

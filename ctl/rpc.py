@@ -75,6 +75,10 @@ class Cluster:
             raise NamesrvUnreachable(";".join(self.namesrv_addrs), _reason_of(exc.last_error)) from None
 
     # nameserver ---------------------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Forget the cached cluster info, so the next call asks the nameserver again (repeat mode)."""
+        self._info = None
+
     def cluster_info(self) -> ClusterInfo:
         if self._info is None:
             self._info = self.run(self.client.cluster_info())
