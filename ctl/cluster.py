@@ -8,8 +8,9 @@ from typing import Annotated
 
 import typer
 
-from ctl.options import BrokerAddrOpt, ClusterOpt, JsonOpt, NamesrvOpt, one_target
+from ctl.options import DEFAULT_NAMESRV, BrokerAddrOpt, ClusterOpt, JsonOpt, NamesrvOpt, one_target
 from ctl.output import Column, Output, format_kv
+from ctl.watch import CountOpt, IntervalOpt, repeat
 
 app = typer.Typer()
 
@@ -83,33 +84,52 @@ def cluster_rows(cluster, cluster_name: str | None = None) -> list[dict]:
 
 
 @app.command("clusterList")
-def cluster_list(namesrv: NamesrvOpt = "127.0.0.1:9876", cluster_name: ClusterOpt = None, json: JsonOpt = False):
+def cluster_list(
+    namesrv: NamesrvOpt = DEFAULT_NAMESRV,
+    cluster_name: ClusterOpt = None,
+    json: JsonOpt = False,
+    interval: IntervalOpt = None,
+    count: CountOpt = None,
+):
     """List cluster infos: one row per broker address, the master as BID 0."""
     from ctl.rpc import Cluster
 
+    out = Output(json)
     with Cluster(namesrv) as cluster:
-        rows = cluster_rows(cluster, cluster_name)
-    Output(json).table(CLUSTER_COLUMNS, rows)
+
+        def report() -> list[str]:
+            cluster.refresh()
+            return out.table_lines(CLUSTER_COLUMNS, cluster_rows(cluster, cluster_name))
+
+        repeat(report, interval, count, title="clusterList")
 
 
 @app.command("brokerStatus")
 def broker_status(
-    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    namesrv: NamesrvOpt = DEFAULT_NAMESRV,
     broker_addr: BrokerAddrOpt = None,
     cluster_name: ClusterOpt = None,
     json: JsonOpt = False,
+    interval: IntervalOpt = None,
+    count: CountOpt = None,
 ):
     """Fetch a broker's runtime status (-b addr), or every broker's of a cluster (-c), as sorted key : value."""
     one_target(broker_addr, cluster_name)
     from ctl.rpc import Cluster
 
+    out = Output(json)
     with Cluster(namesrv) as cluster:
-        addrs = [broker_addr] if broker_addr else [r.addr for r in cluster.brokers(cluster_name)]
-        tables = {addr: cluster.run(cluster.client.broker_runtime_info(addr)) for addr in addrs}
-    lines: list[str] = []
-    for addr, table in tables.items():
-        lines += format_kv(table, prefix=f"{addr:<24}" if cluster_name else "")
-    Output(json).show(tables if cluster_name else tables[broker_addr], lines)
+
+        def report() -> list[str]:
+            cluster.refresh()
+            addrs = [broker_addr] if broker_addr else [r.addr for r in cluster.brokers(cluster_name)]
+            tables = {addr: cluster.run(cluster.client.broker_runtime_info(addr)) for addr in addrs}
+            lines: list[str] = []
+            for addr, table in tables.items():
+                lines += format_kv(table, prefix=f"{addr:<24}" if cluster_name else "")
+            return out.lines(tables if cluster_name else tables[broker_addr], lines)
+
+        repeat(report, interval, count, title="brokerStatus")
 
 
 def _write_perm(action: str, broker_name: str, namesrv: str, json: bool) -> None:
@@ -137,12 +157,12 @@ BrokerNameOpt = Annotated[str, typer.Option("-b", "--brokerName", help="Broker n
 
 
 @app.command("wipeWritePerm")
-def wipe_write_perm(broker_name: BrokerNameOpt, namesrv: NamesrvOpt = "127.0.0.1:9876", json: JsonOpt = False):
+def wipe_write_perm(broker_name: BrokerNameOpt, namesrv: NamesrvOpt = DEFAULT_NAMESRV, json: JsonOpt = False):
     """Remove a broker group's write permission in every nameserver: producers stop sending to it (drain)."""
     _write_perm("wipe", broker_name, namesrv, json)
 
 
 @app.command("addWritePerm")
-def add_write_perm(broker_name: BrokerNameOpt, namesrv: NamesrvOpt = "127.0.0.1:9876", json: JsonOpt = False):
+def add_write_perm(broker_name: BrokerNameOpt, namesrv: NamesrvOpt = DEFAULT_NAMESRV, json: JsonOpt = False):
     """Give a broker group its write permission back in every nameserver."""
     _write_perm("add", broker_name, namesrv, json)

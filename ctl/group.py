@@ -11,8 +11,9 @@ from typing import Annotated
 
 import typer
 
-from ctl.options import BrokerAddrOpt, ClusterOpt, GroupOpt, JsonOpt, NamesrvOpt, one_target, truthy
+from ctl.options import DEFAULT_NAMESRV, BrokerAddrOpt, ClusterOpt, GroupOpt, JsonOpt, NamesrvOpt, one_target, truthy
 from ctl.output import Column, Output, format_table, human_time
+from ctl.watch import CountOpt, IntervalOpt, repeat
 from remoting.codes import ResponseCode
 
 app = typer.Typer()
@@ -62,7 +63,7 @@ def group_config_text(cfg) -> str:
 @app.command("updateSubGroup")
 def update_sub_group(
     group: GroupOpt,
-    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    namesrv: NamesrvOpt = DEFAULT_NAMESRV,
     broker_addr: BrokerAddrOpt = None,
     cluster_name: ClusterOpt = None,
     consume_enable: Annotated[str, typer.Option("-s", "--consumeEnable")] = "true",
@@ -117,7 +118,7 @@ def update_sub_group(
 @app.command("deleteSubGroup")
 def delete_sub_group(
     group: GroupOpt,
-    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    namesrv: NamesrvOpt = DEFAULT_NAMESRV,
     broker_addr: BrokerAddrOpt = None,
     cluster_name: ClusterOpt = None,
     remove_offset: Annotated[str, typer.Option("-r", "--removeOffset", help="true: delete its offsets too.")] = "false",
@@ -268,24 +269,34 @@ def _consume_type(wire: str) -> str:
 
 @app.command("consumerProgress")
 def consumer_progress(
-    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    namesrv: NamesrvOpt = DEFAULT_NAMESRV,
     group: Annotated[str | None, typer.Option("-g", "--groupName", help="Consumer group (default: all).")] = None,
     topic: Annotated[str | None, typer.Option("-t", "--topic", help="Only this topic (with -g).")] = None,
     json: JsonOpt = False,
+    interval: IntervalOpt = None,
+    count: CountOpt = None,
 ):
     """Query consumer progress: per queue of one group (-g), or one line per group.
 
     Each broker group is asked once: its master when the nameserver lists one, else a slave.
     """
-    from ctl.errors import CtlError
     from ctl.rpc import Cluster
 
     out = Output(json)
     with Cluster(namesrv) as cluster:
-        if group is None:
-            out.table(GROUPS_COLUMNS, all_groups_rows(cluster))
-            return
-        rows, tps = progress_rows(cluster, group, topic)
+
+        def report() -> list[str]:
+            cluster.refresh()
+            if group is None:
+                return out.table_lines(GROUPS_COLUMNS, all_groups_rows(cluster))
+            return progress_lines(out, group, topic, *progress_rows(cluster, group, topic))
+
+        repeat(report, interval, count, title="consumerProgress")
+
+
+def progress_lines(out: Output, group: str, topic: str | None, rows: list[dict], tps: float) -> list[str]:
+    from ctl.errors import CtlError
+
     if not rows:
         raise CtlError(
             f"no consume progress for group {group}" + (f" on topic {topic}" if topic else ""),
@@ -293,18 +304,18 @@ def consumer_progress(
         )
     diff_total = sum(r["diff"] for r in rows)
     inflight_total = sum(r["inflight"] for r in rows)
-    if json:
-        out.show({"group": group, "consumeTps": tps, "diffTotal": diff_total, "inflightTotal": inflight_total,
-                  "queues": rows}, [])
-        return
-    out.table(PROGRESS_COLUMNS, rows, footer=["", f"Consume TPS: {tps:.2f}", f"Inflight Total: {inflight_total}",
-                                              f"Diff Total: {diff_total}"])
+    if out.json_mode:
+        data = {"group": group, "consumeTps": tps, "diffTotal": diff_total, "inflightTotal": inflight_total,
+                "queues": rows}
+        return out.lines(data, [])
+    footer = ["", f"Consume TPS: {tps:.2f}", f"Inflight Total: {inflight_total}", f"Diff Total: {diff_total}"]
+    return out.table_lines(PROGRESS_COLUMNS, rows, footer=footer)
 
 
 @app.command("consumerConnection")
 def consumer_connection(
     group: GroupOpt,
-    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    namesrv: NamesrvOpt = DEFAULT_NAMESRV,
     broker_addr: BrokerAddrOpt = None,
     json: JsonOpt = False,
 ):

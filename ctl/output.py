@@ -68,7 +68,9 @@ class Output:
             return json.dumps(data, indent=2, default=str).splitlines()
         return list(lines)
 
-    def table_lines(self, columns: Sequence[Column], rows: list[dict[str, Any]], footer: Sequence[str] = ()) -> list[str]:
+    def table_lines(
+        self, columns: Sequence[Column], rows: list[dict[str, Any]], footer: Sequence[str] = ()
+    ) -> list[str]:
         """What ``table`` prints, as lines."""
         return self.lines(rows, [*format_table(columns, rows), *footer])
 
