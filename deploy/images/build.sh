@@ -4,6 +4,8 @@
 #   2. `docker compose build` (plugin) or `docker-compose build` (standalone) builds one service per image:
 #      every broker service shares the pyrmq-broker image, so building broker-a builds it for all four.
 #      Without any compose tool, plain `docker build` with the same tags.
+#   3. deploy/images/monitoring.sh: Prometheus and Grafana pulled, or where no registry answers a Prometheus image
+#      from Debian's package and docker-compose.override.yml (so plain `docker compose up` starts all but Grafana).
 # Extra arguments go to the build command (e.g. --no-cache). Prints what it did and how long it took.
 set -euo pipefail
 
@@ -37,3 +39,5 @@ else
     done
 fi
 log "built pyrmq-namesrv and pyrmq-broker in $((SECONDS - START))s"
+deploy/images/monitoring.sh >/dev/null
+log "done in $((SECONDS - START))s"
