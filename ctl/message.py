@@ -6,7 +6,8 @@ sends it with AdminClient.send_message (SEND_MESSAGE_V2 to that queue), because 
 consumeMessage is the SDK PullConsumer: it follows the brokers' read advice (--from-slave starts each queue on
 the slave), starts at the group's committed offset (or the queue's minimum) and commits what it printed, to
 the master while it answers, else to the slave, so consumerProgress shows the group caught up afterwards.
-With -o it reads from that offset and commits nothing. queryMsgById reads one message by its offset msgId
+With -o it reads from that offset, with --from-beginning from each queue's min offset, and commits nothing: reading
+again must not move a group that an application may share. queryMsgById reads one message by its offset msgId
 (VIEW_MESSAGE_BY_ID to the store host inside the id, as mqadmin does).
 """
 
@@ -17,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from ctl.options import JsonOpt, NamesrvOpt, TopicOpt
+from ctl.options import DEFAULT_NAMESRV, JsonOpt, NamesrvOpt, TopicOpt
 from ctl.output import Column, Output, human_time
 
 app = typer.Typer()
@@ -85,7 +86,7 @@ def _pick_broker(cluster, route, broker_name: str | None, perm: int) -> list[str
 def send_message(
     topic: TopicOpt,
     body: Annotated[str, typer.Option("-p", "--body", help="Message body (UTF-8).")],
-    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    namesrv: NamesrvOpt = DEFAULT_NAMESRV,
     keys: Annotated[str | None, typer.Option("-k", "--keys", help="Message keys, space separated.")] = None,
     tags: Annotated[str | None, typer.Option("-c", "--tags", help="Message tag.")] = None,
     broker_name: Annotated[str | None, typer.Option("-b", "--broker", help="Broker name to send to.")] = None,
@@ -148,28 +149,67 @@ def _message_row(msg) -> dict:
 @app.command("consumeMessage")
 def consume_message(
     topic: TopicOpt,
-    namesrv: NamesrvOpt = "127.0.0.1:9876",
-    group: Annotated[str, typer.Option("-g", "--consumerGroup")] = TOOLS_CONSUMER_GROUP,
-    broker_name: Annotated[str | None, typer.Option("-b", "--brokerName")] = None,
-    queue_id: Annotated[int | None, typer.Option("-i", "--queueId", min=0)] = None,
-    offset: Annotated[int | None, typer.Option("-o", "--offset", min=0, help="Start here, commit nothing.")] = None,
+    namesrv: NamesrvOpt = DEFAULT_NAMESRV,
+    group: Annotated[
+        str,
+        typer.Option(
+            "-g",
+            "--consumerGroup",
+            "--group",
+            help="Consumer group: where the read starts (its committed offsets) and what it commits.",
+        ),
+    ] = TOOLS_CONSUMER_GROUP,
+    broker_name: Annotated[str | None, typer.Option("-b", "--brokerName", help="Only this broker group.")] = None,
+    queue_id: Annotated[int | None, typer.Option("-i", "--queueId", min=0, help="Only this queue (with -b).")] = None,
+    offset: Annotated[
+        int | None, typer.Option("-o", "--offset", min=0, help="Start at this offset (with -b -i); commit nothing.")
+    ] = None,
+    from_beginning: Annotated[
+        bool,
+        typer.Option(
+            "--from-beginning",
+            help="Read every stored message again, from each queue's min offset; the group's offsets stay as they "
+            "were.",
+        ),
+    ] = False,
     count: Annotated[int, typer.Option("-c", "--count", min=1, help="Stop after this many messages.")] = 128,
     from_slave: Annotated[bool, typer.Option("--from-slave", help="Pull from the slave.")] = False,
     idle_s: Annotated[float, typer.Option("--timeout", min=0.0, help="Stop after this idle time (s).")] = 3.0,
     json: JsonOpt = False,
 ):
-    """Consume messages from a topic, print them, and commit the group's offsets."""
+    """Consume messages from a topic, print them, and commit the group's offsets.
+
+    A second run with the same group prints only what arrived since: the group committed its offsets. Read again
+    with --from-beginning, or with a new group (--group).
+    """
     from ctl.rpc import Cluster
 
     if queue_id is not None and broker_name is None:
         raise typer.BadParameter("-i needs -b <brokerName>", param_hint="-i")
     if offset is not None and queue_id is None:
         raise typer.BadParameter("-o needs -b <brokerName> and -i <queueId>", param_hint="-o")
+    if offset is not None and from_beginning:
+        raise typer.BadParameter("pass either -o <offset> or --from-beginning", param_hint="--from-beginning")
+    start = 0 if from_beginning else offset  # below the min offset, the broker points the read at it
     with Cluster(namesrv) as cluster:
         route = cluster.route(topic)
         names = _pick_broker(cluster, route, broker_name, PERM_READ)
-        rows = cluster.run(_consume(cluster, topic, group, names, queue_id, offset, count, from_slave, idle_s))
-    Output(json).table(MESSAGE_COLUMNS, rows, footer=[f"consumed {len(rows)} message(s) from {topic} as group {group}"])
+        rows = cluster.run(_consume(cluster, topic, group, names, queue_id, start, count, from_slave, idle_s))
+    Output(json).table(MESSAGE_COLUMNS, rows, footer=consume_footer(topic, group, len(rows), from_beginning, offset))
+
+
+def consume_footer(topic: str, group: str, consumed: int, from_beginning: bool, offset: int | None) -> list[str]:
+    """Which group was used, whether it moved, and how to read again (a second run with the same group prints
+    nothing old, which surprised people)."""
+    head = f"consumed {consumed} message(s) from {topic}"
+    if from_beginning:
+        return [f"{head} from the beginning; group {group}'s offsets are unchanged"]
+    if offset is not None:
+        return [f"{head} from offset {offset}; group {group}'s offsets are unchanged"]
+    return [
+        f"{head} as group {group}, which committed its offsets: its next run starts after them",
+        f"to read again: --from-beginning (group {group}'s offsets stay), or another group: --group <name>",
+    ]
 
 
 async def _consume(cluster, topic, group, names, queue_id, offset, count, from_slave, idle_s) -> list[dict]:
@@ -212,7 +252,7 @@ async def _consume(cluster, topic, group, names, queue_id, offset, count, from_s
                 idle_deadline = asyncio.get_running_loop().time() + idle_s
             else:
                 await asyncio.sleep(min(0.2, max(0.0, idle_deadline - asyncio.get_running_loop().time())))
-        if offset is None:  # -o reads without moving the group
+        if offset is None:  # -o and --from-beginning read without moving the group
             for mq, (next_offset, committed) in cursors.items():
                 if next_offset != committed:
                     await consumer.commit_offset(mq, next_offset)
@@ -270,7 +310,7 @@ def message_lines(msg, msg_id: str) -> tuple[dict, list[str]]:
 @app.command("queryMsgById")
 def query_msg_by_id(
     msg_id: Annotated[str, typer.Option("-i", "--msgId", help="Offset message id (SendResult's offsetMsgId).")],
-    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    namesrv: NamesrvOpt = DEFAULT_NAMESRV,
     json: JsonOpt = False,
 ):
     """Query a message by its offset msgId: the store host inside the id is asked for the record."""

@@ -33,3 +33,8 @@ def ok_json(*args: str):
 
 def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def flat(text: str) -> str:
+    """Typer's error box as one line of words: usage errors wrap inside │ ... │ at the terminal width."""
+    return " ".join(text.replace("│", " ").split())

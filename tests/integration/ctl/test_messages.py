@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.ctl.cli import CLUSTER, mqctl, ok, ok_json, unique
+from tests.integration.ctl.cli import CLUSTER, flat, mqctl, ok, ok_json, unique
 from harness.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -66,7 +66,51 @@ def test_consume_message_prints_a_table_and_stops_when_nothing_more_arrives(clus
     assert out[0].startswith("#Broker Name")
     bodies = [line.split()[-1] for line in out[1:4]]
     assert bodies == ["first", "second", "third"]
-    assert out[-1].startswith("consumed 3 message(s)")
+    assert out[-2].startswith("consumed 3 message(s)")
+
+
+def test_consume_message_twice_prints_nothing_new_then_again_with_from_beginning(cluster):
+    topic = routed_topic(cluster)
+    for body in ("first", "second"):
+        ok("sendMessage", "-n", cluster.namesrv_addr, "-t", topic, "-p", body, "-b", "broker-a", "-i", "0")
+    group = unique("g_again")
+    args = ("consumeMessage", "-n", cluster.namesrv_addr, "-t", topic, "--group", group, "--timeout", "0.5")
+
+    def bodies(lines: list[str]) -> list[str]:
+        return [line.split()[-1] for line in lines if line and not line.startswith(("#", "consumed", "to read"))]
+
+    first = ok(*args).stdout.splitlines()
+    assert bodies(first) == ["first", "second"]
+    assert first[-2:] == [
+        f"consumed 2 message(s) from {topic} as group {group}, which committed its offsets: its next run starts "
+        "after them",
+        f"to read again: --from-beginning (group {group}'s offsets stay), or another group: --group <name>",
+    ]
+    second = ok(*args).stdout.splitlines()
+    assert bodies(second) == []
+    assert second[-2].startswith(f"consumed 0 message(s) from {topic} as group {group}")
+    assert second[-1].startswith("to read again: --from-beginning")
+
+    for _ in range(2):  # reading from the beginning leaves the group where it was, so it can be repeated
+        again = ok(*args, "--from-beginning").stdout.splitlines()
+        assert bodies(again) == ["first", "second"]
+        assert again[-1] == (
+            f"consumed 2 message(s) from {topic} from the beginning; group {group}'s offsets are unchanged"
+        )
+    progress = ok_json("consumerProgress", "-n", cluster.namesrv_addr, "-g", group, "-t", topic)
+    assert progress["diffTotal"] == 0
+    queue_0 = [q for q in progress["queues"] if (q["brokerName"], q["queueId"]) == ("broker-a", 0)]
+    assert [q["consumerOffset"] for q in queue_0] == [2]
+
+
+def test_from_beginning_and_an_offset_together_are_a_usage_error(cluster):
+    topic = routed_topic(cluster)
+    result = mqctl(
+        "consumeMessage", "-n", cluster.namesrv_addr, "-t", topic, "-b", "broker-a", "-i", "0", "-o", "0",
+        "--from-beginning",
+    )
+    assert result.exit_code == 2
+    assert "pass either -o <offset> or --from-beginning" in flat(result.stderr)
 
 
 def test_consumer_progress_after_a_consume_shows_diff_zero(cluster):

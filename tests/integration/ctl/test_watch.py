@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.integration.ctl.cli import CLUSTER, mqctl, ok, ok_json, unique
+from tests.integration.ctl.cli import CLUSTER, flat, mqctl, ok, ok_json, unique
 from tests.integration.ctl.test_messages import routed_topic
 from harness.procs import REPO_ROOT
 
@@ -79,7 +79,7 @@ def test_a_failing_report_is_shown_and_the_loop_goes_on_exit_code_from_the_last_
 def test_count_without_an_interval_is_a_usage_error(cluster):
     result = mqctl("clusterList", "-n", cluster.namesrv_addr, "--count", "2")
     assert result.exit_code == 2
-    assert "--count repeats a report: pass -i SECONDS with it" in result.stderr
+    assert "--count repeats a report: pass -i SECONDS with it" in flat(result.stderr)
 
 
 def test_on_a_terminal_each_report_redraws_the_screen_under_a_header(cluster):
