@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 from broker.config import BrokerSettings
 from broker.metadata.topics import TopicConfigManager
+from common.perm import PERM_RW
 from common.service import Service
 from remoting import fastjson
 from remoting.client import RemotingClient
@@ -43,7 +44,6 @@ PERIOD_MIN_MS = 10_000
 PERIOD_MAX_MS = 60_000
 UNSETTLED_RETRY_S = 1.0  # first early re-registration while unsettled (doubles up to the period)
 UNREGISTER_TIMEOUT_S = 3.0
-RW_PERM = 6
 
 
 def register_period_ms(configured_ms: int) -> int:
@@ -56,7 +56,7 @@ def register_body(topics: TopicConfigManager, broker_permission: int) -> bytes:
     table = {}
     for cfg in configs:
         entry = cfg.to_json()
-        if broker_permission != RW_PERM:
+        if broker_permission != PERM_RW:
             entry["perm"] = broker_permission
         table[cfg.topic_name] = entry
     data_version = {**version.to_json(), "stateVersion": 0}

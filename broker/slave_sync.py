@@ -31,15 +31,15 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from broker.metadata.data_version import DataVersion
 from broker.metadata.subscription_groups import SubscriptionGroupConfig
-from broker.metadata.topics import TopicConfig
 from common.service import Service
 from remoting import fastjson
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode, describe
+from remoting.data_version import DataVersion
 from remoting.frame_codec import RemotingCommand
 from remoting.headers import parse_int
+from remoting.topic_config import TopicConfig
 
 log = logging.getLogger(__name__)
 

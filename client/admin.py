@@ -21,13 +21,13 @@ from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResul
 from client.namesrv import NamesrvClient, parse_body
 from client.route_cache import TopicRoute, route_from_data
 from client.rpc import ClientRemoting, request_name
+from common.perm import PERM_RW
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
 from remoting.frame_codec import RemotingCommand
 from remoting.headers import parse_int
 from remoting.message_headers import DEFAULT_TOPIC, SendHeader
 
-PERM_RW = 6
 MASTER_ID = 0
 # The KV namespace whose entries are routes' orderTopicConf ("brokerName:queueNums;..."), RocketMQ's NamesrvUtil.
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"

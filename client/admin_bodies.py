@@ -29,8 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from client.errors import MQClientError
+from common.perm import PERM_RW
 from remoting import fastjson
+from remoting.data_version import DataVersion
 from remoting.headers import NumberError, parse_int
+from remoting.topic_config import DEFAULT_QUEUE_NUMS, SINGLE_TAG, TopicConfig
 
 
 class AdminBodyError(MQClientError):
@@ -80,27 +83,9 @@ def _int(value: Any) -> int:
 
 
 # metadata ------------------------------------------------------------------------------------------------
-@dataclass(slots=True)
-class DataVersion:
-    timestamp: int = 0
-    counter: int = 0
-    state_version: int = 0
-
-
 def parse_data_version(obj: Any) -> DataVersion:
     obj = obj if isinstance(obj, dict) else {}
     return DataVersion(_int(obj.get("timestamp", 0)), _int(obj.get("counter", 0)), _int(obj.get("stateVersion", 0)))
-
-
-@dataclass(slots=True)
-class TopicConfig:
-    topic_name: str
-    read_queue_nums: int = 16
-    write_queue_nums: int = 16
-    perm: int = 6
-    topic_sys_flag: int = 0
-    order: bool = False
-    topic_filter_type: str = "SINGLE_TAG"
 
 
 @dataclass(slots=True)
@@ -112,12 +97,12 @@ class AllTopicConfig:
 def parse_topic_config(name: str, obj: dict[str, Any]) -> TopicConfig:
     return TopicConfig(
         topic_name=str(obj.get("topicName") or name),
-        read_queue_nums=_int(obj.get("readQueueNums", 16)),
-        write_queue_nums=_int(obj.get("writeQueueNums", 16)),
-        perm=_int(obj.get("perm", 6)),
+        read_queue_nums=_int(obj.get("readQueueNums", DEFAULT_QUEUE_NUMS)),
+        write_queue_nums=_int(obj.get("writeQueueNums", DEFAULT_QUEUE_NUMS)),
+        perm=_int(obj.get("perm", PERM_RW)),
         topic_sys_flag=_int(obj.get("topicSysFlag", 0)),
         order=bool(obj.get("order", False)),
-        topic_filter_type=str(obj.get("topicFilterType") or "SINGLE_TAG"),
+        topic_filter_type=str(obj.get("topicFilterType") or SINGLE_TAG),
     )
 
 

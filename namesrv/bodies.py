@@ -47,9 +47,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.errors import PyrmqError
-from namesrv.route_table import BrokerData, DataVersion, LiveBroker, TopicConfig, TopicRouteData
+from namesrv.route_table import BrokerData, LiveBroker, TopicRouteData
 from remoting import fastjson
+from remoting.data_version import DataVersion
 from remoting.headers import NumberError, parse_int
+from remoting.topic_config import TopicConfig
 
 STANDARD_JSON_VERSION = 401  # MQVersion.V4_9_4: from here on a Java namesrv quotes numeric keys in routes
 REGISTER_BODY_VERSION = 37  # MQVersion.V3_0_11: older brokers send a bare TopicConfigSerializeWrapper

@@ -35,30 +35,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.perm import PERM_RW, PERM_WRITE
+from remoting.data_version import DataVersion
+from remoting.topic_config import TopicConfig
+
 MASTER_ID = 0
-PERM_READ = 4
-PERM_WRITE = 2
 DEFAULT_BROKER_CHANNEL_EXPIRED_MS = 120_000
-
-
-@dataclass(frozen=True)
-class DataVersion:
-    """Equal when timestamp and counter are equal; there is no ordering (RocketMQ 4.x). ``state_version`` (RocketMQ
-    5's master epoch) is carried for display only and takes no part in the comparison."""
-
-    timestamp: int = 0
-    counter: int = 0
-    state_version: int = field(default=0, compare=False)
-
-
-@dataclass(frozen=True)
-class TopicConfig:
-    topic_name: str
-    read_queue_nums: int = 16
-    write_queue_nums: int = 16
-    perm: int = PERM_READ | PERM_WRITE
-    topic_sys_flag: int = 0
-    order: bool = False
 
 
 @dataclass(frozen=True)
@@ -274,7 +256,7 @@ class RouteInfoManager:
     def add_write_perm(self, broker_name: str) -> int:
         """ADD_WRITE_PERM_OF_BROKER: every QueueData of ``broker_name`` becomes read-write (RocketMQ sets
         PERM_READ | PERM_WRITE, whatever the perm was); returns how many topics it touched."""
-        return self._set_perm(broker_name, lambda _perm: PERM_READ | PERM_WRITE)
+        return self._set_perm(broker_name, lambda _perm: PERM_RW)
 
     def _set_perm(self, broker_name: str, new_perm) -> int:
         count = 0

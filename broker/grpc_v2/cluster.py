@@ -30,6 +30,7 @@ from broker.context import BrokerContext
 from broker.grpc_v2.pb import definition_pb2 as pb
 from common import conf
 from common.errors import ConfigError
+from common.perm import PERM_RW
 from remoting import fastjson
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode, describe
@@ -46,7 +47,6 @@ PORT_TTL_S = 60.0
 PORT_FAILURE_TTL_S = 5.0
 MAX_CACHED = 4096
 MASTER_ID = 0
-RW_PERM = 6
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ class ClusterRoutes:
         if cfg is None:
             return None
         broker = self.ctx.settings.broker
-        perm = cfg.perm if broker.broker_permission == RW_PERM else broker.broker_permission
+        perm = cfg.perm if broker.broker_permission == PERM_RW else broker.broker_permission
         return Share(self.ctx.broker_name, broker.broker_addr, cfg.read_queue_nums, cfg.write_queue_nums, perm)
 
     # the nameserver ------------------------------------------------------------------------------------------

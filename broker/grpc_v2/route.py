@@ -17,8 +17,9 @@ from broker.grpc_v2 import codes
 from broker.grpc_v2.cluster import ClusterRoutes, Owner, RouteUnknown
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
-from broker.metadata.topics import is_system_topic, perm_readable, perm_writeable
+from broker.metadata.topics import is_system_topic
 from broker.processors import validate
+from common.perm import perm_readable, perm_writeable
 
 ACCEPTED_TYPES = (pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY, pb.MessageType.TRANSACTION)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from broker.metadata.config_file import ConfigFile
-from broker.metadata.data_version import DataVersion
 from common.conf import conf_key
+from remoting.data_version import DataVersion
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,20 +14,19 @@ as RocketMQ does, so nobody consumes a dead-letter queue by accident.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from broker.metadata.config_file import ConfigFile
-from broker.metadata.data_version import DataVersion
 from broker.store.types import SCHEDULE_TOPIC
-from remoting.headers import parse_int
+from common.perm import PERM_INHERIT, PERM_READ, PERM_RW, PERM_WRITE, perm_text, perm_writeable  # noqa: F401
+from remoting.data_version import DataVersion
 from remoting.message_codec import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from remoting.topic_config import TopicConfig
 
-PERM_PRIORITY = 8
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_INHERIT = 1
+# PERM_INHERIT, PERM_READ, perm_text and perm_writeable are imported for broker/processors/send_admit.py, which
+# still takes them from here; every other module imports them from common.perm.
 
 SCHEDULE_TOPIC_MIN_QUEUES = 18
 
@@ -58,56 +57,6 @@ def dlq_topic(group: str) -> str:
     return DLQ_GROUP_TOPIC_PREFIX + group
 
 
-def perm_readable(perm: int) -> bool:
-    return bool(perm & PERM_READ)
-
-
-def perm_writeable(perm: int) -> bool:
-    return bool(perm & PERM_WRITE)
-
-
-def perm_valid(perm: int) -> bool:
-    return 0 <= perm < PERM_PRIORITY
-
-
-def perm_text(perm: int) -> str:
-    return (
-        ("R" if perm & PERM_READ else "-") + ("W" if perm & PERM_WRITE else "-") + ("X" if perm & PERM_INHERIT else "-")
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class TopicConfig:
-    topic_name: str
-    read_queue_nums: int = 16
-    write_queue_nums: int = 16
-    perm: int = PERM_READ | PERM_WRITE
-    topic_sys_flag: int = 0
-    order: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "topicName": self.topic_name,
-            "readQueueNums": self.read_queue_nums,
-            "writeQueueNums": self.write_queue_nums,
-            "perm": self.perm,
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": self.topic_sys_flag,
-            "order": self.order,
-        }
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> TopicConfig:
-        return cls(
-            topic_name=str(obj["topicName"]),
-            read_queue_nums=parse_int(obj.get("readQueueNums", 16)),
-            write_queue_nums=parse_int(obj.get("writeQueueNums", 16)),
-            perm=parse_int(obj.get("perm", 6)),
-            topic_sys_flag=parse_int(obj.get("topicSysFlag", 0)),
-            order=bool(obj.get("order", False)),
-        )
-
-
 class TopicConfigManager(ConfigFile):
     def __init__(self, config_dir: str | Path, *, schedule_queue_nums: int = SCHEDULE_TOPIC_MIN_QUEUES) -> None:
         super().__init__(Path(config_dir) / "topics.json")
@@ -130,7 +79,7 @@ class TopicConfigManager(ConfigFile):
         """Create the topics the broker itself writes to; called after ``load()``."""
         if SCHEDULE_TOPIC not in self.table:
             n = self._schedule_queue_nums
-            self._put(TopicConfig(SCHEDULE_TOPIC, n, n, PERM_READ | PERM_WRITE))
+            self._put(TopicConfig(SCHEDULE_TOPIC, n, n, PERM_RW))
 
     # queries ------------------------------------------------------------------------------------------------
     def get(self, topic: str) -> TopicConfig | None:
@@ -154,7 +103,7 @@ class TopicConfigManager(ConfigFile):
         return self._put(cfg)
 
     def create_if_absent(
-        self, topic: str, queue_nums: int, perm: int = PERM_READ | PERM_WRITE
+        self, topic: str, queue_nums: int, perm: int = PERM_RW
     ) -> tuple[TopicConfig, bool]:
         """(config, created): auto-creation on send, and the retry / DLQ topics."""
         existing = self.table.get(topic)

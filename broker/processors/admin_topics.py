@@ -21,8 +21,9 @@ a pyrmq caller, like a RocketMQ producer, that retrying may help, which it never
 from __future__ import annotations
 
 from broker.context import BrokerContext
-from broker.metadata.topics import TopicConfig, perm_valid
+from broker.metadata.topics import TopicConfig
 from broker.processors import validate
+from common.perm import perm_valid
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
 from remoting.frame_codec import RemotingCommand, response_to

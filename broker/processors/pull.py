@@ -26,10 +26,11 @@ import functools
 from broker import read_advice
 from broker.context import BrokerContext
 from broker.metadata.subscription_groups import SubscriptionGroupConfig
-from broker.metadata.topics import perm_readable, perm_text, retry_topic
+from broker.metadata.topics import retry_topic
 from broker.processors import validate
 from broker.processors.consumer_manage import check_commit, refused_commit_log
 from broker.processors.status_map import get_code, pull_remark
+from common.perm import perm_readable, perm_text
 from remoting.codes import RequestCode, ResponseCode
 from remoting.connection import Connection
 from remoting.frame_codec import RemotingCommand, response_to

@@ -15,7 +15,6 @@ import pytest
 from broker.config import parse_delay_levels
 from broker.ha.slave import parse_master_addr
 from broker.metadata.consumer_offsets import ConsumerOffsetManager
-from broker.metadata.data_version import DataVersion
 from broker.metadata.delay_offsets import DelayOffsetManager
 from broker.metadata.topics import TopicConfig
 from broker.processors.client_manage import BodyError, parse_subscription
@@ -33,6 +32,7 @@ from connectors.spark.offsets import parse_qkey
 from connectors.spark.options import source_options
 from namesrv import bodies as namesrv_bodies
 from remoting.client import split_addr
+from remoting.data_version import DataVersion
 from remoting.headers import LONG_MAX, NumberError, parse_host_port, parse_int
 from remoting.message_codec import StoredMessage
 from tests.unit.store.conftest import draft, small_config

@@ -45,10 +45,11 @@ from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
 from broker.grpc_v2.pop.receipt import TOPIC_NORMAL, TOPIC_RETRY, Receipt, parse, pop_retry_topic
 from broker.grpc_v2.pop.state import TAG_ACK, TAG_CK, Ack, Checkpoint, PopState
-from broker.metadata.topics import PERM_READ, PERM_WRITE, is_system_topic, perm_readable
+from broker.metadata.topics import is_system_topic
 from broker.processors import validate
 from broker.store.types import GetStatus, MessageDraft
 from common.metrics import label_value
+from common.perm import PERM_RW, perm_readable
 from remoting.message_codec import PROPERTY_RETRY_TOPIC, PROPERTY_TAGS, StoredMessage, TagFilter, decode
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ class PopService:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self.ctx.store.add_dispatch_listener(self._on_dispatch)
-        _, created = self.ctx.topics.create_if_absent(self.revive_topic, 1, PERM_READ | PERM_WRITE)
+        _, created = self.ctx.topics.create_if_absent(self.revive_topic, 1, PERM_RW)
         if created:  # a system topic as in RocketMQ: listed, synced to the slaves, readable like any topic
             self.ctx.topics_changed()
         scanned, restored = self._rebuild()
@@ -233,7 +234,7 @@ class PopService:
 
     def _retry_config(self, group: str, topic: str):
         name = pop_retry_topic(group, topic)
-        cfg, created = self.ctx.topics.create_if_absent(name, 1, PERM_READ | PERM_WRITE)
+        cfg, created = self.ctx.topics.create_if_absent(name, 1, PERM_RW)
         if created:
             self.ctx.topics_changed()
         return cfg

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
-from broker.metadata.data_version import DataVersion
 from broker.metadata.delay_offsets import DelayOffsetManager
 from broker.metadata.subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
-from broker.metadata.topics import PERM_WRITE, TopicConfig, TopicConfigManager, is_system_topic
+from broker.metadata.topics import TopicConfig, TopicConfigManager, is_system_topic
+from common.perm import PERM_WRITE
+from remoting.data_version import DataVersion
 
 
 def test_system_topics_exist_after_start_with_one_queue_per_delay_level_and_at_least_18(tmp_path):

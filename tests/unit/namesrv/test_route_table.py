@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from namesrv.route_table import PERM_READ, PERM_WRITE, DataVersion, QueueData, RouteInfoManager, TopicConfig
+from common.perm import PERM_READ, PERM_WRITE
+from namesrv.route_table import DataVersion, QueueData, RouteInfoManager, TopicConfig
 
 MASTER = "10.0.0.1:10911"
 MASTER_HA = "10.0.0.1:10912"

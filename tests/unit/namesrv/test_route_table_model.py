@@ -13,7 +13,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from namesrv.route_table import PERM_WRITE, DataVersion, QueueData, RouteInfoManager, TopicConfig
+from common.perm import PERM_WRITE
+from namesrv.route_table import DataVersion, QueueData, RouteInfoManager, TopicConfig
 
 CLUSTERS = ["C1", "C2"]
 NAMES = ["a", "b"]
