@@ -29,6 +29,10 @@ from remoting.headers import LONG_MAX, NumberError, parse_host_port, parse_int
 
 log = logging.getLogger(__name__)
 
+# Where a tool looks when nobody names a nameserver: the port a nameserver listens on by default
+# (namesrv/config.py's listenPort) on this host. mqctl, the Spark connector and the examples share it.
+DEFAULT_NAMESRV_ADDR = "127.0.0.1:9876"
+
 
 def parse_namesrv_addr(namesrv_addr: str | list[str]) -> list[str]:
     parts = namesrv_addr if isinstance(namesrv_addr, list) else namesrv_addr.replace(",", ";").split(";")

@@ -53,8 +53,10 @@ def per_tag_per_minute(df):
 
 
 def main() -> int:
+    from client.namesrv import DEFAULT_NAMESRV_ADDR
+
     ap = argparse.ArgumentParser(description="messages per tag per minute -> Parquet")
-    ap.add_argument("--namesrv", default=os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"))
+    ap.add_argument("--namesrv", default=os.environ.get("NAMESRV_ADDR", DEFAULT_NAMESRV_ADDR))
     ap.add_argument("--topic", required=True)
     ap.add_argument("--out", required=True, help="Parquet directory")
     ap.add_argument("--checkpoint", help="streaming checkpoint directory (required unless --batch)")

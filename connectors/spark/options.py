@@ -33,6 +33,7 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from client.namesrv import DEFAULT_NAMESRV_ADDR
 from connectors.spark.errors import OptionError
 from remoting.headers import parse_host_port, parse_int
 
@@ -184,7 +185,7 @@ def _bool(opts: dict[str, str], key: str, default: bool) -> bool:
 
 
 def _namesrv(opts: dict[str, str]) -> str:
-    value = _required(opts, "namesrv", "127.0.0.1:9876")
+    value = _required(opts, "namesrv", DEFAULT_NAMESRV_ADDR)
     for part in filter(None, (p.strip() for p in value.replace(",", ";").split(";"))):
         try:
             parse_host_port(part)
