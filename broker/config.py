@@ -15,6 +15,13 @@ One ``broker.conf`` feeds both classes by key name, as in RocketMQ. Differences 
   ``haDisconnectedSlaveKeepInterval``; a SYNC_MASTER without a secret refuses to start unless
   ``haUnsafeAllowUnauthenticatedSlaves=true`` says the operator accepts that any TCP peer can confirm its sends;
 - ``grpcServerPort`` (RocketMQ 5's proxy key, 8081) is the broker's own: every broker serves the v2 endpoint.
+
+The metrics exporter is RocketMQ 5's: off (``metricsExporterType=DISABLE``) unless a conf turns it on with
+``metricsExporterType=PROM`` (then ``metricsPromExporterHost``/``metricsPromExporterPort``, 5557). So a nameserver and
+brokers started with default confs on one host bind no common port: the nameserver 9876; a broker ``listenPort``
+10911, ``fastListenPort`` 10909 (listenPort - 2), ``haListenPort`` 10912 (listenPort + 1, masters only) and
+``grpcServerPort`` 8081. A second broker on the host sets its own ``listenPort`` (which moves the two derived ports)
+and ``grpcServerPort``.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from pathlib import Path
 
 from common import conf
 from common.errors import ConfigError
+from common.ports import ANY_HOST, ListenPort
 from remoting.headers import NumberError, parse_int
 
 # Environment variables that may override a few deployment keys (DESIGN.md §6).
@@ -38,6 +46,7 @@ HA_SECRET_HINT = ("generate one secret per cluster (python3 -c 'import secrets; 
                   "ha-auth-secret; chmod 600 ha-auth-secret) and give the master and its slaves the same "
                   "haAuthSecretFile (or haAuthSecret)")
 
+METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")  # RocketMQ 5's names; its OTLP_GRPC and LOG exporters are not here
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 
@@ -235,7 +244,8 @@ class BrokerConfig:
     fast_listen_port: int = conf.ranged(
         -1, -1, conf.PORT_MAX, "a TCP port; -1 means listenPort - 2 (RocketMQ's VIP channel), 0 turns it off"
     )
-    metrics_exporter_type: str = "PROM"
+    # RocketMQ 5's default: no exporter unless the conf asks for one (PROM serves /metrics on the port below)
+    metrics_exporter_type: str = "DISABLE"
     metrics_prom_exporter_port: int = conf.port(5557, zero_means="any free port")
     metrics_prom_exporter_host: str = ""  # empty: all interfaces
     slave_read_enable: bool = False
@@ -263,8 +273,11 @@ class BrokerConfig:
         if self.broker_permission not in (2, 4, 6):
             raise ValueError("brokerPermission must be 2 (write), 4 (read) or 6 (read and write)")
         conf.validate_ranges(self)
-        if self.metrics_exporter_type not in ("PROM", "DISABLE"):
-            raise ValueError("metricsExporterType must be PROM or DISABLE")
+        if self.metrics_exporter_type not in METRICS_EXPORTER_TYPES:
+            raise ValueError(
+                f"metricsExporterType: {self.metrics_exporter_type!r} is not one of {', '.join(METRICS_EXPORTER_TYPES)}"
+                " (PROM serves /metrics on metricsPromExporterPort)"
+            )
         for part in filter(None, self.namesrv_addr.split(";")):
             host, _, port = part.rpartition(":")
             if not host or not (port.isascii() and port.isdigit() and 0 < int(port) <= conf.PORT_MAX):
@@ -273,6 +286,10 @@ class BrokerConfig:
     @property
     def broker_addr(self) -> str:
         return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def metrics_enabled(self) -> bool:
+        return self.metrics_exporter_type == "PROM"
 
     @property
     def namesrv_list(self) -> list[str]:
@@ -303,6 +320,28 @@ class BrokerSettings:
         if port >= 0:
             return port
         return self.broker.listen_port - 2 if self.broker.listen_port > 2 else 0
+
+    def listen_ports(self) -> list[ListenPort]:
+        """Every port this broker binds, with the key that sets it: what ``common.ports.check_ports`` checks at
+        start so a clash names the key to change."""
+        broker, store = self.broker, self.store
+        ports = [ListenPort("listenPort", broker.listen_port, hint="fastListenPort (listenPort - 2) and haListenPort "
+                                                                   "(listenPort + 1) move with it unless set")]
+        if self.fast_port:
+            ports.append(ListenPort("fastListenPort", self.fast_port,
+                                    derived="listenPort - 2" if broker.fast_listen_port < 0 else "",
+                                    hint="or 0 to turn the fast (VIP) port off"))
+        if self.role.is_master and (broker.listen_port or store.ha_listen_port > 0):  # only a master serves slaves
+            ports.append(ListenPort("haListenPort", self.ha_port,
+                                    derived="listenPort + 1" if store.ha_listen_port <= 0 else ""))
+        if broker.grpc_server_port:
+            ports.append(ListenPort("grpcServerPort", broker.grpc_server_port,
+                                    hint="each broker of a host needs its own, or 0 turns the RocketMQ 5 endpoint off"))
+        if broker.metrics_enabled and broker.metrics_prom_exporter_port:
+            ports.append(ListenPort("metricsPromExporterPort", broker.metrics_prom_exporter_port,
+                                    host=broker.metrics_prom_exporter_host or ANY_HOST,
+                                    hint="0 picks one, or metricsExporterType=DISABLE turns the exporter off"))
+        return ports
 
     @property
     def ha_server_addr(self) -> str:

@@ -5,7 +5,8 @@ Ports (spec remoting.md §1.7): the remoting server on ``listenPort`` serves eve
 ``fastListenPort`` says otherwise, 0 = off) serves the same ones except PULL_MESSAGE, as RocketMQ's does, so a
 client with ``vipChannelEnabled`` sends there and a long poll never queues behind sends. HA has its own port.
 
-Start order: check that the remoting ports can be bound (so a taken port fails before anything is touched),
+Start order: check that every port the conf binds can be bound (``common.ports``: a taken port fails before anything
+is touched, naming the key to change),
 load the metadata (``<root>/config/*.json``, falling back to ``.bak``), start the store (recovery included), wire
 the store's dispatch listener to long polling and the schedule service, register the processors and start
 serving, then register with the nameservers (RocketMQ also registers only once the store is up).
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -53,6 +53,7 @@ from broker.slave_sync import (
 )
 from broker.store.message_store import MessageStore
 from common.metrics import MetricsServer, new_registry
+from common.ports import check_ports
 from common.service import Service
 from remoting.codes import RequestCode
 from remoting.connection import Connection
@@ -82,20 +83,6 @@ class _Ports:
         self.main.on_close(callback)
         if self.fast is not None:
             self.fast.on_close(callback)
-
-
-def _probe_port(port: int, what: str) -> int:
-    """Bind ``port`` once and let it go: a taken port fails here, before the store is touched; port 0 picks one."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((LISTEN_HOST, port))
-        except OSError as exc:
-            raise OSError(
-                f"{what} {port} is already in use ({exc.strerror or exc}); choose another port or stop the process"
-                " that holds it"
-            ) from None
-        return s.getsockname()[1]
 
 
 class BrokerServer(Service):
@@ -137,23 +124,22 @@ class BrokerServer(Service):
 
     # lifecycle ----------------------------------------------------------------------------------------------
     def _bind_ports(self) -> BrokerSettings:
-        """Probe the remoting ports and fill in the bound ones (listenPort=0: use the bound port everywhere)."""
+        """Check every port the conf binds (a taken one fails here, naming its key, before the store is touched) and
+        fill in the bound ones (listenPort=0: use the bound port everywhere)."""
         settings = self.settings
-        fast = settings.fast_port
-        port = _probe_port(settings.broker.listen_port, "listenPort")
-        if port != settings.broker.listen_port:
+        broker = settings.broker
+        fast = settings.fast_port  # from the configured listenPort: a bound listenPort must not move it
+        bound = check_ports(settings.listen_ports(), server=f"broker {broker.broker_name}", source=settings.source)
+        port = bound["listenPort"]
+        if port != broker.listen_port:
             ha_port = settings.store.ha_listen_port or port + 1
             settings = settings.with_ports(listen_port=port, ha_port=ha_port)
-        if fast:
-            fast = _probe_port(fast, "fastListenPort (the fast/VIP port, listenPort - 2 by default; 0 turns it off)")
-        if settings.broker.grpc_server_port:
-            _probe_port(settings.broker.grpc_server_port, "grpcServerPort (the RocketMQ 5 endpoint; 0 turns it off)")
         # Record the resolved fast port so nothing derives it again from the bound listenPort.
         return replace(settings, broker=replace(settings.broker, fast_listen_port=fast))
 
     async def on_start(self) -> None:
         settings = self.settings = self._bind_ports()
-        if settings.broker.metrics_exporter_type == "PROM":
+        if settings.broker.metrics_enabled:
             self.metrics_server = MetricsServer(
                 self.metrics_registry,
                 host=settings.broker.metrics_prom_exporter_host,

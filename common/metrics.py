@@ -586,8 +586,9 @@ class MetricsServer(Service):
             self._server = _HTTPServer((self.host, self.port), _Handler, self, family)
         except OSError as exc:
             raise OSError(
-                f"cannot serve metrics on {self.host}:{self.port}: {exc.strerror or exc}; "
-                "set metricsPromExporterPort to a free port (0 picks one) or metricsExporterType=DISABLE"
+                f"metricsPromExporterPort {self.port}: cannot serve metrics on {self.host}:{self.port} "
+                f"({exc.strerror or exc}); set metricsPromExporterPort to a free port (0 picks one), or "
+                "metricsExporterType=DISABLE turns the exporter off"
             ) from exc
         self.bound_port = self._server.server_address[1]
         self._thread = threading.Thread(

@@ -114,7 +114,8 @@ def member_conf(member: Member, home: Path, namesrv_addr: str, file_size_mb: int
                 ha_secret_file: Path) -> tuple[dict[str, object], str]:
     if member.module == "namesrv":
         port = free_port()
-        return {"listenPort": port, "metricsPromExporterPort": free_port()}, f"127.0.0.1:{port}"
+        return {"listenPort": port, "metricsExporterType": "PROM", "metricsPromExporterPort": free_port()}, \
+            f"127.0.0.1:{port}"
     port = free_port()
     return {
         "brokerClusterName": CLUSTER_NAME,
@@ -126,6 +127,7 @@ def member_conf(member: Member, home: Path, namesrv_addr: str, file_size_mb: int
         "listenPort": port,
         "haListenPort": free_port(),
         "grpcServerPort": free_port(),  # the RocketMQ 5 endpoint: 8081 would be taken by the first broker
+        "metricsExporterType": "PROM",  # the servers' default is off (RocketMQ's); a dev cluster shows its metrics
         "metricsPromExporterPort": free_port(),
         "storePathRootDir": str(home / "store"),
         "mappedFileSizeCommitLog": file_size_mb * 1024 * 1024,

@@ -171,7 +171,8 @@ class Namesrv(ServerProcess):
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = int(conf.pop("listenPort", 0) or free_port())
         # the KV config (updateTopic -o) stays in the test directory, not in the user's ~/namesrv
-        values = {"listenPort": self.port, "metricsPromExporterPort": free_port(),
+        # metrics on (the servers' default is off, as RocketMQ's): tests scrape every process's /metrics
+        values = {"listenPort": self.port, "metricsExporterType": "PROM", "metricsPromExporterPort": free_port(),
                   "kvConfigPath": workdir / "kvConfig.json", **conf}
         self.metrics_port = int(values["metricsPromExporterPort"])
         self._values = values
@@ -215,6 +216,7 @@ class Broker(ServerProcess):
             "fastListenPort": 0,  # off: listenPort - 2 is not known to be free (a test may set a free port)
             "haListenPort": self.ha_port,
             "grpcServerPort": self.grpc_port,
+            "metricsExporterType": "PROM",  # on for tests, which scrape /metrics (the broker's default is off)
             "metricsPromExporterPort": free_port(),
             "storePathRootDir": str(self.store_dir),
             "mappedFileSizeCommitLog": 4 * 1024 * 1024,

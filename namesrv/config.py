@@ -8,6 +8,10 @@ keeps the 4.x default (10 s). ``listenHost`` is pyrmq's: RocketMQ always binds e
 long is closed, and a broker registered over it leaves the route (a broker registers every 30 s, so it stays).
 ``kvConfigPath`` is where the KV config (``updateTopic -o``'s ORDER_TOPIC_CONFIG) is kept; the file is written
 only when a KV entry changes.
+
+The metrics exporter takes RocketMQ 5's broker keys and default: off (``metricsExporterType=DISABLE``) unless a conf
+sets ``metricsExporterType=PROM``, then on ``metricsPromExporterPort`` (5557). A nameserver and a broker started
+with default confs on one host therefore never contend for 5557 (RocketMQ's nameserver has no exporter at all).
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common import conf
+from common.ports import ANY_HOST, ListenPort
 
-METRICS_EXPORTER_TYPES = ("PROM", "DISABLE")
+METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")
 _INTERVAL_MS = "milliseconds between scans; 0 would spin the loop"
 
 
@@ -34,7 +39,7 @@ class NamesrvConfig:
     server_channel_max_idle_time_seconds: int = conf.ranged(
         120, 1, conf.JAVA_INT_MAX, "seconds; 0 would close every connection at once"
     )
-    metrics_exporter_type: str = "PROM"
+    metrics_exporter_type: str = "DISABLE"  # PROM serves /metrics on metricsPromExporterPort
     metrics_prom_exporter_port: int = conf.port(5557, zero_means="any free port")
     metrics_prom_exporter_host: str = ""  # empty: all interfaces
 
@@ -51,6 +56,16 @@ class NamesrvConfig:
     @property
     def metrics_enabled(self) -> bool:
         return self.metrics_exporter_type == "PROM"
+
+    def listen_ports(self) -> list[ListenPort]:
+        """Every port the nameserver binds, with the key that sets it (checked at start: a clash names the key)."""
+        ports = [ListenPort("listenPort", self.listen_port, host=self.listen_host,
+                            hint="then give brokers and clients namesrvAddr=<host>:<that port>")]
+        if self.metrics_enabled and self.metrics_prom_exporter_port:
+            ports.append(ListenPort("metricsPromExporterPort", self.metrics_prom_exporter_port,
+                                    host=self.metrics_prom_exporter_host or ANY_HOST,
+                                    hint="0 picks one, or metricsExporterType=DISABLE turns the exporter off"))
+        return ports
 
 
 def load_namesrv_config(path: str | Path | None) -> NamesrvConfig:

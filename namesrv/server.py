@@ -4,7 +4,8 @@ It owns one route table and one KV config, hands them to the remoting processors
 housekeeping scan; both share one monotonic clock. The remoting server listens on ``listenPort`` and tells the
 processors about every closed connection (the channel-close path). ``route_table`` is public for the metrics.
 
-Start order: load the KV config, listen (a taken port fails before anything else runs), metrics, housekeeping.
+Start order: check the ports (a taken one fails before anything else runs, naming its key), load the KV config,
+listen, metrics (when ``metricsExporterType=PROM``), housekeeping.
 Stop order: stop metrics, mark the processors stopping (connections closed from here on are no broker failures),
 stop the remoting server with a 5 s grace for requests in flight, then the scan.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 
 from common.metrics import MetricsServer, new_registry
+from common.ports import check_ports
 from common.service import Service
 from namesrv.config import NamesrvConfig
 from namesrv.housekeeping import BrokerHousekeepingService
@@ -68,6 +70,7 @@ class NamesrvServer(Service):
         return f"{host}:{self.bound_port}"
 
     async def on_start(self) -> None:
+        check_ports(self.config.listen_ports(), server="the nameserver")
         self.kv_config.load()
         self.bound_port = await self.remoting.start()
         self.metrics.set_node_id(self.listen_addr)

@@ -16,7 +16,8 @@ def test_no_file_gives_rocketmq_defaults():
     assert config.scan_not_active_broker_interval == 10_000
     assert config.broker_channel_expired_time == 120_000
     assert config.order_message_enable is False
-    assert config.metrics_enabled and config.metrics_prom_exporter_port == 5557
+    # RocketMQ 5's exporter default: off, so a default nameserver and a default broker never both want 5557
+    assert not config.metrics_enabled and config.metrics_prom_exporter_port == 5557
     assert config.listen_host == "0.0.0.0"
 
 
@@ -24,7 +25,7 @@ def test_file_keys_are_rocketmq_camel_case(tmp_path):
     path = tmp_path / "namesrv.conf"
     path.write_text(
         "# comment\nlistenPort=19876\nbrokerChannelExpiredTime = 1500\nscanNotActiveBrokerInterval: 300\n"
-        "metricsExporterType=DISABLE\nlistenHost=127.0.0.1\norderMessageEnable=TRUE\n"
+        "metricsExporterType=PROM\nlistenHost=127.0.0.1\norderMessageEnable=TRUE\n"
     )
     config = load_namesrv_config(path)
     assert (config.listen_port, config.broker_channel_expired_time, config.scan_not_active_broker_interval) == (
@@ -32,7 +33,7 @@ def test_file_keys_are_rocketmq_camel_case(tmp_path):
         1500,
         300,
     )
-    assert not config.metrics_enabled
+    assert config.metrics_enabled
     assert config.listen_host == "127.0.0.1" and config.order_message_enable
 
 

@@ -1,0 +1,99 @@
+"""The listen ports of a server's conf, checked before the server touches anything else.
+
+Each port is bound once and released (``check_ports``), so a port another process holds fails at start, before a
+store is locked or recovered, with an error that names the conf key to change: an operator who starts a second
+broker on a host reads "grpcServerPort 8081 is in use ... set grpcServerPort", not a bare "address already in use".
+Every clash is reported in one error, and two keys naming the same port are a clash too. A port that is derived
+from another key (``fastListenPort`` = ``listenPort - 2``) says so, because the key to change may be the other one.
+
+The check and the real bind are separate: a process that takes a port in between still fails the real bind, with
+that server's own message. Port 0 ("any free port") is bound too and the port picked is returned, so the caller
+can listen there.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+ANY_HOST = "0.0.0.0"
+
+
+@dataclass(frozen=True, slots=True)
+class ListenPort:
+    """One port a server will bind: the conf ``key`` that sets it, and what to say beyond "set <key>"."""
+
+    key: str
+    port: int
+    host: str = ANY_HOST
+    derived: str = ""  # how the default was computed, e.g. "listenPort - 2"; empty when the conf set it
+    hint: str = ""  # more ways out, e.g. "or 0 turns the fast port off"
+
+
+class PortInUseError(OSError):
+    """Ports of the conf are taken (or repeated); ``keys`` are the conf keys to change."""
+
+    def __init__(self, message: str, keys: list[str]) -> None:
+        super().__init__(message)
+        self.errno = errno.EADDRINUSE
+        self.keys = keys
+
+
+def _describe(p: ListenPort) -> str:
+    via = f" ({p.derived})" if p.derived else ""
+    return f"{p.key} {p.port}{via}"
+
+
+def _where(p: ListenPort) -> str:
+    host = p.host or ANY_HOST
+    return f"[{host}]:{p.port}" if ":" in host else f"{host}:{p.port}"
+
+
+def _advice(p: ListenPort, source: str) -> str:
+    where = f" in {source}" if source else ""
+    hint = f", {p.hint}" if p.hint else ""
+    return f"set {p.key} to a free port{where}{hint}"
+
+
+def _try_bind(host: str, port: int) -> tuple[int, str]:
+    """(bound port, "") or (0, why not)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free for a server
+        try:
+            s.bind((host or ANY_HOST, port))
+        except OSError as exc:
+            return 0, exc.strerror or str(exc)
+        return s.getsockname()[1], ""
+
+
+def check_ports(ports: Iterable[ListenPort], *, server: str, source: str = "") -> Mapping[str, int]:
+    """Bind each port once; ``{key: bound port}`` (a 0 resolved to the port picked) or PortInUseError naming every
+    key to change. ``server`` names the process in the message ("broker broker-a"); ``source`` is its conf file."""
+    ports = list(ports)
+    problems: list[str] = []
+    keys: list[str] = []
+    owner: dict[int, ListenPort] = {}
+    for p in ports:
+        if p.port and p.port in owner:
+            first = owner[p.port]
+            problems.append(f"{_where(p)}: {_describe(p)} is also {_describe(first)}; {_advice(p, source)} (or {first.key})")
+            keys.append(p.key)
+        elif p.port:
+            owner[p.port] = p
+    bound: dict[str, int] = {}
+    for p in ports:
+        if p.key in keys:
+            continue
+        port, why = _try_bind(p.host, p.port)
+        if why:
+            problems.append(f"{_where(p)}: {_describe(p)} is in use ({why}); {_advice(p, source)}")
+            keys.append(p.key)
+        else:
+            bound[p.key] = port
+    if problems:
+        head = f"{server} cannot listen on " if len(problems) == 1 else f"{server} cannot listen on {len(problems)} ports:\n  "
+        raise PortInUseError(head + "\n  ".join(problems), keys)
+    return bound
