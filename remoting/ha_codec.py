@@ -7,13 +7,20 @@ Slave -> master, once, first bytes of the connection: **hello** (pyrmq; DESIGN.m
     offset  size  field
     0       4     magic        b"PRHA" (0x50 0x52 0x48 0x41)
     4       2     version      u16, HELLO_VERSION = 2
-    6       2     flags        u16, 0 (reserved: any bit set is refused)
+    6       2     flags        u16, bit 0 = ADDR: broker_addr follows the names; other bits reserved (refused)
     8       8     broker_id    i64, the slave's brokerId (>= 1 for a slave)
     16      16    nonce        the slave's random challenge to the master (fresh per connection)
     32      1     cluster_len  u8  (1..MAX_NAME_BYTES)
     33      1     name_len     u8  (1..MAX_NAME_BYTES)
     34      c     cluster      utf-8, brokerClusterName
     34+c    n     broker_name  utf-8, brokerName
+    34+c+n  1     addr_len     u8  (1..MAX_NAME_BYTES), only with ADDR
+    35+c+n  a     broker_addr  ASCII host:port, only with ADDR: the slave's broker address as it registers
+                               (brokerIP1:listenPort), so ``haStatus`` names the slave, not its HA socket's peer
+
+ADDR is optional both ways: a hello without it decodes as it always did (``broker_addr`` ""), so a master reads
+slaves that do not send it. A master older than ADDR refuses the flag, so masters are upgraded before slaves.
+The address is the slave's claim; with a secret the proofs cover it like every other field of the hello.
 
 Master -> slave, once, right after a hello it accepts: **challenge** (pyrmq), a frame with the CHALLENGE_MARKER
 size::
@@ -70,6 +77,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from common.errors import PyrmqError
+from remoting.headers import parse_host_port
 
 MAGIC = b"PRHA"
 HELLO_VERSION = 2
@@ -80,6 +88,7 @@ PROOF_BYTES = 32  # HMAC-SHA256
 ERROR_MARKER = -1
 CHALLENGE_MARKER = -2
 CHALLENGE_AUTH = 0x1
+HELLO_ADDR = 0x1  # hello flag: the slave's broker address follows the names
 MAX_ERROR_MESSAGE_BYTES = 4096
 MASTER_LABEL = b"pyrmq-ha-2 master proof\x00"
 SLAVE_LABEL = b"pyrmq-ha-2 slave proof\x00"
@@ -131,6 +140,7 @@ class Hello:
     broker_name: str
     nonce: bytes
     raw: bytes = b""  # the hello's exact bytes, which both proofs cover (filled by the decoder)
+    broker_addr: str = ""  # the slave's brokerIP1:listenPort (ADDR); "" from a slave that did not send it
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +200,8 @@ def encode_error(code: ErrorCode, message: str, *, phy_offset: int = -1, master_
     return HEADER.pack(phy_offset, ERROR_MARKER) + ERROR_FIXED.pack(int(code), master_min, master_max, len(msg)) + msg
 
 
-def encode_hello(*, broker_id: int, cluster: str, broker_name: str, nonce: bytes) -> bytes:
+def encode_hello(*, broker_id: int, cluster: str, broker_name: str, nonce: bytes, broker_addr: str = "") -> bytes:
+    """``broker_addr`` "" sends no ADDR (the hello of a slave that does not say where it serves)."""
     c = cluster.encode("utf-8")
     n = broker_name.encode("utf-8")
     for label, raw in (("cluster", c), ("broker_name", n)):
@@ -198,7 +209,24 @@ def encode_hello(*, broker_id: int, cluster: str, broker_name: str, nonce: bytes
             raise ValueError(f"hello {label} must be 1..{MAX_NAME_BYTES} utf-8 bytes, got {len(raw)}")
     if len(nonce) != NONCE_BYTES:
         raise ValueError(f"hello nonce must be {NONCE_BYTES} bytes, got {len(nonce)}")
-    return HELLO_FIXED.pack(MAGIC, HELLO_VERSION, 0, broker_id, nonce, len(c), len(n)) + c + n
+    tail = b""
+    if broker_addr:
+        _check_broker_addr(broker_addr, ValueError)
+        a = broker_addr.encode("ascii")
+        tail = bytes([len(a)]) + a
+    flags = HELLO_ADDR if tail else 0
+    return HELLO_FIXED.pack(MAGIC, HELLO_VERSION, flags, broker_id, nonce, len(c), len(n)) + c + n + tail
+
+
+def _check_broker_addr(addr: str, error: type[Exception]) -> None:
+    """ASCII ``host:port`` of at most MAX_NAME_BYTES; ``error`` is raised otherwise (ValueError for a caller,
+    ProtocolError for a peer)."""
+    if not addr.isascii() or not 1 <= len(addr) <= MAX_NAME_BYTES or not addr.isprintable() or " " in addr:
+        raise error(f"hello broker_addr {addr[:80]!r} must be 1..{MAX_NAME_BYTES} printable ASCII characters")
+    try:
+        parse_host_port(addr, "hello broker_addr")
+    except ValueError as exc:
+        raise error(str(exc)) from None
 
 
 def master_proof(secret: bytes, hello: bytes, nonce: bytes) -> bytes:
@@ -275,7 +303,8 @@ def _make_challenge(data: bytes | memoryview) -> Challenge:
     return Challenge(bool(flags & CHALLENGE_AUTH), bytes(nonce), bytes(proof))
 
 
-def _check_hello_fixed(data: bytes | memoryview) -> tuple[int, bytes, int, int]:
+def _check_hello_fixed(data: bytes | memoryview) -> tuple[int, bytes, int, int, bool]:
+    """(broker_id, nonce, cluster_len, name_len, has_addr) of a valid fixed part."""
     magic, version, flags, broker_id, nonce, clen, nlen = HELLO_FIXED.unpack(data)
     if magic != MAGIC:
         raise ProtocolError(f"HA hello magic {bytes(magic)!r} is not {MAGIC!r}", field="magic", value=bytes(magic),
@@ -283,32 +312,46 @@ def _check_hello_fixed(data: bytes | memoryview) -> tuple[int, bytes, int, int]:
     if version != HELLO_VERSION:
         raise ProtocolError(f"HA hello version {version} is not supported (this build speaks {HELLO_VERSION})",
                             field="version", value=version, hint="run the same pyrmq version on master and slave")
-    if flags:
+    if flags & ~HELLO_ADDR:
         raise ProtocolError(f"HA hello has unknown flags 0x{flags:04x}", field="flags", value=flags)
     if clen == 0 or nlen == 0:
         raise ProtocolError("HA hello has an empty cluster or brokerName", field="names")
-    return broker_id, bytes(nonce), clen, nlen
+    return broker_id, bytes(nonce), clen, nlen, bool(flags & HELLO_ADDR)
 
 
-def _make_hello(broker_id: int, nonce: bytes, names: bytes, clen: int, raw: bytes) -> Hello:
+def _check_addr_len(alen: int) -> None:
+    if alen == 0:
+        raise ProtocolError("HA hello has the ADDR flag and an empty broker_addr", field="broker_addr", value=0)
+
+
+def _make_hello(broker_id: int, nonce: bytes, names: bytes, clen: int, raw: bytes, addr: bytes = b"") -> Hello:
     try:
         cluster = names[:clen].decode("utf-8")
         name = names[clen:].decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProtocolError(f"HA hello names are not utf-8: {exc}", field="names") from None
-    return Hello(broker_id, cluster, name, nonce, raw)
+    broker_addr = ""
+    if addr:
+        broker_addr = addr.decode("latin-1")
+        _check_broker_addr(broker_addr, ProtocolError)
+    return Hello(broker_id, cluster, name, nonce, raw, broker_addr)
 
 
 def decode_hello(data: bytes | memoryview) -> tuple[Hello, int]:
     """Parse a hello at the start of ``data``; returns (hello, bytes consumed). Truncated -> ProtocolError."""
     if len(data) < HELLO_FIXED_SIZE:
         raise ProtocolError(f"HA hello truncated: {len(data)} of {HELLO_FIXED_SIZE} fixed bytes", field="hello")
-    broker_id, nonce, clen, nlen = _check_hello_fixed(data[:HELLO_FIXED_SIZE])
-    total = HELLO_FIXED_SIZE + clen + nlen
+    broker_id, nonce, clen, nlen, has_addr = _check_hello_fixed(data[:HELLO_FIXED_SIZE])
+    names_end = total = HELLO_FIXED_SIZE + clen + nlen
+    if has_addr:
+        if len(data) <= names_end:
+            raise ProtocolError(f"HA hello truncated: {len(data)} of {names_end + 1} bytes", field="hello")
+        _check_addr_len(data[names_end])
+        total = names_end + 1 + data[names_end]
     if len(data) < total:
         raise ProtocolError(f"HA hello truncated: {len(data)} of {total} bytes", field="hello")
     raw = bytes(data[:total])
-    return _make_hello(broker_id, nonce, raw[HELLO_FIXED_SIZE:], clen, raw), total
+    return _make_hello(broker_id, nonce, raw[HELLO_FIXED_SIZE:names_end], clen, raw, raw[names_end + 1:total]), total
 
 
 def decode_frame(data: bytes | memoryview, max_body: int) -> tuple[Frame | ErrorFrame | Challenge, int]:
@@ -339,9 +382,14 @@ async def read_report(reader: Reader) -> int:
 
 async def read_hello(reader: Reader) -> Hello:
     fixed = await _readexactly(reader, HELLO_FIXED_SIZE, "hello")
-    broker_id, nonce, clen, nlen = _check_hello_fixed(fixed)
+    broker_id, nonce, clen, nlen, has_addr = _check_hello_fixed(fixed)
     names = await _readexactly(reader, clen + nlen, "hello names")
-    return _make_hello(broker_id, nonce, names, clen, fixed + names)
+    if not has_addr:
+        return _make_hello(broker_id, nonce, names, clen, fixed + names)
+    alen = await _readexactly(reader, 1, "hello addr_len")
+    _check_addr_len(alen[0])
+    addr = await _readexactly(reader, alen[0], "hello broker_addr")
+    return _make_hello(broker_id, nonce, names, clen, fixed + names + alen + addr, addr)
 
 
 async def read_proof(reader: Reader) -> bytes:

@@ -2,7 +2,7 @@
 
 Reader: reads chunks, keeps only the newest complete 8-byte report (``ReportDecoder``). The first report is the
 start request; later ones are acks judged by ``state.judge_report`` (beyond the master's max or beyond what was
-sent -> close, RocketMQ #3015; decreasing -> close). Accepted acks go to ``HAMaster.on_ack``.
+sent -> close, RocketMQ #3015; decreasing -> close). Accepted acks go to the owner's ``on_ack``.
 
 Writer: picks the start (``state.choose_start``; an out-of-range slave gets an error frame, a clear log line and
 the close), then streams frames of at most ``haTransferBatchSize`` body bytes, each from ONE commitlog file
@@ -22,6 +22,10 @@ after ``haSendHeartbeatInterval`` without writes; the writer also expires the co
 Whichever task ends first closes the connection through a done-callback with a ``CloseReason``; error frames
 are written only by the writer task or before the tasks start, so they never interleave with a half-sent
 frame. Task-safety: event loop only.
+
+What a connection knows of the master that runs it is ``ConnectionOwner`` (acks, the close, the counters) and
+the ``TransferPolicy`` it reads; it never imports ``master.py``. When sendfile fails on its socket it falls
+back to memory copies for itself only: one odd socket does not change how the master serves the others.
 """
 
 from __future__ import annotations
@@ -34,13 +38,12 @@ import select
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Protocol
 
-from broker.ha.state import CloseReason, ConnState, SlaveLink, Verdict, choose_start, judge_report
+from broker.config import CatchUpFrom, MessageStoreConfig
+from broker.ha.state import CloseReason, ConnState, HACounters, SlaveLink, Verdict, choose_start, judge_report
 from remoting.ha_codec import ErrorCode, ProtocolError, ReportDecoder, encode_error, encode_header
-
-if TYPE_CHECKING:
-    from broker.ha.master import HAMaster
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,43 @@ COALESCE_BYTES = 4 * 1024 * 1024
 SENDFILE_BATCH_BYTES = 2 * 1024 * 1024  # catch-up: frames streamed per worker-thread hop
 READ_CHUNK = 64 * 1024
 STALL_WAIT_S = 0.05
+CATCH_UP_LAG_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class TransferPolicy:
+    """How a master streams to its slaves. The master owns it; connections read it and never change it."""
+
+    batch_bytes: int  # haTransferBatchSize: body bytes per frame at most
+    heartbeat_s: float  # haSendHeartbeatInterval
+    idle_s: float  # haHousekeepingInterval
+    file_size: int  # mappedFileSizeCommitLog (choose_start's LAST_FILE)
+    catch_up_from: CatchUpFrom
+    # Below this lag frames go through the transport (one copy, no thread hop); at or above it the slave is
+    # catching up and a worker thread sendfiles batches. Waking a thread for a small lag costs more than the
+    # copy: the GIL hand-off delays the event loop by milliseconds (measured: SYNC puts 3x slower).
+    sendfile_min_lag: int
+    use_sendfile: bool = True
+    use_sendfile_thread: bool = True  # False: catch-up frames go one by one through loop.sendfile
+
+    @classmethod
+    def from_config(cls, cfg: MessageStoreConfig) -> TransferPolicy:
+        return cls(batch_bytes=cfg.ha_transfer_batch_size, heartbeat_s=cfg.ha_send_heartbeat_interval / 1000.0,
+                   idle_s=cfg.ha_housekeeping_interval / 1000.0, file_size=cfg.mapped_file_size_commit_log,
+                   catch_up_from=cfg.ha_slave_catch_up_from,
+                   sendfile_min_lag=max(CATCH_UP_LAG_BYTES, 4 * cfg.ha_transfer_batch_size))
+
+
+class ConnectionOwner(Protocol):
+    """What a connection tells the master that runs it (``HAMaster``)."""
+
+    counters: HACounters
+
+    def on_ack(self, offset: int) -> None:
+        """A slave acked ``offset`` (its first report counts once it is known to lie in the master's range)."""
+
+    def on_connection_closed(self, conn: MasterConnection) -> None:
+        """``conn`` closed (called once, from ``close``)."""
 
 
 class _FdFile:
@@ -68,9 +108,13 @@ class _FdFile:
 
 
 class MasterConnection:
-    def __init__(self, master: HAMaster, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 link: SlaveLink) -> None:
-        self.master = master
+    def __init__(self, owner: ConnectionOwner, store, policy: TransferPolicy, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, link: SlaveLink) -> None:
+        self.owner = owner
+        self.store = store
+        self.policy = policy
+        self.counters = owner.counters
+        self.use_sendfile = policy.use_sendfile  # this connection's own: a failing sendfile turns it off here only
         self.reader = reader
         self.writer = writer
         self.link = link
@@ -79,10 +123,9 @@ class MasterConnection:
         self._tasks: list[asyncio.Task] = []
         self._closed = asyncio.Event()
         self._abort = threading.Event()  # tells a sendfile worker thread to stop
-        cfg = master.store_config
-        self.batch = cfg.ha_transfer_batch_size
-        self.heartbeat_s = cfg.ha_send_heartbeat_interval / 1000.0
-        self.idle_s = cfg.ha_housekeeping_interval / 1000.0
+        self.batch = policy.batch_bytes
+        self.heartbeat_s = policy.heartbeat_s
+        self.idle_s = policy.idle_s
 
     @property
     def closed(self) -> bool:
@@ -134,30 +177,31 @@ class MasterConnection:
         log.info("HA connection to slave %s (brokerId %d) closed: %s; acked %d, sent %d bytes",
                  self.link.slave_addr, self.link.broker_id, self.link.close_reason, self.link.ack_offset,
                  self.link.transferred_bytes)
-        self.master.on_connection_closed(self)
+        self.owner.on_connection_closed(self)
 
     def send_error_and_close(self, code: ErrorCode, message: str, reason: CloseReason, *, phy_offset: int = -1) -> None:
-        store = self.master.store
+        store = self.store
         # Offsets only to a slave that proved the secret (in unsafe mode nobody did: it gets -1, like a refused peer).
         known = self.link.authenticated
         with contextlib.suppress(Exception):
             self.writer.write(encode_error(code, message, phy_offset=phy_offset if known else -1,
                                            master_min=store.min_phy_offset if known else -1,
                                            master_max=store.max_phy_offset if known else -1))
-        self.master.counters.error_frames_sent += 1
+        self.counters.error_frames_sent += 1
         self.close(reason, detail=message)
 
     # reader ----------------------------------------------------------------------------------------------
     async def _read_loop(self) -> CloseReason:
         decoder = ReportDecoder()
         link = self.link
-        master = self.master
-        store = master.store
+        owner = self.owner
+        store = self.store
         while True:
             data = await self.reader.read(READ_CHUNK)
             if not data:
                 return CloseReason.PEER_CLOSED
             link.last_read_mono = time.monotonic()
+            link.last_read_ms = int(time.time() * 1000)
             value = decoder.feed(data)
             if value is None:
                 continue
@@ -177,8 +221,8 @@ class MasterConnection:
                                    master_max=store.max_phy_offset)
             if verdict is Verdict.ACK:
                 link.ack_offset = value
-                link.last_ack_ms = int(time.time() * 1000)
-                master.on_ack(value)
+                link.last_ack_ms = link.last_read_ms
+                owner.on_ack(value)
             elif verdict is Verdict.SAME:
                 continue
             elif verdict is Verdict.BEYOND_MAX:
@@ -198,8 +242,8 @@ class MasterConnection:
     # writer ----------------------------------------------------------------------------------------------
     async def _write_loop(self) -> CloseReason | None:
         link = self.link
-        master = self.master
-        store = master.store
+        store = self.store
+        policy = self.policy
         try:
             async with asyncio.timeout(self.idle_s):
                 await self._first_report.wait()
@@ -208,8 +252,8 @@ class MasterConnection:
                         link.slave_addr, self.idle_s)
             return CloseReason.READ_IDLE
         decision = choose_start(link.request_offset, master_min=store.min_phy_offset,
-                                master_max=store.max_phy_offset, file_size=master.store_config.mapped_file_size_commit_log,
-                                catch_up_from=master.store_config.ha_slave_catch_up_from)
+                                master_max=store.max_phy_offset, file_size=policy.file_size,
+                                catch_up_from=policy.catch_up_from)
         if decision.error is not None:
             log.error("HA slave %s (brokerId %d) refused: %s", link.slave_addr, link.broker_id, decision.error.message)
             self.send_error_and_close(decision.error.code, decision.error.message, CloseReason.CATCH_UP_ERROR,
@@ -217,7 +261,7 @@ class MasterConnection:
             return None
         link.transfer_from = link.next_transfer = decision.start
         link.state = ConnState.TRANSFER
-        master.on_transfer_started(self)
+        self.owner.on_ack(link.request_offset)  # the first report counts as an ack now it is known to be in range
         log.info("HA slave %s (brokerId %d) streaming from %d (%s); master min %d max %d", link.slave_addr,
                  link.broker_id, decision.start, decision.reason, store.min_phy_offset, store.max_phy_offset)
         transport = self.writer.transport
@@ -239,8 +283,8 @@ class MasterConnection:
             if lag <= 0:
                 await self._idle_wait(now)
                 continue
-            if lag >= master.sendfile_min_lag and master.use_sendfile:
-                if transport.get_write_buffer_size() == 0 and master.use_sendfile_thread:
+            if lag >= policy.sendfile_min_lag and self.use_sendfile:
+                if transport.get_write_buffer_size() == 0 and policy.use_sendfile_thread:
                     sent = await self._send_sendfile_batch(loop)
                 else:
                     sent = await self._send_sendfile_frame(loop, transport)
@@ -259,7 +303,7 @@ class MasterConnection:
     async def _idle_wait(self, now: float) -> None:
         link = self.link
         self.wake.clear()
-        if self.master.store.max_phy_offset > link.next_transfer:
+        if self.store.max_phy_offset > link.next_transfer:
             return
         wait_s = min(self.heartbeat_s - (now - link.last_write_mono), self.idle_s - (now - link.last_read_mono))
         if wait_s > 0:
@@ -270,12 +314,12 @@ class MasterConnection:
         if time.monotonic() - link.last_write_mono >= self.heartbeat_s:
             self.writer.write(encode_header(link.next_transfer, 0))
             link.last_write_mono = time.monotonic()
-            self.master.counters.heartbeats_sent += 1
+            self.counters.heartbeats_sent += 1
             await self.writer.drain()
 
     def _send_memory_frames(self) -> int:
         """Join up to COALESCE_BYTES of frames into one write; returns body bytes queued."""
-        store = self.master.store
+        store = self.store
         link = self.link
         parts: list = []
         total = 0
@@ -299,17 +343,17 @@ class MasterConnection:
         link.transferred_bytes += total
         link.frames += frames
         link.last_write_mono = time.monotonic()
-        counters = self.master.counters
+        counters = self.counters
         counters.bytes_sent += total
         counters.frames_sent += frames
         return total
 
     async def _send_sendfile_batch(self, loop: asyncio.AbstractEventLoop) -> int:
-        store = self.master.store
+        store = self.store
         link = self.link
         sock = self.writer.get_extra_info("socket")
         if sock is None:
-            self.master.use_sendfile = False
+            self.use_sendfile = False
             return 0
         frames: list[tuple[bytes, int, int, int]] = []
         dups: dict[int, int] = {}
@@ -343,14 +387,14 @@ class MasterConnection:
         link.frames += len(frames)
         link.sendfile_frames += len(frames)
         link.last_write_mono = time.monotonic()
-        counters = self.master.counters
+        counters = self.counters
         counters.bytes_sent += sent
         counters.frames_sent += len(frames)
         counters.sendfile_frames += len(frames)
         return sent
 
     async def _send_sendfile_frame(self, loop: asyncio.AbstractEventLoop, transport: asyncio.Transport) -> int:
-        store = self.master.store
+        store = self.store
         link = self.link
         sl = store.commitlog_slice(link.next_transfer, self.batch)
         if sl is None or sl.length <= 0:
@@ -361,12 +405,13 @@ class MasterConnection:
         try:
             sent = await loop.sendfile(transport, _FdFile(sl.fd), sl.file_position, sl.length, fallback=False)
             link.sendfile_frames += 1
-            self.master.counters.sendfile_frames += 1
+            self.counters.sendfile_frames += 1
         except (asyncio.SendfileNotAvailableError, RuntimeError) as exc:
             if transport.is_closing():
                 raise ConnectionError("HA transport closed during sendfile") from exc
-            self.master.use_sendfile = False
-            log.warning("sendfile unavailable on the HA socket (%s); copying through memory from now on", exc)
+            self.use_sendfile = False
+            log.warning("sendfile unavailable on the HA socket to slave %s (%s); copying through memory on this "
+                        "connection from now on", link.slave_addr, exc)
             self.writer.write(sl.view[: sl.length])
             sent = sl.length
         if sent != sl.length:
@@ -374,8 +419,8 @@ class MasterConnection:
         link.transferred_bytes += sl.length
         link.frames += 1
         link.last_write_mono = time.monotonic()
-        self.master.counters.bytes_sent += sl.length
-        self.master.counters.frames_sent += 1
+        self.counters.bytes_sent += sl.length
+        self.counters.frames_sent += 1
         return sl.length
 
 

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 
 from broker.config import MessageStoreConfig
-from broker.ha.connection import MasterConnection
+from broker.ha.connection import MasterConnection, TransferPolicy
 from broker.ha.state import (
     REFUSED_TO_PEER,
     Admission,
@@ -63,7 +63,6 @@ HANDSHAKE_TIMEOUT_S = 5.0  # hello, challenge and proof together
 MAX_HANDSHAKES = 64  # handshakes in progress; beyond it new peers are closed at once (a bound on idle sockets)
 MAX_CONNECTIONS = 64  # slaves per master; beyond it peers are refused (a bound on accepted sockets)
 MAX_LINKS_KEPT = 64
-CATCH_UP_LAG_BYTES = 16 * 1024 * 1024
 
 
 class HAMaster:
@@ -83,12 +82,7 @@ class HAMaster:
         self.push2slave_max_offset = 0
         self.connections: dict[int, MasterConnection] = {}  # brokerId -> live connection
         self.links: dict[int, SlaveLink] = {}  # brokerId -> last known state
-        self.use_sendfile = True
-        self.use_sendfile_thread = True  # False: catch-up frames go one by one through loop.sendfile
-        # Below this lag frames go through the transport (one copy, no thread hop); at or above it the slave is
-        # catching up and a worker thread sendfiles batches. Waking a thread for a small lag costs more than the
-        # copy: the GIL hand-off delays the event loop by milliseconds (measured: SYNC puts 3x slower).
-        self.sendfile_min_lag = max(CATCH_UP_LAG_BYTES, 4 * store_config.ha_transfer_batch_size)
+        self.policy = TransferPolicy.from_config(store_config)  # read by every connection
         self._server: asyncio.AbstractServer | None = None
         self._handshakes: set[asyncio.Task] = set()
         self._listening = False
@@ -137,10 +131,6 @@ class HAMaster:
             self.push2slave_max_offset = offset
             if self.on_ack_listener is not None:
                 self.on_ack_listener(offset)
-
-    def on_transfer_started(self, conn: MasterConnection) -> None:
-        # The first report counts as an ack once it is known to lie inside the master's range.
-        self.on_ack(conn.link.request_offset)
 
     def on_connection_closed(self, conn: MasterConnection) -> None:
         self.counters.closed += 1
@@ -256,9 +246,9 @@ class HAMaster:
                         "reconnect; if this repeats every few seconds, two slaves share brokerId %d: give each slave "
                         "of a brokerName its own)", bid, peer, old.link.slave_addr, bid)
             old.close(CloseReason.REPLACED)
-        link = SlaveLink(slave_addr=peer, broker_id=bid, connected_at_ms=int(time.time() * 1000),
-                         authenticated=authenticated)
-        conn = MasterConnection(self, reader, writer, link)
+        link = SlaveLink(slave_addr=peer, broker_id=bid, broker_addr=hello.broker_addr,
+                         connected_at_ms=int(time.time() * 1000), authenticated=authenticated)
+        conn = MasterConnection(self, self.store, self.policy, reader, writer, link)
         self.connections[bid] = conn
         self.links[bid] = link
         if len(self.links) > MAX_LINKS_KEPT:
@@ -266,7 +256,8 @@ class HAMaster:
             for gone in closed[: len(self.links) - MAX_LINKS_KEPT]:
                 del self.links[gone]
         self.counters.accepted += 1
-        log.info("HA slave %s/%s brokerId %d connected from %s (%s)", hello.cluster, hello.broker_name, bid, peer,
+        log.info("HA slave %s/%s brokerId %d (broker %s) connected from %s (%s)", hello.cluster, hello.broker_name,
+                 bid, hello.broker_addr or "address not sent", peer,
                  "authenticated" if authenticated else "NOT authenticated")
         conn.start()
 

@@ -20,8 +20,8 @@ from broker.config import BrokerRole, BrokerSettings
 from broker.ha.group_transfer import GroupTransfer
 from broker.ha.master import HAMaster
 from broker.ha.slave import HASlave
-from broker.ha.state import ConnState, HACounters, slave_state
-from broker.ha.status import ByteRate, HAStatus, MasterLinkStatus, SlaveLinkStatus
+from broker.ha.state import ConnState, HACounters, link_state, slave_state
+from broker.ha.status import ByteRate, HAStatus, MasterLinkStatus, SlaveLinkStatus, stale_after_ms
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ class HAService:
         self.counters = HACounters()
         self._rates = ByteRate()
         cfg = settings.store
+        self.stale_after_ms = stale_after_ms(cfg.ha_send_heartbeat_interval)
         b = settings.broker
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
@@ -56,7 +57,8 @@ class HAService:
         else:
             self.slave = HASlave(store=store, store_config=cfg, cluster=b.broker_cluster_name,
                                  broker_name=b.broker_name, broker_id=b.broker_id,
-                                 master_addr=cfg.ha_master_address, secret=secret, counters=self.counters)
+                                 master_addr=cfg.ha_master_address, secret=secret, counters=self.counters,
+                                 broker_addr=b.broker_addr if b.listen_port else "")  # 0: no remoting port
 
     # lifecycle -------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -96,15 +98,18 @@ class HAService:
         store = self.store
         master_max = store.max_phy_offset
         now_s = time.monotonic()
+        stale_ms = self.stale_after_ms
         slaves: list[SlaveLinkStatus] = []
         if self.master is not None:
             fallbehind = self.settings.store.ha_slave_fallbehind_max
-            for link in self.master.visible_links():
+            for link in self.master.visible_links(now_s):
                 ack = max(link.ack_offset, 0)
-                state = slave_state(connected=link.state is not ConnState.CLOSED, ack_offset=ack,
-                                    master_max=master_max, fallbehind_max=fallbehind)
+                connected = link.state is not ConnState.CLOSED
+                silent_ms = int((now_s - link.last_read_mono) * 1000) if link.last_read_mono else -1
+                state = slave_state(connected=connected, silent_ms=silent_ms, stale_after_ms=stale_ms,
+                                    ack_offset=ack, master_max=master_max, fallbehind_max=fallbehind)
                 slaves.append(SlaveLinkStatus(
-                    addr=link.slave_addr,
+                    addr=link.broker_addr or link.slave_addr,
                     broker_id=link.broker_id,
                     ack_offset=link.ack_offset,
                     diff=max(0, master_max - ack),
@@ -113,10 +118,15 @@ class HAService:
                     transferred_bytes=link.transferred_bytes,
                     transferred_bytes_per_s=self._rates.rate(("slave", link.broker_id), link.transferred_bytes, now_s),
                     last_ack_timestamp=link.last_ack_ms,
+                    peer_addr=link.slave_addr,
+                    last_read_timestamp=link.last_read_ms,
+                    since_last_read_ms=silent_ms,
                 ))
         client = None
         if self.slave is not None:
             sl = self.slave
+            silence = sl.silence_s(now_s)
+            silent_ms = -1 if silence is None else int(silence * 1000)
             client = MasterLinkStatus(
                 master_addr=sl.master_addr or master_ha_addr,
                 connected=sl.connected,
@@ -125,9 +135,13 @@ class HAService:
                 last_write_timestamp=sl.last_write_ms,
                 replicated_bytes=sl.replicated_bytes,
                 transferred_bytes_per_s=self._rates.rate("master", sl.replicated_bytes, now_s),
+                since_last_read_ms=silent_ms,
+                state=link_state(connected=silence is not None, silent_ms=silent_ms, stale_after_ms=stale_ms).value,
             )
         return HAStatus(role=self.role.name, commitlog_max_offset=master_max,
-                        commitlog_min_offset=store.min_phy_offset, slaves=tuple(slaves), client=client)
+                        commitlog_min_offset=store.min_phy_offset, slaves=tuple(slaves), client=client,
+                        stale_after_ms=stale_ms, connections_accepted=self.counters.accepted,
+                        reconnects=self.counters.reconnects)
 
     def metrics(self) -> dict:
         """Counters and gauges for broker/metrics.py (names without the prefix)."""

@@ -3,7 +3,8 @@
 The master's HA address is ``haMasterAddress`` when set, else whatever the broker passes to
 ``update_master_address`` after each nameserver registration (a change closes the current connection and
 reconnects to the new address). Per connection:
-- connect with a 5 s timeout; send the hello (a fresh nonce); the master answers a challenge. With a secret the
+- connect with a 5 s timeout; send the hello (a fresh nonce, and this broker's address so the master's
+  ``haStatus`` can name it); the master answers a challenge. With a secret the
   slave checks the master's proof first (an impostor posing as the master gets nothing: no proof, no report), then
   sends its own proof and the first report (the local max offset) at once (RocketMQ waited ~5 s before the first
   report). A master that authenticates while this slave has no secret, or the reverse, is a configuration error:
@@ -80,7 +81,8 @@ def parse_master_addr(addr: str) -> tuple[str, int]:
 
 class HASlave(Service):
     def __init__(self, *, store, store_config: MessageStoreConfig, cluster: str, broker_name: str, broker_id: int,
-                 master_addr: str = "", secret: bytes = b"", counters: HACounters | None = None) -> None:
+                 master_addr: str = "", secret: bytes = b"", counters: HACounters | None = None,
+                 broker_addr: str = "") -> None:
         super().__init__(f"ha-slave[{broker_name}-{broker_id}]")
         self.store = store
         self.cfg = store_config
@@ -88,6 +90,9 @@ class HASlave(Service):
         self.cluster = cluster
         self.broker_name = broker_name
         self.broker_id = broker_id
+        self.broker_addr = broker_addr  # brokerIP1:listenPort, sent in the hello ("" sends none)
+        encode_hello(broker_id=broker_id, cluster=cluster, broker_name=broker_name, nonce=bytes(NONCE_BYTES),
+                     broker_addr=broker_addr)  # a ValueError now, not at each connect
         self.master_addr = master_addr
         self.fixed_address = bool(master_addr)
         self.counters = counters or HACounters()
@@ -98,6 +103,13 @@ class HASlave(Service):
         self.last_error = ""
         self._addr_changed = asyncio.Event()
         self._conn: _SlaveConnection | None = None
+
+    def silence_s(self, now_mono: float) -> float | None:
+        """Seconds since the master last sent a byte on the live connection; None while not connected."""
+        conn = self._conn
+        if conn is None or not self.connected:
+            return None
+        return max(0.0, now_mono - conn.last_read_mono)
 
     # control ---------------------------------------------------------------------------------------------
     def update_master_address(self, addr: str) -> None:
@@ -239,7 +251,7 @@ class _SlaveConnection:
         self._done: asyncio.Future = asyncio.get_running_loop().create_future()
         self._tasks: list[asyncio.Task] = []
         self.hello = encode_hello(broker_id=owner.broker_id, cluster=owner.cluster, broker_name=owner.broker_name,
-                                  nonce=os.urandom(NONCE_BYTES))
+                                  nonce=os.urandom(NONCE_BYTES), broker_addr=owner.broker_addr)
         self.challenged = asyncio.Event()  # set once the challenge was answered: reports may flow
 
     @property

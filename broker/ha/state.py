@@ -34,10 +34,12 @@ class ConnState(enum.Enum):
 
 
 class SlaveState(enum.Enum):
-    """How ``mqctl ha status`` shows a slave (admin.proto SlaveConnection.state)."""
+    """How ``mqctl haStatus`` shows an HA link: a slave on its master (all four), the master on its slave (OK,
+    STALE, DISCONNECTED). When STALE sets in: ``broker/ha/status.py``."""
 
     OK = "OK"
     FALL_BEHIND = "FALL_BEHIND"
+    STALE = "STALE"  # connected, but the peer has been silent for longer than its heartbeat allows
     DISCONNECTED = "DISCONNECTED"
 
 
@@ -141,18 +143,29 @@ def judge_report(value: int, *, last_ack: int, sent_upto: int, master_max: int) 
     return Verdict.SAME if value == last_ack else Verdict.ACK
 
 
-def slave_state(*, connected: bool, ack_offset: int, master_max: int, fallbehind_max: int) -> SlaveState:
+def slave_state(*, connected: bool, silent_ms: int, stale_after_ms: int, ack_offset: int, master_max: int,
+                fallbehind_max: int) -> SlaveState:
+    """A slave as its master sees it. STALE before FALL_BEHIND: the ack of a silent slave is old news."""
+    link = link_state(connected=connected, silent_ms=silent_ms, stale_after_ms=stale_after_ms)
+    if link is not SlaveState.OK:
+        return link
+    return SlaveState.OK if master_max - ack_offset < fallbehind_max else SlaveState.FALL_BEHIND
+
+
+def link_state(*, connected: bool, silent_ms: int, stale_after_ms: int) -> SlaveState:
+    """OK, STALE (nothing read for more than ``stale_after_ms``) or DISCONNECTED: either end of a link."""
     if not connected:
         return SlaveState.DISCONNECTED
-    return SlaveState.OK if master_max - ack_offset < fallbehind_max else SlaveState.FALL_BEHIND
+    return SlaveState.STALE if silent_ms > stale_after_ms else SlaveState.OK
 
 
 @dataclass(slots=True)
 class SlaveLink:
     """One slave as the master sees it (kept after disconnect for ``ha status``)."""
 
-    slave_addr: str
+    slave_addr: str  # the HA socket's peer (host:ephemeral port)
     broker_id: int
+    broker_addr: str = ""  # the slave's brokerIP1:listenPort from its hello; "" when it did not send one
     state: ConnState = ConnState.HANDSHAKE
     request_offset: int = -1
     ack_offset: int = -1
@@ -161,7 +174,8 @@ class SlaveLink:
     transferred_bytes: int = 0
     frames: int = 0
     sendfile_frames: int = 0
-    last_ack_ms: int = 0  # epoch ms
+    last_ack_ms: int = 0  # epoch ms of the last ack that advanced
+    last_read_ms: int = 0  # epoch ms of the last bytes read (an ack or a heartbeat report)
     last_read_mono: float = 0.0
     last_write_mono: float = 0.0
     connected_at_ms: int = 0

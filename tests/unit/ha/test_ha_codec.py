@@ -84,13 +84,18 @@ def test_proofs_are_hmac_sha256_over_label_hello_and_nonce_and_differ_by_side():
 names = st.text(min_size=1, max_size=40).filter(lambda s: 1 <= len(s.encode()) <= 255)
 
 
-@given(broker_id=st.integers(-(2**63), 2**63 - 1), cluster=names, name=names, nonce=st.binary(min_size=16, max_size=16))
-def test_hello_round_trips_over_bytes_and_stream(broker_id, cluster, name, nonce):
-    raw = c.encode_hello(broker_id=broker_id, cluster=cluster, broker_name=name, nonce=nonce)
+addrs = st.just("") | st.builds("{}:{}".format, st.from_regex(r"[a-z0-9.\-]{1,40}", fullmatch=True),
+                                  st.integers(1, 65535))
+
+
+@given(broker_id=st.integers(-(2**63), 2**63 - 1), cluster=names, name=names, nonce=st.binary(min_size=16, max_size=16),
+       addr=addrs)
+def test_hello_round_trips_over_bytes_and_stream(broker_id, cluster, name, nonce, addr):
+    raw = c.encode_hello(broker_id=broker_id, cluster=cluster, broker_name=name, nonce=nonce, broker_addr=addr)
     hello, used = c.decode_hello(raw + b"tail")
     assert used == len(raw)
-    assert (hello.broker_id, hello.cluster, hello.broker_name, hello.nonce, hello.raw) == (broker_id, cluster, name,
-                                                                                          nonce, raw)
+    assert (hello.broker_id, hello.cluster, hello.broker_name, hello.nonce, hello.raw,
+            hello.broker_addr) == (broker_id, cluster, name, nonce, raw, addr)
     streamed = parse(c.read_hello, raw)
     assert streamed == hello
 
@@ -221,9 +226,47 @@ def test_unknown_hello_version_and_flags_are_refused():
     with pytest.raises(c.ProtocolError, match="version"):
         c.decode_hello(bytes(raw))
     raw[5] = 2
-    raw[7] = 1
+    raw[7] = 2  # bit 0 is ADDR; bit 1 is reserved
     with pytest.raises(c.ProtocolError, match="flags"):
         c.decode_hello(bytes(raw))
+
+
+def test_hello_with_the_slave_broker_address_golden_bytes():
+    raw = c.encode_hello(broker_id=1, cluster="C", broker_name="b", nonce=NONCE, broker_addr="10.0.0.7:10911")
+    assert raw == (b"PRHA" + bytes.fromhex("0002" "0001" "0000000000000001") + NONCE + bytes.fromhex("01" "01")
+                   + b"Cb" + bytes([14]) + b"10.0.0.7:10911")
+    hello, used = c.decode_hello(raw)
+    assert (hello.broker_addr, used, hello.raw) == ("10.0.0.7:10911", len(raw), raw)
+    assert parse(c.read_hello, raw) == hello
+    # without an address the hello is byte for byte the one a master always read
+    old = c.encode_hello(broker_id=1, cluster="C", broker_name="b", nonce=NONCE)
+    assert c.decode_hello(old)[0].broker_addr == "" and old[6:8] == b"\x00\x00"
+
+
+@pytest.mark.parametrize("addr", [b"", b"no-port", b"h:0", b"h:99999", b"h \x00:1", "h\u00e9:1".encode()])
+def test_a_hello_with_a_bad_broker_address_is_refused(addr):
+    raw = c.encode_hello(broker_id=1, cluster="C", broker_name="b", nonce=NONCE)
+    raw = raw[:6] + b"\x00\x01" + raw[8:] + bytes([len(addr)]) + addr
+    with pytest.raises(c.ProtocolError, match="broker_addr"):
+        c.decode_hello(raw)
+    with pytest.raises(c.ProtocolError, match="broker_addr"):
+        parse(c.read_hello, raw)
+
+
+def test_a_hello_truncated_in_its_address_is_refused():
+    raw = c.encode_hello(broker_id=1, cluster="C", broker_name="b", nonce=NONCE, broker_addr="h:1")
+    for cut in range(len(raw) - 4, len(raw)):
+        with pytest.raises(c.ProtocolError, match="truncated"):
+            c.decode_hello(raw[:cut])
+        with pytest.raises(c.ProtocolError, match="truncated"):
+            parse(c.read_hello, raw[:cut])
+
+
+def test_encode_hello_refuses_a_bad_broker_address():
+    with pytest.raises(ValueError, match="broker_addr"):
+        c.encode_hello(broker_id=1, cluster="C", broker_name="b", nonce=NONCE, broker_addr="x" * 300 + ":1")
+    with pytest.raises(ValueError, match="broker_addr"):
+        c.encode_hello(broker_id=1, cluster="C", broker_name="b", nonce=NONCE, broker_addr="nohost")
 
 
 def test_unknown_challenge_flags_are_refused():

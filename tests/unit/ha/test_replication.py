@@ -255,7 +255,7 @@ async def test_an_impostor_is_refused_learns_no_offsets_and_never_counts_as_an_a
         assert errors[0].master_min == errors[0].master_max == errors[0].phy_offset == -1  # no offsets leak
         assert "broker-a" not in errors[0].message and "TestCluster" not in errors[0].message
         assert m.ha.master.connected_slaves() == 0
-        assert _local_addr(peer) not in [x.addr for x in m.ha.status().slaves]  # a refused peer is never a row
+        assert _local_addr(peer) not in [x.peer_addr for x in m.ha.status().slaves]  # a refused peer is never a row
         assert m.ha.push2slave_max_offset == 0
         assert (await h.put(m)).status is PutStatus.SLAVE_NOT_AVAILABLE
         peer.close()
@@ -417,11 +417,11 @@ async def test_handshakes_in_progress_are_bounded(tmp_path, monkeypatch):
 @pytest.mark.parametrize("path", ["worker-thread-os-sendfile", "loop-sendfile"])
 async def test_frames_never_cross_a_file_end_and_catch_up_uses_sendfile_at_nonzero_file_positions(tmp_path, path):
     m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
-    m.ha.master.use_sendfile_thread = path == "worker-thread-os-sendfile"
+    m.ha.master.policy.use_sendfile_thread = path == "worker-thread-os-sendfile"
     try:
         await h.fill(m, int(2.5 * MiB))
         total = m.store.max_phy_offset
-        m.ha.master.sendfile_min_lag = 64 * 1024  # treat this 2.5 MiB lag as a catch-up
+        m.ha.master.policy.sendfile_min_lag = 64 * 1024  # treat this 2.5 MiB lag as a catch-up
         peer = await h.RawPeer.connect(m.ha_addr)
         await peer.handshake()
         peer.send(ha_codec.encode_report(0))

@@ -1,4 +1,4 @@
-"""Pure HA decisions: where streaming starts, how a report is judged, who may connect."""
+"""Pure HA decisions: where streaming starts, how a report is judged, who may connect, what state a link is in."""
 
 from __future__ import annotations
 
@@ -6,7 +6,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.config import CatchUpFrom
-from broker.ha.state import Admission, Verdict, admit, check_hello, choose_start, judge_report
+from broker.ha.state import (
+    Admission,
+    SlaveState,
+    Verdict,
+    admit,
+    check_hello,
+    choose_start,
+    judge_report,
+    link_state,
+    slave_state,
+)
+from broker.ha.status import stale_after_ms
 from remoting.ha_codec import ErrorCode, decode_hello, encode_hello
 
 MiB = 1 << 20
@@ -60,3 +71,29 @@ def test_a_live_broker_id_is_taken_over_only_with_proof(authenticated, live):
     got = admit(authenticated=authenticated, live_with_same_id=live)
     model = Admission.NEW if not live else (Admission.REPLACE if authenticated else Admission.REFUSE)
     assert got is model
+
+
+@given(connected=st.booleans(), silent=st.integers(-1, 30_000), stale_after=st.integers(1, 20_000),
+       ack=st.integers(0, 1000), mx=st.integers(0, 1000), fallbehind=st.integers(1, 500))
+def test_a_slave_state_against_a_model(connected, silent, stale_after, ack, mx, fallbehind):
+    got = slave_state(connected=connected, silent_ms=silent, stale_after_ms=stale_after, ack_offset=ack,
+                      master_max=mx, fallbehind_max=fallbehind)
+    if not connected:
+        model = SlaveState.DISCONNECTED
+    elif silent > stale_after:
+        model = SlaveState.STALE  # before FALL_BEHIND: a silent slave's ack says nothing of now
+    elif mx - ack >= fallbehind:
+        model = SlaveState.FALL_BEHIND
+    else:
+        model = SlaveState.OK
+    assert got is model
+    assert link_state(connected=connected, silent_ms=silent, stale_after_ms=stale_after) is (
+        model if model is not SlaveState.FALL_BEHIND else SlaveState.OK)
+
+
+def test_stale_after_is_one_and_a_half_heartbeats_and_at_least_one_plus_a_second():
+    assert stale_after_ms(5000) == 7500  # RocketMQ's default haSendHeartbeatInterval
+    assert stale_after_ms(200) == 1200
+    assert stale_after_ms(2000) == 3000
+    for interval in (1, 100, 1999, 2000, 2001, 5000, 60_000):
+        assert stale_after_ms(interval) >= interval + 1000  # never before a heartbeat is overdue by a second
