@@ -1,8 +1,9 @@
 """Smoke-test commands: sendMessage and consumeMessage (mqadmin's message/ package).
 
 sendMessage sends one message to a writable queue of a master, the one given with -b/-i or a random one, and
-shows the SendResult; it builds the message with the SDK (client.message.Message, so UNIQ_KEY is RocketMQ's) and
-sends it with AdminClient.send_message (SEND_MESSAGE_V2 to that queue), because the SDK Producer picks queues itself.
+shows the SendResult (--count sends many, one queue after the other from a random one, with progress on stderr);
+it builds the message with the SDK (client.message.Message, so UNIQ_KEY is RocketMQ's) and sends it with
+AdminClient.send_message (SEND_MESSAGE_V2 to that queue), because the SDK Producer picks queues itself.
 consumeMessage is the SDK PullConsumer: it follows the brokers' read advice (--from-slave starts each queue on
 the slave), starts at the group's committed offset (or the queue's minimum) and commits what it printed, to
 the master while it answers, else to the slave, so consumerProgress shows the group caught up afterwards.
@@ -20,6 +21,7 @@ import typer
 
 from ctl.options import DEFAULT_NAMESRV, JsonOpt, NamesrvOpt, TopicOpt
 from ctl.output import Column, Output, human_time
+from ctl.progress import Progress, ProgressOpt
 
 app = typer.Typer()
 
@@ -91,37 +93,66 @@ def send_message(
     tags: Annotated[str | None, typer.Option("-c", "--tags", help="Message tag.")] = None,
     broker_name: Annotated[str | None, typer.Option("-b", "--broker", help="Broker name to send to.")] = None,
     queue_id: Annotated[int | None, typer.Option("-i", "--qid", min=0, help="Queue id (with -b).")] = None,
+    count: Annotated[
+        int, typer.Option("--count", min=1, help="Send this many messages, spread over the writable queues.")
+    ] = 1,
+    progress: ProgressOpt = None,
     json: JsonOpt = False,
 ):
-    """Send one message to a topic and print where it went."""
-    from client.message import Message, MessageQueue
+    """Send a message (or --count of them) to a topic and print where each went."""
     from ctl.errors import CtlError
     from ctl.rpc import Cluster
 
     if queue_id is not None and broker_name is None:
         raise typer.BadParameter("-i needs -b <brokerName>", param_hint="-i")
-    with Cluster(namesrv) as cluster:
-        route = cluster.route(topic)
-        candidates = _pick_broker(cluster, route, broker_name, PERM_WRITE)
-        with_master = [n for n in candidates if _master_addr(route, n)]
-        if not with_master:
-            raise CtlError(
-                f"no master of {', '.join(candidates)} is registered; only a master takes messages",
-                hint="start the master, or send to another broker (-b)",
-            )
-        name = random.choice(with_master)
+    rows: list[dict] = []
+    meter = Progress(progress)
+    try:
+        with Cluster(namesrv) as cluster:
+            route = cluster.route(topic)
+            candidates = _pick_broker(cluster, route, broker_name, PERM_WRITE)
+            with_master = [n for n in candidates if _master_addr(route, n)]
+            if not with_master:
+                raise CtlError(
+                    f"no master of {', '.join(candidates)} is registered; only a master takes messages",
+                    hint="start the master, or send to another broker (-b)",
+                )
+            targets = _send_targets(route, with_master, topic, queue_id)
+            first = random.randrange(len(targets))
+            for i in range(count):
+                name, qid = targets[(first + i) % len(targets)]
+                rows.append(_send_one(cluster, route, topic, name, qid, body, tags, keys))
+                meter.update(f"sent {len(rows)}/{count} messages to {topic}")
+    finally:
+        if count > 1:
+            meter.done(f"sent {len(rows)}/{count} messages to {topic}")
+        if rows:  # what was sent before a failure is still shown
+            Output(json).table(SEND_COLUMNS, rows)
+
+
+def _send_targets(route: dict, names: list[str], topic: str, queue_id: int | None) -> list[tuple[str, int]]:
+    """(broker name, queue id) pairs to send to in turn: the -i queue of the -b broker, else every write queue."""
+    targets = []
+    for name in names:
         write_queues = int(_queue_data(route, name).get("writeQueueNums", 0))
         if queue_id is not None and queue_id >= write_queues:
             raise typer.BadParameter(
                 f"{name} has {write_queues} write queues for {topic} (0..{write_queues - 1})", param_hint="-i"
             )
-        qid = queue_id if queue_id is not None else random.randrange(write_queues)
-        message = Message(topic, body.encode(), tags=tags or "", keys=keys or "")
-        mq = MessageQueue(topic, name, qid)
-        result = cluster.run(
-            cluster.client.send_message(_master_addr(route, name), mq, message, producer_group=TOOLS_PRODUCER_GROUP)
+        targets += [(name, queue_id)] if queue_id is not None else [(name, q) for q in range(write_queues)]
+    return targets
+
+
+def _send_one(cluster, route: dict, topic: str, name: str, qid: int, body: str, tags, keys) -> dict:
+    from client.message import Message, MessageQueue
+
+    message = Message(topic, body.encode(), tags=tags or "", keys=keys or "")
+    result = cluster.run(
+        cluster.client.send_message(
+            _master_addr(route, name), MessageQueue(topic, name, qid), message, producer_group=TOOLS_PRODUCER_GROUP
         )
-    row = {
+    )
+    return {
         "brokerName": result.message_queue.broker_name,
         "queueId": result.message_queue.queue_id,
         "sendResult": result.status.value,
@@ -129,7 +160,6 @@ def send_message(
         "offsetMsgId": result.offset_msg_id,
         "queueOffset": result.queue_offset,
     }
-    Output(json).table(SEND_COLUMNS, [row])
 
 
 def _message_row(msg) -> dict:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.integration.ctl.cli import CLUSTER, flat, mqctl, ok, ok_json, unique
@@ -338,3 +340,25 @@ def test_consumer_connection_of_a_group_with_no_client_says_what_to_do(cluster):
         f"error: no consumer of group {group} is connected; start a consumer of the group, "
         "or check the name with `mqctl consumerProgress`"
     )
+
+
+def test_send_message_with_a_count_spreads_over_the_queues_without_progress_on_a_pipe(cluster):
+    topic = routed_topic(cluster)
+    result = ok("sendMessage", "-n", cluster.namesrv_addr, "-t", topic, "-p", "many", "--count", "12")
+    assert result.stderr == ""  # stderr is no terminal here: scripted output stays clean
+    rows = result.stdout.splitlines()[1:]
+    assert len(rows) == 12 and {row.split()[2] for row in rows} == {"SEND_OK"}
+    queues = [(row.split()[0], row.split()[1]) for row in rows]
+    assert sorted(set(queues)) == [("broker-a", "0"), ("broker-a", "1"), ("broker-b", "0"), ("broker-b", "1")]
+    assert all(queues.count(q) == 3 for q in set(queues))  # one queue after the other
+    consumed = ok_json("consumeMessage", "-n", cluster.namesrv_addr, "-t", topic, "-g", unique("g_many"),
+                       "--timeout", "0.5")
+    assert len(consumed) == 12
+
+
+def test_send_message_progress_is_shown_on_request(cluster):
+    topic = routed_topic(cluster)
+    result = ok("sendMessage", "-n", cluster.namesrv_addr, "-t", topic, "-p", "x", "--count", "5", "--progress",
+                "--json")
+    assert len(json.loads(result.stdout)) == 5
+    assert result.stderr.splitlines()[-1] == f"sent 5/5 messages to {topic}"
