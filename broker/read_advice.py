@@ -22,20 +22,14 @@ from dataclasses import dataclass
 from remoting.codes import ResponseCode
 
 
-def suggest_broker_id(*, role_is_slave: bool, slave_read_enable: bool, suggest_pulling_from_slave: bool,
-                      group_broker_id: int, which_broker_when_consume_slowly: int) -> int:
-    """suggestWhichBrokerId of a pull response (spec §5.2 steps 1-3; later steps override earlier ones)."""
-    # step 1: the store's lag flag picks the group's "slow" broker.
-    suggest = which_broker_when_consume_slowly if suggest_pulling_from_slave else 0
-    # step 2: a slave that may not serve reads sends the consumer back to the master.
-    if role_is_slave and not slave_read_enable:
-        suggest = 0
-    # step 3: with slaveReadEnable the group's brokerId applies when not lagging; without it, always the master.
-    if slave_read_enable:
-        suggest = which_broker_when_consume_slowly if suggest_pulling_from_slave else group_broker_id
-    else:
-        suggest = 0
-    return suggest
+def suggest_broker_id(*, slave_read_enable: bool, suggest_pulling_from_slave: bool, group_broker_id: int,
+                      which_broker_when_consume_slowly: int) -> int:
+    """suggestWhichBrokerId of a pull response: spec §5.2's step 3 alone, because it assigns the suggestion on both
+    of its branches and so overrides whatever steps 1 (the lag flag) and 2 (a slave without slaveReadEnable) set.
+    That is also why the serving broker's role does not matter (the table's first column)."""
+    if not slave_read_enable:
+        return 0
+    return which_broker_when_consume_slowly if suggest_pulling_from_slave else group_broker_id
 
 
 @dataclass(frozen=True, slots=True)

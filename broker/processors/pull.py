@@ -169,7 +169,6 @@ def _read(
     )
     code = get_code(result.status, h.queue_offset)
     suggest = read_advice.suggest_broker_id(
-        role_is_slave=ctx.is_slave,
         slave_read_enable=ctx.settings.broker.slave_read_enable,
         suggest_pulling_from_slave=result.suggest_pulling_from_slave,
         group_broker_id=group.broker_id,

@@ -24,13 +24,13 @@ def table(served_by_slave: bool, slave_read_enable: bool, lagging: bool, g_broke
 
 @given(slave=st.booleans(), enable=st.booleans(), lagging=st.booleans(), gid=ids, slow=ids)
 def test_suggestion_matches_the_net_effect_table(slave, enable, lagging, gid, slow):
-    got = suggest_broker_id(role_is_slave=slave, slave_read_enable=enable, suggest_pulling_from_slave=lagging,
-                            group_broker_id=gid, which_broker_when_consume_slowly=slow)
+    got = suggest_broker_id(slave_read_enable=enable, suggest_pulling_from_slave=lagging, group_broker_id=gid,
+                            which_broker_when_consume_slowly=slow)
     assert got == table(slave, enable, lagging, gid, slow)
 
 
 def test_defaults_send_a_lagging_consumer_to_slave_1_only_with_slave_read_enable():
-    kw = dict(role_is_slave=False, suggest_pulling_from_slave=True, group_broker_id=0,
+    kw = dict(suggest_pulling_from_slave=True, group_broker_id=0,
               which_broker_when_consume_slowly=1)
     assert suggest_broker_id(slave_read_enable=True, **kw) == 1
     assert suggest_broker_id(slave_read_enable=False, **kw) == 0
