@@ -325,22 +325,22 @@ class BrokerSettings:
         """Every port this broker binds, with the key that sets it: what ``common.ports.check_ports`` checks at
         start so a clash names the key to change."""
         broker, store = self.broker, self.store
-        ports = [ListenPort("listenPort", broker.listen_port, hint="fastListenPort (listenPort - 2) and haListenPort "
-                                                                   "(listenPort + 1) move with it unless set")]
+        ports = [ListenPort("listenPort", broker.listen_port, hint="fastListenPort = listenPort - 2 and "
+                                                                   "haListenPort = listenPort + 1 follow it unless set")]
         if self.fast_port:
             ports.append(ListenPort("fastListenPort", self.fast_port,
                                     derived="listenPort - 2" if broker.fast_listen_port < 0 else "",
-                                    hint="or 0 to turn the fast (VIP) port off"))
+                                    hint="0 turns the fast VIP port off"))
         if self.role.is_master and (broker.listen_port or store.ha_listen_port > 0):  # only a master serves slaves
             ports.append(ListenPort("haListenPort", self.ha_port,
                                     derived="listenPort + 1" if store.ha_listen_port <= 0 else ""))
         if broker.grpc_server_port:
             ports.append(ListenPort("grpcServerPort", broker.grpc_server_port,
-                                    hint="each broker of a host needs its own, or 0 turns the RocketMQ 5 endpoint off"))
+                                    hint="each broker of a host needs its own; 0 turns the RocketMQ 5 endpoint off"))
         if broker.metrics_enabled and broker.metrics_prom_exporter_port:
             ports.append(ListenPort("metricsPromExporterPort", broker.metrics_prom_exporter_port,
                                     host=broker.metrics_prom_exporter_host or ANY_HOST,
-                                    hint="0 picks one, or metricsExporterType=DISABLE turns the exporter off"))
+                                    hint="0 picks one; metricsExporterType=DISABLE turns the exporter off"))
         return ports
 
     @property

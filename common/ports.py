@@ -29,7 +29,7 @@ class ListenPort:
     port: int
     host: str = ANY_HOST
     derived: str = ""  # how the default was computed, e.g. "listenPort - 2"; empty when the conf set it
-    hint: str = ""  # more ways out, e.g. "or 0 turns the fast port off"
+    hint: str = ""  # more ways out, e.g. "0 turns the fast port off"
 
 
 class PortInUseError(OSError):
@@ -53,7 +53,7 @@ def _where(p: ListenPort) -> str:
 
 def _advice(p: ListenPort, source: str) -> str:
     where = f" in {source}" if source else ""
-    hint = f", {p.hint}" if p.hint else ""
+    hint = f" ({p.hint})" if p.hint else ""
     return f"set {p.key} to a free port{where}{hint}"
 
 

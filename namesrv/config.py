@@ -60,11 +60,11 @@ class NamesrvConfig:
     def listen_ports(self) -> list[ListenPort]:
         """Every port the nameserver binds, with the key that sets it (checked at start: a clash names the key)."""
         ports = [ListenPort("listenPort", self.listen_port, host=self.listen_host,
-                            hint="then give brokers and clients namesrvAddr=<host>:<that port>")]
+                            hint="brokers and clients then need namesrvAddr=<host>:<that port>")]
         if self.metrics_enabled and self.metrics_prom_exporter_port:
             ports.append(ListenPort("metricsPromExporterPort", self.metrics_prom_exporter_port,
                                     host=self.metrics_prom_exporter_host or ANY_HOST,
-                                    hint="0 picks one, or metricsExporterType=DISABLE turns the exporter off"))
+                                    hint="0 picks one; metricsExporterType=DISABLE turns the exporter off"))
         return ports
 
 

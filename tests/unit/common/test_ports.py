@@ -56,12 +56,12 @@ def test_a_taken_port_names_its_key_and_the_conf_file():
         held.listen()
         port = held.getsockname()[1]
         with pytest.raises(PortInUseError) as info:
-            check_ports([ListenPort("listenPort", 0), ListenPort("grpcServerPort", port, hint="or 0 turns it off")],
+            check_ports([ListenPort("listenPort", 0), ListenPort("grpcServerPort", port, hint="0 turns it off")],
                         server="broker b", source="/etc/b.conf")
     text = str(info.value)
     assert info.value.keys == ["grpcServerPort"]
     assert f"grpcServerPort {port} is in use" in text and "set grpcServerPort to a free port in /etc/b.conf" in text
-    assert "or 0 turns it off" in text and text.startswith("broker b cannot listen")
+    assert "(0 turns it off)" in text and text.startswith("broker b cannot listen")
 
 
 def test_every_clash_is_reported_at_once_and_a_repeated_port_is_one():
