@@ -14,7 +14,7 @@ import sys
 import typer
 from typer.core import TyperGroup
 
-from ctl import chaos, cluster, dev, group, ha, message, topic
+from ctl import chaos, cluster, dev, group, ha, health, message, topic
 from ctl.errors import describe
 
 EXIT_ERROR = 1
@@ -55,6 +55,7 @@ app = typer.Typer(
 )
 for module in (cluster, ha, topic, group, message, chaos):
     app.add_typer(module.app)
+app.add_typer(health.app, name="cluster")
 app.add_typer(dev.app, name="dev")
 
 
