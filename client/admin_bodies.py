@@ -343,14 +343,17 @@ def parse_consumer_connection(body: bytes, group: str) -> ConsumerConnection:
 # HA ------------------------------------------------------------------------------------------------------
 @dataclass(slots=True)
 class SlaveConnection:
-    slave_addr: str
+    slave_addr: str  # the slave's broker address (pyrmq); a RocketMQ broker or an older pyrmq slave: its HA peer
     broker_id: int
     ack_offset: int
     lag_bytes: int
-    state: str  # OK / FALL_BEHIND / DISCONNECTED
+    state: str  # OK / FALL_BEHIND / STALE / DISCONNECTED
     transfer_from: int
     transferred_bytes: int = 0
     last_ack_timestamp: int = 0
+    peer_addr: str = ""  # the HA socket's peer ("" from a RocketMQ broker)
+    last_read_timestamp: int = 0
+    since_last_read_ms: int = -1  # -1: unknown or no report yet
 
 
 @dataclass(slots=True)
@@ -363,10 +366,13 @@ class HAStatus:
     # on a slave
     master_ha_addr: str = ""
     connected: bool = False
+    link_state: str = "DISCONNECTED"  # OK / STALE / DISCONNECTED: the slave's link to its master
+    since_last_read_ms: int = -1  # -1: not connected, or not reported (a RocketMQ broker)
     last_read_timestamp: int = 0
     last_write_timestamp: int = 0
     replicated_bytes: int = 0
     master_flush_offset: int = 0
+    stale_after_ms: int = 0  # the silence after which a connected link shows STALE (0: not reported)
 
 
 def parse_ha_status(body: bytes) -> HAStatus:
@@ -374,9 +380,11 @@ def parse_ha_status(body: bytes) -> HAStatus:
     ``inSyncSlaveNums``, ``haConnectionInfo`` [{``addr``, ``slaveAckOffset``, ``diff``, ``inSync``,
     ``transferFromWhere``, ``transferredByteInSecond``}], ``haClientRuntimeInfo`` {``masterAddr``, ``maxOffset``,
     ``lastReadTimestamp``, ``lastWriteTimestamp``, ``masterFlushOffset``, ``activated``}) plus pyrmq's ``role``,
-    ``commitLogMaxOffset``, ``commitLogMinOffset``, per connection ``brokerId``, ``state``, ``transferredBytes``,
-    ``lastAckTimestamp``, and the client's ``replicatedBytes`` (broker/ha/status.py writes them). A RocketMQ 5
-    broker's answer, without pyrmq's fields, reads too: the role from ``master``, states from ``inSync``."""
+    ``commitLogMaxOffset``, ``commitLogMinOffset``, ``staleAfterMs``, per connection ``brokerId``, ``state``,
+    ``haPeerAddr``, ``transferredBytes``, ``lastAckTimestamp``, ``lastReadTimestamp``, ``sinceLastReadMs``, and the
+    client's ``replicatedBytes``, ``state``, ``sinceLastReadMs`` (broker/ha/status.py writes them). A RocketMQ 5
+    broker's answer, without pyrmq's fields, reads too: the role from ``master``, states from ``inSync`` and
+    ``activated``."""
     what = "GET_BROKER_HA_STATUS"
     obj = load_object(body, what)
     client = obj.get("haClientRuntimeInfo") or {}
@@ -401,8 +409,12 @@ def parse_ha_status(body: bytes) -> HAStatus:
                 transfer_from=_int(c.get("transferFromWhere", 0)),
                 transferred_bytes=_int(c.get("transferredBytes", 0)),
                 last_ack_timestamp=_int(c.get("lastAckTimestamp", 0)),
+                peer_addr=str(c.get("haPeerAddr") or ""),
+                last_read_timestamp=_int(c.get("lastReadTimestamp", 0)),
+                since_last_read_ms=_int(c.get("sinceLastReadMs", -1)),
             )
         )
+    connected = bool(client.get("activated", client.get("isActivated", False)))
     return HAStatus(
         role=role,
         commitlog_max_offset=max_offset,
@@ -410,9 +422,12 @@ def parse_ha_status(body: bytes) -> HAStatus:
         slaves=slaves,
         in_sync_slave_count=_int(obj.get("inSyncSlaveNums", sum(s.state == "OK" for s in slaves))),
         master_ha_addr=str(client.get("masterAddr") or ""),
-        connected=bool(client.get("activated", client.get("isActivated", False))),
+        connected=connected,
+        link_state=str(client.get("state") or ("OK" if connected else "DISCONNECTED")),
+        since_last_read_ms=_int(client.get("sinceLastReadMs", -1)),
         last_read_timestamp=_int(client.get("lastReadTimestamp", 0)),
         last_write_timestamp=_int(client.get("lastWriteTimestamp", 0)),
         replicated_bytes=_int(client.get("replicatedBytes", 0)),
         master_flush_offset=_int(client.get("masterFlushOffset", 0)),
+        stale_after_ms=_int(obj.get("staleAfterMs", 0)),
     )

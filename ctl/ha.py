@@ -1,31 +1,44 @@
 """haStatus: replication state per master (5.x HAStatusSubCommand), from GET_BROKER_HA_STATUS (907).
 
 On a master: a header block (#MasterAddr, #MasterCommitLogMaxOffset, #SlaveNum, #InSyncSlaveNum) and one row
-per slave connection with RocketMQ's status words, "OK" and "Fall Behind", plus "Disconnected" for a slave the
-master still remembers but no longer hears. On a slave (-b slave address): its view of the master.
+per slave, named by its broker address (brokerIP1:listenPort, as it registers) and brokerId, with RocketMQ's
+status words "OK" and "Fall Behind", plus "Stale" for a slave that is connected but has sent nothing for longer
+than its heartbeat allows and "Disconnected" for one the master still remembers but no longer hears. On a slave
+(-b slave address): its view of the master, with the same Stale/Disconnected words. #SinceLastRead is the time
+since the peer last sent a byte; the broker decides STALE from it (``broker/ha/status.py`` says when). --json
+adds each slave's HA socket peer (``haPeerAddr``) for debugging. ``-i SECONDS`` repeats the report
+(``ctl/watch.py``).
 """
 
 from __future__ import annotations
 
 import typer
 
-from ctl.options import BrokerAddrOpt, ClusterOpt, JsonOpt, NamesrvOpt, one_target
+from ctl.options import DEFAULT_NAMESRV, BrokerAddrOpt, ClusterOpt, JsonOpt, NamesrvOpt, one_target
 from ctl.output import Column, Output, format_table, human_time
+from ctl.watch import CountOpt, IntervalOpt, repeat
 
 app = typer.Typer()
 
-STATUS_WORDS = {"OK": "OK", "FALL_BEHIND": "Fall Behind", "DISCONNECTED": "Disconnected"}
+STATUS_WORDS = {"OK": "OK", "FALL_BEHIND": "Fall Behind", "STALE": "Stale", "DISCONNECTED": "Disconnected"}
 SLAVE_COLUMNS = [
     Column("SlaveAddr", "slaveAddr"),
+    Column("BrokerId", "brokerId"),
     Column("SlaveAckOffset", "slaveAckOffset"),
     Column("Diff", "diff"),
     Column("Status", "status"),
+    Column("SinceLastRead", "sinceLastRead"),
     Column("TransferFromWhere", "transferFromWhere"),
 ]
 
 
 def status_word(state: str) -> str:
     return STATUS_WORDS.get(state.upper(), state)
+
+
+def since(ms: int) -> str:
+    """Milliseconds since the last read as seconds with one decimal; N/A when unknown (-1)."""
+    return "N/A" if ms < 0 else f"{ms / 1000:.1f}s"
 
 
 def ha_report(addr: str, status) -> dict:
@@ -35,6 +48,10 @@ def ha_report(addr: str, status) -> dict:
             "slaveAddr": addr,
             "masterAddr": status.master_ha_addr,
             "connected": status.connected,
+            "status": status_word(status.link_state),
+            "state": status.link_state,
+            "sinceLastReadMs": status.since_last_read_ms,
+            "staleAfterMs": status.stale_after_ms,
             "commitLogMaxOffset": status.commitlog_max_offset,
             "lastReadTime": human_time(status.last_read_timestamp),
             "lastWriteTime": human_time(status.last_write_timestamp),
@@ -43,10 +60,16 @@ def ha_report(addr: str, status) -> dict:
     slaves = [
         {
             "slaveAddr": s.slave_addr,
+            "brokerId": s.broker_id,
             "slaveAckOffset": s.ack_offset,
             "diff": s.lag_bytes if s.lag_bytes else status.commitlog_max_offset - s.ack_offset,
             "status": status_word(s.state),
+            "state": s.state,
+            "sinceLastRead": since(s.since_last_read_ms),
+            "sinceLastReadMs": s.since_last_read_ms,
+            "lastAckTime": human_time(s.last_ack_timestamp),
             "transferFromWhere": s.transfer_from,
+            "haPeerAddr": s.peer_addr,
         }
         for s in status.slaves
     ]
@@ -56,6 +79,7 @@ def ha_report(addr: str, status) -> dict:
         "masterCommitLogMaxOffset": status.commitlog_max_offset,
         "slaveNum": len(slaves),
         "inSyncSlaveNum": status.in_sync_slave_count,
+        "staleAfterMs": status.stale_after_ms,
         "slaves": slaves,
     }
 
@@ -66,6 +90,8 @@ def report_lines(report: dict) -> list[str]:
             f"#SlaveAddr {report['slaveAddr']}",
             f"#MasterAddr {report['masterAddr'] or 'N/A'}",
             f"#Connected {'true' if report['connected'] else 'false'}",
+            f"#Status {report['status']}",
+            f"#SinceLastRead {since(report['sinceLastReadMs'])}",
             f"#CommitLogMaxOffset {report['commitLogMaxOffset']}",
             f"#LastReadTime {report['lastReadTime']}",
             f"#LastWriteTime {report['lastWriteTime']}",
@@ -81,21 +107,29 @@ def report_lines(report: dict) -> list[str]:
 
 @app.command("haStatus")
 def ha_status(
-    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    namesrv: NamesrvOpt = DEFAULT_NAMESRV,
     broker_addr: BrokerAddrOpt = None,
     cluster_name: ClusterOpt = None,
     json: JsonOpt = False,
+    interval: IntervalOpt = None,
+    count: CountOpt = None,
 ):
     """Replication status of a broker (-b addr) or of every master of a cluster (-c)."""
     one_target(broker_addr, cluster_name)
     from ctl.rpc import Cluster
 
+    out = Output(json)
     with Cluster(namesrv) as cluster:
-        addrs = [broker_addr] if broker_addr else [r.addr for r in cluster.masters(cluster_name)]
-        reports = [ha_report(addr, cluster.run(cluster.client.ha_status(addr))) for addr in addrs]
-    lines: list[str] = []
-    for i, report in enumerate(reports):
-        if i:
-            lines.append("")
-        lines += report_lines(report)
-    Output(json).show(reports, lines)
+
+        def report() -> list[str]:
+            cluster.refresh()  # a failover changes the masters: ask the nameserver again each time
+            addrs = [broker_addr] if broker_addr else [r.addr for r in cluster.masters(cluster_name)]
+            reports = [ha_report(addr, cluster.run(cluster.client.ha_status(addr))) for addr in addrs]
+            lines: list[str] = []
+            for i, one in enumerate(reports):
+                if i:
+                    lines.append("")
+                lines += report_lines(one)
+            return out.lines(reports, lines)
+
+        repeat(report, interval, count, title="haStatus")

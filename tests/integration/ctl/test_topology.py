@@ -92,10 +92,11 @@ def test_ha_status_of_the_cluster_prints_a_block_per_master_with_its_slave_row_o
     assert lines.count("#SlaveNum 1") == 2
     assert lines.count("#InSyncSlaveNum 1") == 2
     header = next(line for line in lines if line.startswith("#SlaveAddr"))
-    assert header.split() == ["#SlaveAddr", "#SlaveAckOffset", "#Diff", "#Status", "#TransferFromWhere"]
+    assert header.split() == ["#SlaveAddr", "#BrokerId", "#SlaveAckOffset", "#Diff", "#Status", "#SinceLastRead",
+                              "#TransferFromWhere"]
     slave_rows = [line.split() for line in lines if line and not line.startswith("#")]
     assert len(slave_rows) == 2
-    assert all(row[2] == "0" and row[3] == "OK" for row in slave_rows)
+    assert all(row[1] == "1" and row[3] == "0" and row[4] == "OK" for row in slave_rows)
 
 
 def test_ha_status_needs_exactly_one_of_broker_or_cluster(cluster):
@@ -109,7 +110,8 @@ def test_ha_status_of_a_master_prints_the_header_block_then_the_slave_table_head
     assert lines[0] == f"#MasterAddr {cluster.addr('broker-b')}"
     assert [line.split()[0] for line in lines[1:4]] == ["#MasterCommitLogMaxOffset", "#SlaveNum", "#InSyncSlaveNum"]
     assert all(line.split()[1].isdigit() for line in lines[1:4])
-    assert lines[4].split() == ["#SlaveAddr", "#SlaveAckOffset", "#Diff", "#Status", "#TransferFromWhere"]
+    assert lines[4].split() == ["#SlaveAddr", "#BrokerId", "#SlaveAckOffset", "#Diff", "#Status", "#SinceLastRead",
+                                "#TransferFromWhere"]
     report = ok_json("haStatus", "-n", cluster.namesrv_addr, "-b", cluster.addr("broker-b"))[0]
     assert report["role"] == "ASYNC_MASTER" and report["slaveNum"] == len(report["slaves"])
 
@@ -120,6 +122,8 @@ def test_ha_status_of_a_slave_prints_its_view_of_the_master(cluster):
     assert [line.split()[0] for line in lines[1:]] == [
         "#MasterAddr",
         "#Connected",
+        "#Status",
+        "#SinceLastRead",
         "#CommitLogMaxOffset",
         "#LastReadTime",
         "#LastWriteTime",

@@ -75,3 +75,22 @@ async def test_a_silent_slave_turns_stale_on_the_master_and_ok_when_it_reports_a
     finally:
         peer.close()
         await m.stop()
+
+
+def test_the_sdk_reads_back_names_silence_and_states_as_the_broker_writes_them():
+    from broker.ha.status import HAStatus, MasterLinkStatus, SlaveLinkStatus
+    from client.admin_bodies import parse_ha_status
+    from remoting import fastjson
+
+    row = SlaveLinkStatus("10.0.0.5:10911", 2, 900, 100, "STALE", 0, 900, 0, 1234, peer_addr="172.20.0.5:51360",
+                          last_read_timestamp=1300, since_last_read_ms=8200)
+    master_side = parse_ha_status(fastjson.dumps(HAStatus("SYNC_MASTER", 1000, 0, (row,), stale_after_ms=7500)
+                                                 .to_json()))
+    got = master_side.slaves[0]
+    assert (got.slave_addr, got.broker_id, got.peer_addr, got.state) == ("10.0.0.5:10911", 2, "172.20.0.5:51360",
+                                                                         "STALE")
+    assert (got.since_last_read_ms, got.last_read_timestamp, master_side.stale_after_ms) == (8200, 1300, 7500)
+    assert master_side.in_sync_slave_count == 0
+    link = MasterLinkStatus("10.0.0.1:10912", True, 500, since_last_read_ms=9000, state="STALE")
+    slave_side = parse_ha_status(fastjson.dumps(HAStatus("SLAVE", 500, 0, client=link, stale_after_ms=7500).to_json()))
+    assert (slave_side.connected, slave_side.link_state, slave_side.since_last_read_ms) == (True, "STALE", 9000)
