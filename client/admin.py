@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 from client import admin_bodies as bodies
-from client.errors import BrokerError
+from client.errors import BrokerError, NoRouteError
 from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult
 from client.namesrv import NamesrvClient, parse_body
-from client.route_cache import TopicRoute, route_from_data
+from client.route_cache import TopicRoute, default_route_data, route_from_data
 from client.rpc import ClientRemoting, request_name
 from common.perm import PERM_RW
 from remoting import fastjson
@@ -44,6 +44,15 @@ class BrokerData:
 class ClusterInfo:
     broker_addr_table: dict[str, BrokerData]  # brokerName -> its addresses
     cluster_addr_table: dict[str, list[str]]  # cluster -> brokerNames
+
+
+@dataclass(slots=True)
+class SendRoute:
+    """TopicRouteData (RocketMQ's field names) to send by; ``is_default``: the topic has no route yet and this is
+    TBW102's, so the first send creates the topic on a broker that allows auto-creation."""
+
+    data: dict[str, Any]
+    is_default: bool
 
 
 @dataclass(slots=True)
@@ -105,6 +114,24 @@ class AdminClient:
     async def topic_route_raw(self, topic: str) -> dict[str, Any]:
         """TopicRouteData with RocketMQ's field names (``queueDatas``, ``brokerDatas``, ``orderTopicConf``...)."""
         return await self._ns().topic_route_data(topic)
+
+    async def topic_route_for_send(self, topic: str, *, default_topic_queue_nums: int = 4) -> SendRoute:
+        """The route a producer sends ``topic`` by, as RocketMQ's producer finds it: the topic's own TopicRouteData;
+        when the nameserver has none, the ``TBW102`` route that brokers with autoCreateTopicEnable=true register,
+        each group capped at ``default_topic_queue_nums`` queues (``route_cache.default_route_data``), so a send
+        there makes the broker create the topic. NoRouteError, saying why, when no broker registers TBW102."""
+        ns = self._ns()
+        try:
+            return SendRoute(await ns.topic_route_data(topic), is_default=False)
+        except NoRouteError:
+            pass
+        try:
+            template = await ns.topic_route_data(DEFAULT_TOPIC)
+        except NoRouteError:
+            raise NoRouteError(topic, f"the nameserver has none, and no broker registers {DEFAULT_TOPIC}: every broker "
+                                      "runs with autoCreateTopicEnable=false, so none creates a topic on a first send"
+                               ) from None
+        return SendRoute(default_route_data(template, default_topic_queue_nums), is_default=True)
 
     async def all_topics(self) -> list[str]:
         response = await self._ns().call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)

@@ -14,8 +14,8 @@ nameserver's expiry, and move back when the master answers again. ``find_broker_
 master (id 0) only.
 
 A topic the nameserver does not know (TOPIC_NOT_EXIST) can get a *default route* for the producer, RocketMQ's
-TBW102 path: the route of ``TBW102`` (which brokers with autoCreateTopicEnable register) with each group's write
-queues capped at ``default_topic_queue_nums``, so the first send lets such a broker create the topic. When no
+TBW102 path (``default_route_data``): the route of ``TBW102`` (which brokers with autoCreateTopicEnable register)
+with each group's queues capped at ``default_topic_queue_nums``, so the first send lets such a broker create it. When no
 broker registers TBW102 either, the route falls back to ``default_topic_queue_nums`` queues on every master of
 the cluster (GET_BROKER_CLUSTER_INFO), so the send reaches a broker that says why it refuses (TOPIC_NOT_EXIST,
 "enable autoCreateTopicEnable") instead of failing in the client with less to go on. A default route is re-read
@@ -86,6 +86,17 @@ def route_from_data(topic: str, data: Mapping[str, Any], *, max_write_queues: in
     return build_route(
         topic, data.get("queueDatas") or [], data.get("brokerDatas") or [], max_write_queues=max_write_queues
     )
+
+
+def default_route_data(template: Mapping[str, Any], queue_nums: int) -> dict[str, Any]:
+    """Pure: RocketMQ's producer fallback for a topic the nameserver has no route for (MQClientInstance's
+    ``updateTopicRouteInfoFromNameServer`` with ``isDefault``): the ``TBW102`` TopicRouteData ``template`` with each
+    QueueData's read and write queues set to ``min(queue_nums, readQueueNums)`` (defaultTopicQueueNums, 4)."""
+    queue_datas = []
+    for qd in template.get("queueDatas") or []:
+        n = min(queue_nums, parse_int(qd.get("readQueueNums", 0), 0, INT_MAX, what="readQueueNums"))
+        queue_datas.append({**qd, "readQueueNums": n, "writeQueueNums": n})
+    return {**template, "queueDatas": queue_datas}
 
 
 class RouteCache:
@@ -170,8 +181,7 @@ class RouteCache:
         try:
             template = route_from_data(
                 topic,
-                await self.namesrv.topic_route_data(DEFAULT_TOPIC),
-                max_write_queues=self.default_topic_queue_nums,
+                default_route_data(await self.namesrv.topic_route_data(DEFAULT_TOPIC), self.default_topic_queue_nums),
             )
         except NoRouteError:
             template = None

@@ -107,15 +107,19 @@ def _auto_create(ctx: BrokerContext, h: SendHeader) -> TopicConfig | Refusal:
     else:
         perm, queues = 0, 0
     if not perm & PERM_INHERIT:
+        auto_off = h.default_topic == DEFAULT_TOPIC
         why = (
             "autoCreateTopicEnable=false"
-            if h.default_topic == DEFAULT_TOPIC
+            if auto_off
             else f"its template {h.default_topic!r} does not exist or does not allow inheriting"
         )
+        fix = f"create it first (mqctl updateTopic -t {h.topic} -c {broker.broker_cluster_name})"
+        if auto_off:
+            fix += ", or set autoCreateTopicEnable=true in the broker's conf to create topics on their first send"
         return Refusal(
             ResponseCode.TOPIC_NOT_EXIST,
             f"topic[{h.topic}] not exist, apply first please! It does not exist on broker {ctx.broker_name} and"
-            f" {why}; create it first (mqctl updateTopic -t {h.topic})",
+            f" {why}; {fix}",
         )
     nums = min(h.default_topic_queue_nums, queues) if h.default_topic_queue_nums > 0 else queues
     bad = validate.queue_nums(nums, nums)
