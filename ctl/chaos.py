@@ -27,7 +27,7 @@ from typing import Annotated
 
 import typer
 
-from ctl.options import JsonOpt, NamesrvOpt
+from ctl.options import DEFAULT_NAMESRV, JsonOpt, NamesrvOpt
 from ctl.output import Output, format_table
 
 app = typer.Typer()
@@ -150,7 +150,7 @@ def _lifecycle(action: str):
         target: TargetArg,
         broker_name: BrokerNameOpt = None,
         project: ProjectOpt = None,
-        namesrv: NamesrvOpt = "127.0.0.1:9876",
+        namesrv: NamesrvOpt = DEFAULT_NAMESRV,
         settle_s: SettleOpt = 1.0,
         json: JsonOpt = False,
     ):
@@ -211,7 +211,7 @@ def partition(
     service_a: Annotated[str, typer.Argument(help="A compose service, e.g. broker-a.")],
     service_b: Annotated[str, typer.Argument(help="Another one, e.g. broker-a-s (cut off when routes fail).")],
     project: ProjectOpt = None,
-    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    namesrv: NamesrvOpt = DEFAULT_NAMESRV,
     settle_s: SettleOpt = 1.0,
     json: JsonOpt = False,
 ):
@@ -269,7 +269,7 @@ def _remove_blackholes(containers) -> list[str]:
 @app.command("heal")
 def heal(
     project: ProjectOpt = None,
-    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    namesrv: NamesrvOpt = DEFAULT_NAMESRV,
     settle_s: SettleOpt = 1.0,
     json: JsonOpt = False,
 ):

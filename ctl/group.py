@@ -66,14 +66,26 @@ def update_sub_group(
     namesrv: NamesrvOpt = DEFAULT_NAMESRV,
     broker_addr: BrokerAddrOpt = None,
     cluster_name: ClusterOpt = None,
-    consume_enable: Annotated[str, typer.Option("-s", "--consumeEnable")] = "true",
-    consume_from_min: Annotated[str, typer.Option("-m", "--consumeFromMinEnable")] = "false",
-    consume_broadcast: Annotated[str, typer.Option("-d", "--consumeBroadcastEnable")] = "false",
-    retry_queue_nums: Annotated[int, typer.Option("-q", "--retryQueueNums", min=0)] = 1,
-    retry_max_times: Annotated[int, typer.Option("-r", "--retryMaxTimes", min=-1)] = 16,
-    broker_id: Annotated[int, typer.Option("-i", "--brokerId", min=0)] = 0,
-    slowly_broker_id: Annotated[int, typer.Option("-w", "--whichBrokerWhenConsumeSlowly", min=0)] = 1,
-    notify_ids_changed: Annotated[str, typer.Option("-a", "--notifyConsumerIdsChanged")] = "true",
+    consume_enable: Annotated[str, typer.Option("-s", "--consumeEnable", help="true: the group may consume.")] = "true",
+    consume_from_min: Annotated[
+        str, typer.Option("-m", "--consumeFromMinEnable", help="true: a new consumer starts at the min offset.")
+    ] = "false",
+    consume_broadcast: Annotated[
+        str, typer.Option("-d", "--consumeBroadcastEnable", help="true: broadcast consumption.")
+    ] = "false",
+    retry_queue_nums: Annotated[
+        int, typer.Option("-q", "--retryQueueNums", min=0, help="Queues of the group's %RETRY% topic.")
+    ] = 1,
+    retry_max_times: Annotated[
+        int, typer.Option("-r", "--retryMaxTimes", min=-1, help="Redeliveries before the DLQ.")
+    ] = 16,
+    broker_id: Annotated[int, typer.Option("-i", "--brokerId", min=0, help="Broker id to consume from.")] = 0,
+    slowly_broker_id: Annotated[
+        int, typer.Option("-w", "--whichBrokerWhenConsumeSlowly", min=0, help="Broker id to read from when behind.")
+    ] = 1,
+    notify_ids_changed: Annotated[
+        str, typer.Option("-a", "--notifyConsumerIdsChanged", help="true: tell consumers when the group changes.")
+    ] = "true",
     json: JsonOpt = False,
 ):
     """Update or create a subscription group on one broker (-b) or every master of a cluster (-c)."""

@@ -204,7 +204,7 @@ def wait(
 ):
     """Wait until every broker is registered and every slave in sync, then print the addresses to use.
 
-    The defaults fit the compose and `mqctl dev` cluster (two groups of a master and a slave).
+    The defaults fit the compose and mqctl dev cluster (two groups of a master and a slave).
     """
     state = wait_ready(namesrv, cluster_name, groups, slaves, timeout_s, Progress(progress))
     urls = endpoints(prometheus, grafana)

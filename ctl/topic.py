@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ctl.options import BrokerAddrOpt, ClusterOpt, JsonOpt, NamesrvOpt, TopicOpt, one_target, truthy
+from ctl.options import DEFAULT_NAMESRV, BrokerAddrOpt, ClusterOpt, JsonOpt, NamesrvOpt, TopicOpt, one_target, truthy
 from ctl.output import Column, Output, format_table, human_time
 
 app = typer.Typer()
@@ -71,7 +71,7 @@ def topic_config_text(topic: str, *, read_queue_nums: int, write_queue_nums: int
 
 
 @app.command("topicList")
-def topic_list(namesrv: NamesrvOpt = "127.0.0.1:9876", json: JsonOpt = False):
+def topic_list(namesrv: NamesrvOpt = DEFAULT_NAMESRV, json: JsonOpt = False):
     """Fetch all topic names from the nameserver."""
     from ctl.rpc import Cluster
 
@@ -83,7 +83,7 @@ def topic_list(namesrv: NamesrvOpt = "127.0.0.1:9876", json: JsonOpt = False):
 @app.command("topicRoute")
 def topic_route(
     topic: TopicOpt,
-    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    namesrv: NamesrvOpt = DEFAULT_NAMESRV,
     list_format: Annotated[bool, typer.Option("-l", "--list", help="Print a table instead of JSON.")] = False,
     json: JsonOpt = False,
 ):
@@ -121,7 +121,7 @@ def topic_route(
 
 
 @app.command("topicStatus")
-def topic_status(topic: TopicOpt, namesrv: NamesrvOpt = "127.0.0.1:9876", json: JsonOpt = False):
+def topic_status(topic: TopicOpt, namesrv: NamesrvOpt = DEFAULT_NAMESRV, json: JsonOpt = False):
     """Examine a topic's queues: min and max offsets per queue on every broker group (the master if listed)."""
     from ctl.rpc import Cluster, read_addr
 
@@ -147,11 +147,13 @@ def topic_status(topic: TopicOpt, namesrv: NamesrvOpt = "127.0.0.1:9876", json: 
 @app.command("updateTopic")
 def update_topic(
     topic: TopicOpt,
-    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    namesrv: NamesrvOpt = DEFAULT_NAMESRV,
     broker_addr: BrokerAddrOpt = None,
     cluster_name: ClusterOpt = None,
-    read_queue_nums: Annotated[int, typer.Option("-r", "--readQueueNums", min=1)] = 8,
-    write_queue_nums: Annotated[int, typer.Option("-w", "--writeQueueNums", min=1)] = 8,
+    read_queue_nums: Annotated[int, typer.Option("-r", "--readQueueNums", min=1, help="Read queues per broker.")] = 8,
+    write_queue_nums: Annotated[
+        int, typer.Option("-w", "--writeQueueNums", min=1, help="Write queues per broker.")
+    ] = 8,
     perm: Annotated[int, typer.Option("-p", "--perm", help="2 = W, 4 = R, 6 = RW.")] = 6,
     order: Annotated[str, typer.Option("-o", "--order", help="true: an ordered topic.")] = "false",
     json: JsonOpt = False,
@@ -244,8 +246,8 @@ def _on_every_namesrv(cluster, name: str, ext: dict[str, str]) -> None:
 @app.command("deleteTopic")
 def delete_topic(
     topic: TopicOpt,
-    cluster_name: Annotated[str, typer.Option("-c", "--clusterName")],
-    namesrv: NamesrvOpt = "127.0.0.1:9876",
+    cluster_name: Annotated[str, typer.Option("-c", "--clusterName", help="Cluster name: every master of it.")],
+    namesrv: NamesrvOpt = DEFAULT_NAMESRV,
     json: JsonOpt = False,
 ):
     """Delete a topic from every master of a cluster and from the nameservers (with its order conf)."""

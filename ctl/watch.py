@@ -43,8 +43,7 @@ IntervalOpt = Annotated[
         "-i",
         "--interval",
         min=0.1,
-        help="Repeat every SECONDS, redrawing the report (mqadmin's -i); Ctrl-C stops.",
-        metavar="SECONDS",
+        help="Repeat the report every this many seconds (mqadmin's -i); Ctrl-C stops.",
     ),
 ]
 CountOpt = Annotated[
