@@ -30,12 +30,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from broker.ha.status import HAStatus
 from broker.metadata.topics import is_system_topic
 from common.metrics import (
     OTHER,
@@ -70,123 +71,13 @@ class StoreGauges:
     dispatched_offset: int | None = None  # dispatcher position: dispatch_behind = max - dispatched
 
 
-@dataclass(frozen=True, slots=True)
-class SlaveLink:
-    """One slave connection, as the master sees it (haStatus ``#SlaveAckOffset``, ``#Diff``, in-sync)."""
-
-    addr: str
-    ack_offset: int
-    fall_behind_bytes: int
-    in_sync: bool
-    transferred_bytes: int = 0  # cumulative bytes sent to this slave
-    connected: bool = True  # a master keeps a disconnected slave's last state; its lag keeps growing
-    broker_id: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class HAGauges:
-    """HA state at scrape time. A master fills ``slaves``; a slave fills the ``master_*`` fields."""
-
-    slaves: Sequence[SlaveLink] = ()
-    reconnects: int | None = None  # cumulative: slave -> master reconnects (slave) / accepted connections (master)
-    connected: bool | None = None  # slave only: an HA connection to the master is up
-    master_addr: str = ""
-    last_read_timestamp_s: float | None = None  # slave only: epoch seconds of the last frame from the master
-    received_bytes: int | None = None  # slave only: cumulative replicated bytes appended
-    extra: Mapping[str, float] = field(default_factory=dict)
-
-
 # Providers: plain callables, called on the event loop at scrape time.
 StoreProvider = Callable[[], StoreGauges]
-HAProvider = Callable[[], "HAGauges | Mapping[str, object]"]
+HAProvider = Callable[[], HAStatus]  # HAService.status: the typed record GET_BROKER_HA_STATUS answers too
 OffsetTableProvider = Callable[[], Mapping[str, Mapping[int, int]]]  # "topic@group" -> {queue_id: offset}
 QueueMaxOffset = Callable[[str, int], int]
 QueueStoreTimestamp = Callable[[str, int, int], int]  # (topic, queue_id, offset) -> store time, epoch ms; 0 unknown
 ReplicaWaiter = Callable[[int], Awaitable[tuple[object, str]]]  # the store's: next_offset -> (PutStatus, remark)
-
-IN_SYNC_STATES = frozenset({"IN_SYNC", "INSYNC", "SYNC", "OK"})
-
-
-def ha_gauges(status, counters: Mapping[str, object]) -> HAGauges:
-    """``HAGauges`` from ``HAService.status()`` (a typed ``broker.ha.status.HAStatus``) and ``HAService.metrics()``
-    (the counters: ``accepted`` connections on a master, ``reconnects`` on a slave)."""
-    slaves = [
-        SlaveLink(
-            addr=s.addr,
-            ack_offset=max(0, s.ack_offset),
-            fall_behind_bytes=s.diff,
-            in_sync=s.in_sync,
-            transferred_bytes=s.transferred_bytes,
-            connected=s.connected,
-            broker_id=s.broker_id,
-        )
-        for s in status.slaves
-    ]
-    client = status.client
-    if client is None:
-        reconnects = counters.get("accepted")
-        return HAGauges(slaves=slaves, reconnects=None if reconnects is None else int(reconnects))
-    reconnects = counters.get("reconnects")
-    return HAGauges(
-        slaves=slaves,
-        reconnects=None if reconnects is None else int(reconnects),
-        connected=client.connected,
-        master_addr=client.master_addr,
-        last_read_timestamp_s=client.last_read_timestamp / 1000.0,
-        received_bytes=client.replicated_bytes,
-    )
-
-
-def ha_gauges_from_status(status: Mapping[str, object]) -> HAGauges:
-    """Adapt an HA status given as a dict (tests and exporters that have no ``HAService``) to ``HAGauges``.
-
-    Master keys: ``slaves`` = list of {``slave_addr``|``addr``, ``broker_id``, ``ack_offset``, ``lag_bytes``|``diff``,
-    ``state`` (``OK`` in sync, ``FALL_BEHIND``, ``DISCONNECTED``) or ``in_sync``, ``transferred_bytes``}; the
-    connection count is ``accepted``. Slave keys (``role`` = ``SLAVE``): ``connected``, ``master_ha_addr``,
-    ``last_read_timestamp`` (epoch ms; 0 = never), ``replicated_bytes``, ``reconnects``.
-    """
-
-    def pick(d: Mapping[str, object], *keys: str, default=None):
-        for k in keys:
-            if k in d and d[k] is not None:
-                return d[k]
-        return default
-
-    is_slave = str(status.get("role", "")).upper() == "SLAVE"
-    slaves = []
-    for s in pick(status, "slaves", "connections", default=()) or ():
-        state = str(pick(s, "state", default="")).upper()
-        in_sync = bool(s["in_sync"]) if "in_sync" in s else state in IN_SYNC_STATES
-        bid = pick(s, "broker_id")
-        ack = int(pick(s, "ack_offset", "slave_ack_offset", default=0))
-        slaves.append(
-            SlaveLink(
-                addr=str(pick(s, "slave_addr", "addr", "remote_addr", default="?")),
-                ack_offset=max(0, ack),
-                fall_behind_bytes=max(0, int(pick(s, "lag_bytes", "diff", "fall_behind_bytes", default=0))),
-                in_sync=in_sync,
-                transferred_bytes=int(pick(s, "transferred_bytes", "bytes_sent", "transfer_bytes", default=0)),
-                connected=state != "DISCONNECTED" if "connected" not in s else bool(s["connected"]),
-                broker_id=None if bid is None else int(bid),
-            )
-        )
-    last_read = pick(status, "last_read_timestamp", "last_read_timestamp_s", "last_read_time")
-    if last_read is not None:
-        last_read = float(last_read)
-        if last_read > 1e11:  # epoch milliseconds
-            last_read /= 1000.0
-    connected = pick(status, "connected")
-    received = pick(status, "replicated_bytes", "received_bytes", "bytes_received")
-    reconnects = pick(status, "reconnects") if is_slave else pick(status, "accepted", "accepted_connections")
-    return HAGauges(
-        slaves=slaves,
-        reconnects=None if reconnects is None else int(reconnects),
-        connected=None if connected is None else bool(connected),
-        master_addr=str(pick(status, "master_ha_addr", "master_addr", default="")),
-        last_read_timestamp_s=last_read,
-        received_bytes=None if received is None else int(received),
-    )
-
 
 def _is_system(topic: str) -> bool:
     return is_system_topic(topic) or topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
@@ -332,7 +223,7 @@ class BrokerMetrics:
                 queue_store_timestamp=store.store_timestamp_at,
             )
         if ha is not None:
-            self.set_providers(ha=lambda: ha_gauges(ha.status(), ha.metrics()))
+            self.set_providers(ha=ha.status)
         if offsets is not None:
             self.set_providers(consumer_offsets=lambda: offsets.table)
 
@@ -445,10 +336,7 @@ class BrokerMetrics:
         if self.store_dir is not None:
             out.extend(self._disk_families())
         if self._ha is not None:
-            ha = self._ha()
-            if not isinstance(ha, HAGauges):
-                ha = ha_gauges_from_status(ha)
-            out.extend(self._ha_families(ha))
+            out.extend(self._ha_families(self._ha()))
         return out
 
     @staticmethod
@@ -483,12 +371,14 @@ class BrokerMetrics:
         cap.add_metric(["local", "disk"], total)
         yield cap
 
-    def _ha_families(self, ha: HAGauges) -> Iterator[Metric]:
-        if self.role != "SLAVE":
+    def _ha_families(self, ha: HAStatus) -> Iterator[Metric]:
+        """The typed status as ``broker/ha/status.py`` defines it: epoch ms timestamps, states, a master's
+        ``connections_accepted`` and a slave's ``reconnects``."""
+        if ha.client is None:
             yield GaugeMetricFamily("rocketmq_ha_connections", "Slaves connected over HA.",
                                     sum(1 for s in ha.slaves if s.connected))
-            yield GaugeMetricFamily("rocketmq_ha_in_sync_slaves", "Connected slaves that are in sync.",
-                                    sum(1 for s in ha.slaves if s.in_sync and s.connected))
+            yield GaugeMetricFamily("rocketmq_ha_in_sync_slaves", "Connected slaves that are in sync (state OK).",
+                                    ha.in_sync_slave_nums)
             per_slave = ["slave_addr", "slave_broker_id"]
             ack = GaugeMetricFamily("rocketmq_ha_slave_ack_offset_bytes", "Offset the slave acked.", labels=per_slave)
             behind = GaugeMetricFamily("rocketmq_ha_slave_fall_behind_bytes",
@@ -499,30 +389,28 @@ class BrokerMetrics:
             diff = GaugeMetricFamily("rocketmq_broker_commitlog_diff",
                                      "rocketmq-exporter alias of the fall-behind bytes.", labels=["brokerIP", "broker"])
             for s in ha.slaves:
-                values = [s.addr, "" if s.broker_id is None else str(s.broker_id)]
-                ack.add_metric(values, s.ack_offset)
-                behind.add_metric(values, s.fall_behind_bytes)
+                values = [s.addr, str(s.broker_id)]
+                ack.add_metric(values, max(0, s.ack_offset))
+                behind.add_metric(values, s.diff)
                 sent.add_metric(values, s.transferred_bytes)
-                diff.add_metric([s.addr, self.broker_name], s.fall_behind_bytes)
+                diff.add_metric([s.addr, self.broker_name], s.diff)
             yield from (ack, behind, sent, diff)
+            reconnects = ha.connections_accepted
         else:
-            if ha.connected is not None:
-                yield GaugeMetricFamily("rocketmq_ha_connected", "1 while connected to the master over HA.",
-                                        1 if ha.connected else 0)
-            if ha.last_read_timestamp_s is not None:
-                yield GaugeMetricFamily("rocketmq_ha_master_last_read_timestamp_seconds",
-                                        "Epoch seconds of the last frame read from the master.",
-                                        ha.last_read_timestamp_s)
-                age = max(0.0, self._clock_s() - ha.last_read_timestamp_s) if ha.last_read_timestamp_s > 0 else -1
-                yield GaugeMetricFamily("rocketmq_ha_master_last_read_age_seconds",
-                                        "Seconds since the last frame from the master (-1: never).", age)
-            if ha.received_bytes is not None:
-                yield CounterMetricFamily("rocketmq_ha_replicated_bytes", "Commitlog bytes replicated from the master.",
-                                          ha.received_bytes)
-        if ha.reconnects is not None:
-            yield CounterMetricFamily("rocketmq_ha_reconnects",
-                                      "HA (re)connections: to the master on a slave, accepted on a master.",
-                                      ha.reconnects)
+            client = ha.client
+            yield GaugeMetricFamily("rocketmq_ha_connected", "1 while connected to the master over HA.",
+                                    1 if client.connected else 0)
+            read_s = client.last_read_timestamp / 1000.0
+            yield GaugeMetricFamily("rocketmq_ha_master_last_read_timestamp_seconds",
+                                    "Epoch seconds of the last frame read from the master.", read_s)
+            age = max(0.0, self._clock_s() - read_s) if read_s > 0 else -1
+            yield GaugeMetricFamily("rocketmq_ha_master_last_read_age_seconds",
+                                    "Seconds since the last frame from the master (-1: never).", age)
+            yield CounterMetricFamily("rocketmq_ha_replicated_bytes", "Commitlog bytes replicated from the master.",
+                                      client.replicated_bytes)
+            reconnects = ha.reconnects
+        yield CounterMetricFamily("rocketmq_ha_reconnects",
+                                  "HA (re)connections: to the master on a slave, accepted on a master.", reconnects)
 
     def _topic_flags(self, topic: str) -> tuple[str, str]:
         """``is_retry`` and ``is_system`` label values of a topic (cached: the lag scrape asks for every topic)."""

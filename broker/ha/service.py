@@ -6,9 +6,9 @@ By role:
 - SLAVE: an ``HASlave`` towards ``haMasterAddress``, or towards the address the broker passes to
   ``update_master_address`` after each registration.
 
-``status()`` returns the typed ``HAStatus`` (``broker/ha/status.py``), whose ``to_json()`` is the body of
-GET_BROKER_HA_STATUS (907). ``counters`` and ``metrics()`` hold monotonic counters and gauges for
-broker/metrics.py. Task-safety: event loop only.
+``status()`` returns the typed ``HAStatus`` (``broker/ha/status.py``): ``to_json()`` is the body of
+GET_BROKER_HA_STATUS (907), and broker/metrics.py exports it as it is. ``counters`` holds the monotonic
+counters. Task-safety: event loop only.
 """
 
 from __future__ import annotations
@@ -142,16 +142,3 @@ class HAService:
                         commitlog_min_offset=store.min_phy_offset, slaves=tuple(slaves), client=client,
                         stale_after_ms=stale_ms, connections_accepted=self.counters.accepted,
                         reconnects=self.counters.reconnects)
-
-    def metrics(self) -> dict:
-        """Counters and gauges for broker/metrics.py (names without the prefix)."""
-        c = self.counters
-        out = {k: getattr(c, k) for k in c.__dataclass_fields__}
-        out["push2slave_max_offset"] = self.push2slave_max_offset
-        out["connected_slaves"] = self.master.connected_slaves() if self.master is not None else 0
-        if self.group_transfer is not None:
-            out.update(sync_ok=self.group_transfer.ok, sync_timeouts=self.group_transfer.timeouts,
-                       sync_slave_not_available=self.group_transfer.not_available,
-                       sync_pending=self.group_transfer.pending)
-        out["now_ms"] = int(time.time() * 1000)
-        return out

@@ -13,7 +13,8 @@ from prometheus_client import Counter, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.metrics import BrokerMetrics, HAGauges, SlaveLink, StoreGauges, ha_gauges_from_status
+from broker.ha.status import HAStatus, MasterLinkStatus, SlaveLinkStatus
+from broker.metrics import BrokerMetrics, StoreGauges
 from broker.store.types import PutStatus
 from common.metrics import BatchHistogram, MetricsServer, const_labels, new_registry
 from namesrv.metrics import NamesrvMetrics
@@ -173,7 +174,8 @@ def test_store_disk_and_master_ha_gauges_are_read_at_scrape_time(tmp_path):
     state = {"max": 1000}
     m.set_providers(
         store=lambda: StoreGauges(max_offset=state["max"], min_offset=0, flushed_offset=900, dispatched_offset=950),
-        ha=lambda: HAGauges(slaves=[SlaveLink("10.0.0.2:40000", 700, state["max"] - 700, True, 4096)], reconnects=1),
+        ha=lambda: HAStatus("SYNC_MASTER", state["max"], 0, connections_accepted=1, slaves=(
+            SlaveLinkStatus("10.0.0.2:10911", 1, 700, state["max"] - 700, "OK", 0, 4096, 0, 0),)),
     )
     assert value(registry, "rocketmq_commitlog_max_offset_bytes", **COMMON) == 1000
     state["max"] = 5000  # nothing is cached between scrapes
@@ -185,52 +187,50 @@ def test_store_disk_and_master_ha_gauges_are_read_at_scrape_time(tmp_path):
     assert value(registry, "rocketmq_storage_capacity_bytes") >= value(registry, "rocketmq_storage_size")
     assert value(registry, "rocketmq_ha_connections") == 1
     assert value(registry, "rocketmq_ha_in_sync_slaves") == 1
-    assert value(registry, "rocketmq_ha_slave_ack_offset_bytes", slave_addr="10.0.0.2:40000") == 700
-    assert value(registry, "rocketmq_ha_slave_fall_behind_bytes", slave_addr="10.0.0.2:40000") == 4300
-    assert value(registry, "rocketmq_ha_transfer_bytes_total", slave_addr="10.0.0.2:40000") == 4096
-    assert value(registry, "rocketmq_broker_commitlog_diff", brokerIP="10.0.0.2:40000", broker="broker-a") == 4300
+    assert value(registry, "rocketmq_ha_slave_ack_offset_bytes", slave_addr="10.0.0.2:10911") == 700
+    assert value(registry, "rocketmq_ha_slave_fall_behind_bytes", slave_addr="10.0.0.2:10911") == 4300
+    assert value(registry, "rocketmq_ha_transfer_bytes_total", slave_addr="10.0.0.2:10911") == 4096
+    assert value(registry, "rocketmq_broker_commitlog_diff", brokerIP="10.0.0.2:10911", broker="broker-a") == 4300
     assert value(registry, "rocketmq_ha_reconnects_total") == 1
     assert value(registry, "rocketmq_broker_info", broker_addr="127.0.0.1:10911") == 1
 
 
-def test_slave_ha_gauges_from_the_ha_service_status():
+def test_slave_ha_series_read_the_typed_status_as_the_ha_service_writes_it():
     registry, m = broker(role="SLAVE", broker_id=1, clock_s=lambda: 1_700_000_003.0)
-    # HAService.status() merged with HAService.metrics(), as BrokerMetrics.attach(ha=...) reads them
-    m.set_providers(ha=lambda: {"role": "SLAVE", "slaves": [], "connected": True, "master_ha_addr": "127.0.0.1:10912",
-                                "last_read_timestamp": 1_700_000_000_500, "replicated_bytes": 123, "reconnects": 2,
-                                "accepted": 0})
+    client = MasterLinkStatus("127.0.0.1:10912", True, 500, last_read_timestamp=1_700_000_000_500,  # epoch ms
+                              replicated_bytes=123, since_last_read_ms=2500, state="OK")
+    m.set_providers(ha=lambda: HAStatus("SLAVE", 500, 0, client=client, reconnects=2))
     slave = {"role": "SLAVE", "broker_id": "1"}
     assert value(registry, "rocketmq_ha_connected", **slave) == 1
-    assert value(registry, "rocketmq_ha_master_last_read_timestamp_seconds") == 1_700_000_000.5  # epoch ms converted
+    assert value(registry, "rocketmq_ha_master_last_read_timestamp_seconds") == 1_700_000_000.5
     assert value(registry, "rocketmq_ha_master_last_read_age_seconds") == 2.5
     assert value(registry, "rocketmq_ha_replicated_bytes_total") == 123
     assert value(registry, "rocketmq_ha_reconnects_total") == 2
     assert value(registry, "rocketmq_ha_connections") is None  # master-only series stay off a slave
 
 
-def test_master_ha_gauges_from_the_ha_service_status_skip_disconnected_slaves():
+def test_a_slave_that_never_read_from_its_master_has_age_minus_one():
+    registry, m = broker(role="SLAVE", broker_id=1, clock_s=lambda: 1_700_000_003.0)
+    m.set_providers(ha=lambda: HAStatus("SLAVE", 0, 0, client=MasterLinkStatus("127.0.0.1:10912")))
+    assert value(registry, "rocketmq_ha_connected") == 0
+    assert value(registry, "rocketmq_ha_master_last_read_timestamp_seconds") == 0
+    assert value(registry, "rocketmq_ha_master_last_read_age_seconds") == -1
+
+
+def test_master_ha_series_skip_disconnected_and_stale_slaves_from_the_in_sync_count():
     registry, m = broker()
-    m.set_providers(ha=lambda: {"role": "SYNC_MASTER", "accepted": 5, "reconnects": 0, "slaves": [
-        {"slave_addr": "127.0.0.1:5001", "broker_id": 1, "ack_offset": 10, "lag_bytes": 5, "state": "OK",
-         "transferred_bytes": 99},
-        {"slave_addr": "127.0.0.1:5002", "broker_id": 2, "ack_offset": -1, "lag_bytes": 900, "state": "DISCONNECTED",
-         "transferred_bytes": 7},
-    ]})
-    assert value(registry, "rocketmq_ha_connections") == 1
+    rows = (
+        SlaveLinkStatus("127.0.0.1:10921", 1, 10, 5, "OK", 0, 99, 0, 0),
+        SlaveLinkStatus("127.0.0.1:10931", 2, -1, 900, "DISCONNECTED", -1, 7, 0, 0),
+        SlaveLinkStatus("127.0.0.1:10941", 3, 10, 5, "STALE", 0, 9, 0, 0),
+    )
+    m.set_providers(ha=lambda: HAStatus("SYNC_MASTER", 15, 0, rows, connections_accepted=5))
+    assert value(registry, "rocketmq_ha_connections") == 2  # a STALE slave is still connected
     assert value(registry, "rocketmq_ha_in_sync_slaves") == 1
     assert value(registry, "rocketmq_ha_slave_fall_behind_bytes", slave_broker_id="2") == 900  # still growing
-    assert value(registry, "rocketmq_ha_slave_ack_offset_bytes", slave_addr="127.0.0.1:5002") == 0
+    assert value(registry, "rocketmq_ha_slave_ack_offset_bytes", slave_addr="127.0.0.1:10931") == 0
     assert value(registry, "rocketmq_ha_transfer_bytes_total", slave_broker_id="1") == 99
     assert value(registry, "rocketmq_ha_reconnects_total") == 5  # a master counts accepted connections
-
-
-def test_ha_status_adapter_reads_slave_links():
-    ha = ha_gauges_from_status({"slaves": [
-        {"slave_addr": "a:1", "broker_id": 1, "ack_offset": 10, "lag_bytes": 5, "state": "OK", "transferred_bytes": 99},
-        {"addr": "b:2", "ack_offset": 1, "diff": 14, "state": "FALL_BEHIND"},
-    ], "accepted": 3})
-    assert ha.slaves == [SlaveLink("a:1", 10, 5, True, 99, True, 1), SlaveLink("b:2", 1, 14, False, 0, True, None)]
-    assert ha.reconnects == 3 and ha.connected is None
 
 
 async def test_timed_replica_waiter_observes_each_wait_once():
@@ -278,7 +278,8 @@ def test_a_failing_provider_drops_its_series_but_not_the_page():
 
 def test_every_series_name_follows_the_naming_rules():
     registry, m = broker(store_dir="/")
-    m.set_providers(store=lambda: StoreGauges(1, 0, 1, 1), ha=lambda: HAGauges(slaves=[SlaveLink("s:1", 1, 0, True)]))
+    m.set_providers(store=lambda: StoreGauges(1, 0, 1, 1),
+                    ha=lambda: HAStatus("SYNC_MASTER", 1, 0, (SlaveLinkStatus("s:1", 1, 1, 0, "OK", 0, 0, 0, 0),)))
     m.on_send("T", 1, 10, PutStatus.PUT_OK)
     m.on_pull("T", "G", 1, 10)
     for family in text_string_to_metric_families(generate_latest(registry).decode()):
@@ -343,11 +344,8 @@ async def test_attach_reads_a_real_message_store_and_offset_table(tmp_path):
         def lag():
             return value(registry, "rocketmq_consumer_lag_messages", topic="T", consumer_group="G")
 
-        for _ in range(200):  # the dispatcher builds the consume queue asynchronously
-            if lag() == 3:
-                break
-            await asyncio.sleep(0.01)
-        assert lag() == 3
+        # the dispatcher builds the consume queue asynchronously
+        await async_wait_until(lambda: lag() == 3, 10, lambda: f"a consumer lag of 3 messages; it is {lag()}")
         assert value(registry, "rocketmq_commitlog_max_offset_bytes") == store.max_phy_offset > 0
         assert value(registry, "rocketmq_consumer_lag_latency_milliseconds", topic="T", consumer_group="G") >= 0
         assert value(registry, "rocketmq_storage_dispatch_behind_bytes") == 0

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from broker.ha.status import HAStatus, MasterLinkStatus, SlaveLinkStatus
-from broker.metrics import BrokerMetrics, StoreGauges, ha_gauges
+from broker.metrics import BrokerMetrics, StoreGauges
 from broker.store.types import PutStatus
 from common.metrics import MetricsServer, new_registry
 from namesrv.metrics import NamesrvMetrics
@@ -66,19 +66,19 @@ class FakeCluster:
         for m in (self.master, self.slave):
             m.set_providers(store=store, consumer_offsets=lambda: offsets, queue_max_offset=queue_max,
                             queue_store_timestamp=stamp)
-        # the typed HA status HAService.status() returns, read as BrokerMetrics.attach(ha=...) reads it
+        # the typed HA status HAService.status() returns, which BrokerMetrics.attach(ha=...) reads as it is
         def master_ha() -> HAStatus:
             link = SlaveLinkStatus("127.0.0.1:50000", 1, self.max_offset - 100, 100, "OK", 0, self.max_offset, 0,
                                    int(time.time() * 1000))
-            return HAStatus("SYNC_MASTER", self.max_offset, 0, slaves=(link,))
+            return HAStatus("SYNC_MASTER", self.max_offset, 0, slaves=(link,), connections_accepted=1)
 
         def slave_ha() -> HAStatus:
             client = MasterLinkStatus("127.0.0.1:10912", True, self.max_offset, int(time.time() * 1000) - 200, 0,
                                       self.max_offset)
             return HAStatus("SLAVE", self.max_offset, 0, client=client)
 
-        self.master.set_providers(ha=lambda: ha_gauges(master_ha(), {"accepted": 1}))
-        self.slave.set_providers(ha=lambda: ha_gauges(slave_ha(), {"reconnects": 0}))
+        self.master.set_providers(ha=master_ha)
+        self.slave.set_providers(ha=slave_ha)
         for reg in (ns_reg, master_reg, slave_reg):
             server = MetricsServer(reg, host="127.0.0.1", port=0)
             await server.start()
