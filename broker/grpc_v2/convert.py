@@ -115,10 +115,12 @@ def _timestamp(ms: int):
 
 
 def to_proto(
-    m: StoredMessage, *, topic: str, receipt_handle: str, invisible_ms: int, store_host: str, namespace: str = ""
+    m: StoredMessage, *, topic: str, receipt_handle: str, invisible_ms: int, store_host: str, namespace: str = "",
+    attempt: int = 0,
 ) -> pb.Message:
     """A stored record as the v2 message a consumer receives: ``topic`` is the one it subscribed (retry copies
-    show the original), delivery_attempt = reconsumeTimes + 1, a CRC32 body digest in upper-case hex."""
+    show the original), delivery_attempt = ``attempt`` (FIFO pop counts deliveries itself) or else reconsumeTimes
+    + 1, a CRC32 body digest in upper-case hex."""
     from google.protobuf.duration_pb2 import Duration
 
     props = m.properties
@@ -134,7 +136,7 @@ def to_proto(
         queue_id=m.queue_id,
         queue_offset=m.queue_offset,
         invisible_duration=Duration(seconds=invisible_ms // 1000, nanos=(invisible_ms % 1000) * 1_000_000),
-        delivery_attempt=m.reconsume_times + 1,
+        delivery_attempt=attempt or m.reconsume_times + 1,
     )
     if props.get(PROPERTY_TAGS):
         sp.tag = props[PROPERTY_TAGS]

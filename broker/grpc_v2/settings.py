@@ -4,7 +4,8 @@ The reply is the client's own Settings plus what the server decides. The officia
 ``publishing.max_body_size`` blindly (a reply without it makes every later send fail with "max size=0"), and a
 PushConsumer waits for this reply before it starts. Producers: max_body_size = maxMessageSize,
 validate_message_type, an exponential send backoff (3 attempts, 10 ms doubling to 1 s). Consumers:
-receive_batch_size 32, long_polling_timeout 20 s unless the client set one, fifo off, and the redelivery backoff
+receive_batch_size 32, long_polling_timeout 20 s unless the client set one, fifo = the group's
+consumeMessageOrderly (its PushConsumer then consumes each message group in order, retrying locally), and the redelivery backoff
 RocketMQ 5 uses by default (customized 1 s, 5 s, 10 s, 30 s, 1 m, ... 2 h) with max_attempts = the group's
 retryMaxTimes + 1; metric off.
 """
@@ -43,7 +44,7 @@ def answer(ctx: BrokerContext, client: pb.Settings) -> pb.Settings:
     sub.receive_batch_size = RECEIVE_BATCH_SIZE
     if not sub.HasField("long_polling_timeout") or sub.long_polling_timeout.ToMilliseconds() <= 0:
         sub.long_polling_timeout.CopyFrom(_ms(LONG_POLLING_TIMEOUT_S * 1000))
-    sub.fifo = False
+    sub.fifo = group is not None and group.consume_message_orderly
     out.backoff_policy.CopyFrom(pb.RetryPolicy(
         max_attempts=retry_max + 1,
         customized_backoff=pb.CustomizedBackoff(next=[_ms(s * 1000) for s in REDELIVERY_BACKOFF_S]),

@@ -29,6 +29,9 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    # RocketMQ 5's flag (mqadmin updateSubGroup -o): RocketMQ 5 clients of the group get FIFO pop (settings
+    # fifo=true, one batch of a queue in flight at a time); remoting consumers choose orderly themselves
+    consume_message_orderly: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {conf_key(f): getattr(self, f.name) for f in fields(self)}

@@ -2,8 +2,9 @@
 
 - UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), body SubscriptionGroupConfig with RocketMQ 4.9.7's names
   (``groupName``, ``consumeEnable``, ``consumeFromMinEnable``, ``consumeBroadcastEnable``, ``retryQueueNums``,
-  ``retryMaxTimes``, ``brokerId``, ``whichBrokerWhenConsumeSlowly``, ``notifyConsumerIdsChangedEnable``). A field
-  left out takes RocketMQ's default; RocketMQ 5's extra fields (retry policy, attributes, ...) are ignored. A value
+  ``retryMaxTimes``, ``brokerId``, ``whichBrokerWhenConsumeSlowly``, ``notifyConsumerIdsChangedEnable``), and RocketMQ 5's
+  ``consumeMessageOrderly`` (FIFO pop for RocketMQ 5 clients). A field left out takes RocketMQ's default; RocketMQ 5's
+  other extra fields (retry policy, attributes, ...) are ignored. A value
   of the wrong JSON type, or out of range, answers 29 INVALID_PARAMETER naming the field (RocketMQ: 1).
 - DELETE_SUBSCRIPTIONGROUP (207), header ``groupName``; ``removeOffset`` (4.9.7) or ``cleanOffset`` (5.x) true
   also drops the group's consumer offsets. A group this broker does not have answers SUCCESS with a remark, as

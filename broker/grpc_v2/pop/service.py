@@ -22,6 +22,16 @@ a master (spec/pop.md, "a faithful but simpler implementation", §9).
   back, hands out no message twice: in-flight ones stay invisible until their time (their handles still ack),
   acked and revived ones do not come back. A duplicate needs a crash between a revive's re-put and its ack record.
 * **Forward to DLQ**: the message is copied to ``%DLQ%{group}``, then acked.
+* **FIFO** (the group's ``consumeMessageOrderly``, spec/pop.md §5): a queue with a batch in flight is skipped
+  (``PopState.fifo_blocked``); once that batch's time passed, the next pop of the queue hands its un-acked messages
+  out again, attempt + 1, ahead of anything later; the retry topic is not read and nothing is revived to it. A
+  message handed out ``retryMaxTimes`` + 1 times and not acked goes to ``%DLQ%{group}`` at revive time (then
+  acked), and the queue moves on. The state is the checkpoint records themselves (state.py), so it survives a
+  restart and is on the slave; RocketMQ keeps it in an unreplicated file.
+* **Auto-renew** (``auto_renew``, which the official PushConsumer sets): the batch is invisible for 60 s, and while
+  the receiving client is known (heartbeat or Telemetry stream) a checkpoint due within 10 s is written again
+  with a longer time (1, 3, 5, 10, 30 min steps, as RocketMQ's proxy), up to ``AUTO_RENEW_MAX_MS`` after the pop;
+  the handle the client holds stays valid, since the checkpoint keeps its key.
 
 Pop and pull consumers of one group share the committed offsets of the normal queues: do not mix them in a group.
 """
@@ -33,7 +43,8 @@ import logging
 import random
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -58,10 +69,27 @@ REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
 MAX_BATCH = 32
 MIN_INVISIBLE_MS = 10_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
-AUTO_RENEW_INVISIBLE_MS = 60_000
+AUTO_RENEW_INVISIBLE_MS = 60_000  # RocketMQ's proxy: defaultInvisibleTimeMills
+AUTO_RENEW_AHEAD_MS = 10_000  # renew a checkpoint due within this (proxy: renewAheadTimeMillis)
+AUTO_RENEW_STEPS_MS = (60_000, 180_000, 300_000, 600_000, 1_800_000)  # by renewal count, then the last
+AUTO_RENEW_MAX_MS = 3 * 3600 * 1000  # no renewal past 3 h after the pop (proxy: renewMaxTimeMillis)
+AUTO_RENEW_INTERVAL_S = 5.0
 REVIVE_INTERVAL_S = 1.0
 SCAN_BATCH = 32
 MAX_WAITERS = 100_000
+
+
+@dataclass(frozen=True)
+class _Pop:
+    """One receive's parameters, shared by the reads of its queues."""
+
+    group: str
+    topic: str
+    batch: int
+    invisible_ms: int
+    tag_filter: TagFilter | None
+    fifo: bool
+    renew_client: str  # the client id of an auto_renew receive, else ""
 
 
 def revive_topic(cluster: str) -> str:
@@ -77,8 +105,10 @@ def _ms(duration) -> int:
 
 
 class PopService:
-    def __init__(self, ctx: BrokerContext, metrics: V2Metrics | None = None) -> None:
+    def __init__(self, ctx: BrokerContext, metrics: V2Metrics | None = None,
+                 client_alive: Callable[[str], bool] | None = None) -> None:
         self.ctx = ctx
+        self.client_alive = client_alive or (lambda _cid: False)  # MessagingService sets it: a V2Clients lookup
         self.metrics = metrics or V2Metrics(None)
         self.state = PopState()
         self.revive_topic = revive_topic(ctx.settings.broker.broker_cluster_name)
@@ -88,8 +118,10 @@ class PopService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._task: asyncio.Task | None = None
+        self._renew_task: asyncio.Task | None = None
         self._stopping = False
         self._ck_writes = 0  # checkpoint records being written: the revive offset must not pass them
+        self._fifo_woken: set = set()  # due FIFO checkpoints whose queue's waiters were woken
 
     # lifecycle ----------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -103,6 +135,7 @@ class PopService:
         log.info("pop state rebuilt from %s: %d records, %d checkpoints held, %d pop offsets moved past what the"
                  " last offset flush had", self.revive_topic, scanned, len(self.state), restored)
         self._task = asyncio.create_task(self._revive_loop(), name="pop-revive")
+        self._renew_task = asyncio.create_task(self._renew_loop(), name="pop-auto-renew")
 
     async def stop(self) -> None:
         self._stopping = True
@@ -110,9 +143,10 @@ class PopService:
             for fut in waiters:
                 if not fut.done():
                     fut.set_result(False)
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = [t for t in (self._task, self._renew_task) if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _rebuild(self) -> tuple[int, int]:
         """Scan the revive queue from the committed revive offset: (records scanned, pop offsets restored).
@@ -239,11 +273,12 @@ class PopService:
             self.ctx.topics_changed()
         return cfg
 
-    async def receive(self, req: spb.ReceiveMessageRequest, time_remaining: float | None) -> AsyncIterator:
+    async def receive(self, req: spb.ReceiveMessageRequest, time_remaining: float | None,
+                      client_id: str = "") -> AsyncIterator:
         group, topic = req.group.name, req.message_queue.topic.name
         # the request's own fields first: a bad one must not create the group on demand
         if req.auto_renew:
-            invisible_ms = AUTO_RENEW_INVISIBLE_MS
+            invisible_ms = AUTO_RENEW_INVISIBLE_MS  # the asked duration is ignored, as RocketMQ's proxy does
         else:
             invisible_ms = _ms(req.invisible_duration) if req.HasField("invisible_duration") else 0
             if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
@@ -267,16 +302,22 @@ class PopService:
         if isinstance(admitted, pb.Status):
             yield spb.ReceiveMessageResponse(status=admitted)
             return
-        cfg, _ = admitted
+        cfg, group_cfg = admitted
         batch = max(1, min(req.batch_size or MAX_BATCH, MAX_BATCH))
         poll_s = _ms(req.long_polling_timeout) / 1000 if req.HasField("long_polling_timeout") else 20.0
         if time_remaining is not None:
             poll_s = min(poll_s, time_remaining - 1.0)
-        retry_cfg = self._retry_config(group, topic)
-        out = await self._pop(group, topic, cfg, retry_cfg.topic_name, batch, invisible_ms, tag_filter)
-        if not out and poll_s > 0:
-            await self._wait_arrival((topic, retry_cfg.topic_name), poll_s)
-            out = await self._pop(group, topic, cfg, retry_cfg.topic_name, batch, invisible_ms, tag_filter)
+        retry_topic = self._retry_config(group, topic).topic_name
+        how = _Pop(group, topic, batch, invisible_ms, tag_filter, group_cfg.consume_message_orderly,
+                   client_id if req.auto_renew else "")
+        out = await self._pop(how, cfg, retry_topic)
+        deadline = asyncio.get_running_loop().time() + poll_s
+        while not out and not self._stopping:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                break
+            await self._wait_arrival((topic, retry_topic), left)  # an arrival, or (FIFO) a queue unblocked
+            out = await self._pop(how, cfg, retry_topic)
         if not out:
             yield spb.ReceiveMessageResponse(status=codes.status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
         else:
@@ -287,38 +328,75 @@ class PopService:
         yield spb.ReceiveMessageResponse(delivery_timestamp=Timestamp(seconds=now // 1000,
                                                                       nanos=(now % 1000) * 1_000_000))
 
-    async def _pop(self, group, topic, cfg, retry_topic, batch, invisible_ms, tag_filter) -> list[pb.Message]:
+    async def _pop(self, how: _Pop, cfg, retry_topic: str) -> list[pb.Message]:
         out: list[pb.Message] = []
-        out += await self._pop_queue(group, topic, retry_topic, 0, batch, invisible_ms, None, TOPIC_RETRY)
+        if not how.fifo:  # FIFO redelivers in place: the retry topic is RocketMQ's non-FIFO path only
+            out += await self._pop_queue(how, retry_topic, 0, how.batch, None, TOPIC_RETRY)
         n = cfg.read_queue_nums
         start = random.randrange(n) if n else 0
         for i in range(n):
-            if len(out) >= batch:
+            if len(out) >= how.batch:
                 break
-            out += await self._pop_queue(group, topic, topic, (start + i) % n, batch - len(out), invisible_ms,
-                                         tag_filter, TOPIC_NORMAL)
+            out += await self._pop_queue(how, how.topic, (start + i) % n, how.batch - len(out), how.tag_filter,
+                                         TOPIC_NORMAL)
         if out:
             self.ctx.stats.get.add(len(out))
-            self.metrics.on_delivered(topic, group, len(out), sum(len(m.body) for m in out))
+            self.metrics.on_delivered(how.topic, how.group, len(out), sum(len(m.body) for m in out))
         return out
 
-    async def _pop_queue(self, group, topic, real_topic, queue_id, count, invisible_ms, tag_filter, topic_type):
-        store, offsets = self.ctx.store, self.ctx.offsets
+    def _fifo_redeliveries(self, how: _Pop, queue_id: int, count: int) -> tuple[list[StoredMessage], list[int], bool]:
+        """A FIFO queue's expired, un-acked messages to hand out again (at most ``count``, lowest offset first,
+        each with its next attempt), and whether there are more than fit. Messages past their last attempt are
+        left to revive, which dead-letters them."""
+        group_cfg = self.ctx.groups.get(how.group)
+        max_attempts = (group_cfg.retry_max_times if group_cfg is not None else 16) + 1
+        records, attempts, more = [], [], False
+        for offset, attempt, _ck in self.state.fifo_redeliveries(how.topic, how.group, queue_id):
+            if attempt >= max_attempts:
+                continue
+            if len(records) >= count:
+                more = True
+                break
+            m = self._read(how.group, how.topic, queue_id, offset)
+            if m is not None:  # gone from the store: revive drops it
+                records.append(m)
+                attempts.append(attempt + 1)
+        return records, attempts, more
+
+    async def _pop_queue(self, how: _Pop, real_topic, queue_id, count, tag_filter, topic_type):
+        store, offsets, group = self.ctx.store, self.ctx.offsets, how.group
         lock = self._locks.setdefault((group, real_topic, queue_id), asyncio.Lock())
         async with lock:
-            offset = offsets.query(group, real_topic, queue_id)
-            if offset is None:
-                offset = store.min_offset_in_queue(real_topic, queue_id)
-            result = store.get_message(group, real_topic, queue_id, offset, count, tag_filter=tag_filter)
-            if result.status is not GetStatus.FOUND:
-                nxt = result.next_begin_offset
-                if nxt > offset and result.status is not GetStatus.OFFSET_OVERFLOW_BADLY:
-                    offsets.commit(group, real_topic, queue_id, nxt)  # filtered away or moved: nothing to deliver
+            records: list[StoredMessage] = []
+            attempts: list[int] = []
+            more = False
+            if how.fifo:
+                if self.state.fifo_blocked(real_topic, group, queue_id, _now_ms()):
+                    return []  # the order lock: a batch of this queue is in flight
+                records, attempts, more = self._fifo_redeliveries(how, queue_id, count)
+            result = None
+            if not more and len(records) < count:
+                offset = offsets.query(group, real_topic, queue_id)
+                if offset is None:
+                    offset = store.min_offset_in_queue(real_topic, queue_id)
+                result = store.get_message(group, real_topic, queue_id, offset, count - len(records),
+                                           tag_filter=tag_filter)
+                if result.status is GetStatus.FOUND:
+                    fresh = [decode(raw) for raw in result.records]
+                    records += fresh
+                    attempts += [m.reconsume_times + 1 for m in fresh]
+                else:
+                    nxt = result.next_begin_offset
+                    if nxt > offset and result.status is not GetStatus.OFFSET_OVERFLOW_BADLY:
+                        offsets.commit(group, real_topic, queue_id, nxt)  # filtered away or moved: nothing new
+                    result = None
+            if not records:
                 return []
-            records = [decode(raw) for raw in result.records]
+            start = records[0].queue_offset
             pop_time = _now_ms()
-            ck = Checkpoint(real_topic, group, queue_id, offset, pop_time, invisible_ms,
-                            [m.queue_offset - offset for m in records], self.ctx.broker_name)
+            ck = Checkpoint(real_topic, group, queue_id, start, pop_time, how.invisible_ms,
+                            [m.queue_offset - start for m in records], self.ctx.broker_name,
+                            fifo=how.fifo, attempts=attempts if how.fifo else [], renew_client=how.renew_client)
             self._ck_writes += 1
             try:
                 revive_offset = await self._append(TAG_CK, ck)
@@ -328,13 +406,14 @@ class PopService:
                 return []  # not durable: deliver nothing, the offset stays
             ck.revive_offset = revive_offset
             self.state.add_checkpoint(ck)
-            offsets.commit(group, real_topic, queue_id, result.next_begin_offset)
+            if result is not None:
+                offsets.commit(group, real_topic, queue_id, result.next_begin_offset)
         out = []
-        for m in records:
-            receipt = Receipt(offset, pop_time, invisible_ms, topic_type, self.ctx.broker_name, queue_id,
+        for m, attempt in zip(records, attempts):
+            receipt = Receipt(start, pop_time, how.invisible_ms, topic_type, self.ctx.broker_name, queue_id,
                               m.queue_offset, m.physical_offset)
-            out.append(to_proto(m, topic=topic, receipt_handle=receipt.encode(), invisible_ms=invisible_ms,
-                                store_host=self.ctx.settings.broker.broker_addr))
+            out.append(to_proto(m, topic=how.topic, receipt_handle=receipt.encode(), invisible_ms=how.invisible_ms,
+                                store_host=self.ctx.settings.broker.broker_addr, attempt=attempt))
         return out
 
     # ack / change / DLQ -------------------------------------------------------------------------------------
@@ -346,11 +425,13 @@ class PopService:
         if receipt.broker_name != self.ctx.broker_name:
             return codes.status(pb.Code.INVALID_RECEIPT_HANDLE, f"the handle is from broker {receipt.broker_name},"
                                 f" this is {self.ctx.broker_name}; ack on the broker the message came from")
-        if receipt.expires_at_ms <= _now_ms():
-            return codes.status(pb.Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired: the invisible time"
-                                " passed and the message will be delivered again; ack within the invisible time")
         real = receipt.real_topic(group, topic)
         key = (real, group, receipt.queue_id, receipt.start_offset, receipt.pop_time_ms)
+        ck = self.state.get(key)
+        # the checkpoint's time, not the handle's: an auto-renewed checkpoint outlives the handle's own duration
+        if max(receipt.expires_at_ms, ck.revive_time_ms if ck is not None else 0) <= _now_ms():
+            return codes.status(pb.Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired: the invisible time"
+                                " passed and the message will be delivered again; ack within the invisible time")
         if not self.state.in_flight(key, receipt.offset):
             return codes.status(pb.Code.INVALID_RECEIPT_HANDLE, "no in-flight message matches this handle (acked"
                                 " already, changed, or not from this group and topic)")
@@ -361,7 +442,10 @@ class PopService:
                   self.ctx.broker_name)
         if await self._append(TAG_ACK, ack) is None:
             return False
+        held = self.state.get(ack.key)
         self.state.add_ack(ack)
+        if held is not None and held.fifo:
+            self._wake(real)  # its queue may be unblocked now
         return True
 
     async def ack(self, req: spb.AckMessageRequest) -> spb.AckMessageResponse:
@@ -387,15 +471,21 @@ class PopService:
     async def change_invisible_duration(self, req: spb.ChangeInvisibleDurationRequest):
         group, topic = req.group.name, req.topic.name
         invisible_ms = _ms(req.invisible_duration)
+        # RocketMQ's proxy checks a change against [0, maxInvisibleTimeMills] (its 10 s minimum is for receives
+        # only): 0 means "visible again now", which a nack with no backoff asks for
         if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
             return spb.ChangeInvisibleDurationResponse(status=codes.status(
-                pb.Code.ILLEGAL_INVISIBLE_TIME, f"invisible_duration {invisible_ms} ms is outside [0, 12 h]"))
+                pb.Code.ILLEGAL_INVISIBLE_TIME, f"invisible_duration {invisible_ms} ms is outside [0 ms, 12 h]; 0"
+                " makes the message visible again at once"))
         checked = self._check_handle(group, topic, req.receipt_handle)
         if isinstance(checked, pb.Status):
             return spb.ChangeInvisibleDurationResponse(status=checked)
         old, real = checked
         pop_time = _now_ms()
-        ck = Checkpoint(real, group, old.queue_id, old.offset, pop_time, invisible_ms, [0], self.ctx.broker_name)
+        held = self.state.get((real, group, old.queue_id, old.start_offset, old.pop_time_ms))
+        fifo = held is not None and held.fifo
+        ck = Checkpoint(real, group, old.queue_id, old.offset, pop_time, invisible_ms, [0], self.ctx.broker_name,
+                        fifo=fifo, attempts=[held.attempt(old.offset)] if fifo else [])
         self._ck_writes += 1
         try:
             revive_offset = await self._append(TAG_CK, ck)
@@ -464,16 +554,17 @@ class PopService:
         m = decode(result.records[0])
         return m if m.queue_offset == offset else None
 
-    async def _repub(self, group: str, topic: str, m: StoredMessage, *, to_dlq: bool) -> tuple[pb.Status, str]:
-        """Copy ``m`` to the group's pop retry topic (reconsumeTimes + 1) or its DLQ: the v2 status and the
-        store's put status."""
+    async def _repub(self, group: str, topic: str, m: StoredMessage, *, to_dlq: bool,
+                     reconsume: int | None = None) -> tuple[pb.Status, str]:
+        """Copy ``m`` to the group's pop retry topic (reconsumeTimes + 1) or its DLQ (``reconsume`` or its
+        reconsumeTimes): the v2 status and the store's put status."""
         props = dict(m.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, topic)
         if to_dlq:
             cfg, created = self.ctx.topics.create_dlq_topic(group)
             if created:
                 self.ctx.topics_changed()
-            target, reconsume = cfg.topic_name, m.reconsume_times
+            target, reconsume = cfg.topic_name, m.reconsume_times if reconsume is None else reconsume
         else:
             target, reconsume = self._retry_config(group, topic).topic_name, m.reconsume_times + 1
         draft = MessageDraft(body=m.body, properties=props, flag=m.flag, born_timestamp=m.born_timestamp,
@@ -489,6 +580,71 @@ class PopService:
                 log.exception("pop revive pass failed; retrying in %.0f s", REVIVE_INTERVAL_S)
             await asyncio.sleep(REVIVE_INTERVAL_S)
 
+    async def _expire_fifo(self, ck: Checkpoint, original: str, max_times: int) -> int:
+        """A due FIFO checkpoint stays held: its queue's next pop redelivers it. Here only what must not come back
+        leaves it: messages gone from the store, and those handed out max_times + 1 times, which go to the DLQ.
+        The queue's waiters are woken: it is no longer blocked. The number dead-lettered."""
+        if ck.key not in self._fifo_woken:
+            self._fifo_woken.add(ck.key)
+            self._wake(original)
+        count = 0
+        for offset in ck.unacked():
+            attempt = ck.attempt(offset)
+            m = None
+            if attempt > max_times:
+                m = self._read(ck.group, ck.topic, ck.queue_id, offset)
+                if m is not None:
+                    st, _ = await self._repub(ck.group, original, m, to_dlq=True, reconsume=attempt - 1)
+                    if st.code not in (pb.Code.OK, pb.Code.SLAVE_PERSISTENCE_TIMEOUT, pb.Code.HA_NOT_AVAILABLE,
+                                       pb.Code.MASTER_PERSISTENCE_TIMEOUT):
+                        log.error("moving FIFO message %s@%d of %s to its DLQ failed: %s; retried next pass",
+                                  ck.topic, offset, ck.group, st.message)
+                        continue
+                    count += 1
+                    self.dead_lettered += 1
+                    self.metrics.on_dlq(original, ck.group)
+                    log.info("FIFO message %s@%d of group %s moved to %%DLQ%%%s after %d deliveries", ck.topic,
+                             offset, ck.group, ck.group, attempt)
+            elif self._read(ck.group, ck.topic, ck.queue_id, offset) is not None:
+                continue  # redelivered by the next pop of its queue
+            ack = Ack(ck.topic, ck.group, ck.queue_id, ck.start_offset, ck.pop_time_ms, offset, ck.broker_name)
+            if await self._append(TAG_ACK, ack) is not None:
+                self.state.add_ack(ack)
+        return count
+
+    async def _renew_loop(self) -> None:
+        while not self._stopping:
+            try:
+                await self.renew_due(_now_ms())
+            except Exception:
+                log.exception("pop auto-renew pass failed; retrying in %.0f s", AUTO_RENEW_INTERVAL_S)
+            await asyncio.sleep(AUTO_RENEW_INTERVAL_S)
+
+    async def renew_due(self, now_ms: int) -> int:
+        """Extend the auto_renew checkpoints due within AUTO_RENEW_AHEAD_MS whose client is still known: the
+        same checkpoint (same key, so the client's handles stay valid) written again with revive time now + the
+        next step, never past AUTO_RENEW_MAX_MS after the pop. The number renewed."""
+        renewed = 0
+        for ck in self.state.renewable(now_ms, AUTO_RENEW_AHEAD_MS):
+            limit = ck.pop_time_ms + AUTO_RENEW_MAX_MS
+            if not self.client_alive(ck.renew_client) or ck.revive_time_ms >= limit:
+                ck.renew_client = ""  # not renewed again: it expires and is delivered again as any other
+                continue
+            step = AUTO_RENEW_STEPS_MS[min(ck.renewals, len(AUTO_RENEW_STEPS_MS) - 1)]
+            invisible_ms = min(now_ms + step, limit) - ck.pop_time_ms
+            again = Checkpoint(ck.topic, ck.group, ck.queue_id, ck.start_offset, ck.pop_time_ms, invisible_ms,
+                               ck.diffs, ck.broker_name, fifo=ck.fifo, attempts=ck.attempts)
+            self._ck_writes += 1
+            try:
+                stored = await self._append(TAG_CK, again)
+            finally:
+                self._ck_writes -= 1
+            if stored is None:
+                continue  # retried next pass while there is time
+            ck.invisible_ms, ck.renewals = invisible_ms, ck.renewals + 1
+            renewed += 1
+        return renewed
+
     async def revive_due(self, now_ms: int) -> int:
         """Re-put the un-acked messages of every due checkpoint; the number of messages revived."""
         count = 0
@@ -498,6 +654,9 @@ class PopService:
             original = original.removeprefix(prefix)
             group_cfg = self.ctx.groups.get(ck.group)
             max_times = group_cfg.retry_max_times if group_cfg is not None else 16
+            if ck.fifo and group_cfg is not None and group_cfg.consume_message_orderly:
+                count += await self._expire_fifo(ck, original, max_times)
+                continue
             ok = True
             for offset in ck.unacked():
                 m = self._read(ck.group, ck.topic, ck.queue_id, offset)
@@ -527,6 +686,7 @@ class PopService:
                     self.revived += 1
             if ok:
                 self.state.remove(ck)
+        self._fifo_woken = {k for k in self._fifo_woken if self.state.get(k) is not None}
         if (count or not len(self.state)) and not self._ck_writes:
             held = self.state.min_revive_offset()
             commit = held if held is not None else self.ctx.store.max_offset_in_queue(self.revive_topic, 0)
