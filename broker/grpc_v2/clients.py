@@ -23,6 +23,7 @@ class V2Client:
     settings: pb.Settings | None = None
     last_seen: float = field(default_factory=time.monotonic)
     streams: int = 0
+    channel: object = None  # presence.V2Channel: its membership in the broker's client table
 
 
 class V2Clients:
@@ -47,6 +48,12 @@ class V2Clients:
             client = self._clients[client_id] = V2Client(client_id)
         client.last_seen = time.monotonic()
         return client
+
+    def alive(self, client_id: str, now: float | None = None) -> bool:
+        """Known and not silent for EXPIRE_S (an open Telemetry stream counts as alive)."""
+        c = self._clients.get(client_id)
+        now = time.monotonic() if now is None else now
+        return c is not None and (c.streams > 0 or now - c.last_seen <= EXPIRE_S)
 
     def remove(self, client_id: str) -> None:
         self._clients.pop(client_id, None)

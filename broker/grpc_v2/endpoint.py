@@ -2,7 +2,13 @@
 the broker binds the port before touching the store, so a taken port fails at start with the key named).
 
 On a master the pop service (checkpoints, acks, revive) starts first, rebuilding its state from the revive queue.
-Stop: release held long polls, stop accepting, give RPCs in flight ``grace_s``, then cancel. Message size limit: maxMessageSize plus room for the envelope.
+Stop: release held long polls, stop accepting, give RPCs in flight ``grace_s``, then cancel.
+
+Message size: gRPC refuses a request over ``grpc.max_receive_message_length`` itself, before any handler, with
+RESOURCE_EXHAUSTED "Received message larger than max" (its text; no hook changes it). The limit is maxMessageSize
++ ``ENVELOPE_BYTES`` (1 MiB), so a body somewhat over maxMessageSize still reaches SendMessage and gets
+MESSAGE_BODY_TOO_LARGE saying to split it; only a request over a whole MiB beyond gets gRPC's refusal. The
+official clients never send one: they check the body against the max_body_size of the settings answer first.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ class GrpcEndpoint:
         self.metrics.watch_pop(self.pop)
         ctx.pop = self.pop  # GET_CONSUME_STATS reports pop groups' in-flight messages
         self.service = MessagingService(ctx, self.pop, self.metrics)
+        if self.pop is not None:
+            self.pop.client_alive = self.service.clients.alive  # auto_renew holds messages while the client lives
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> int:

@@ -7,6 +7,9 @@ Handlers: ``route`` (QueryRoute, QueryAssignment), ``send`` (SendMessage), ``set
 do answers UNSUPPORTED naming the feature: EndTransaction, RecallMessage, PullMessage, UpdateOffset, GetOffset,
 QueryOffset.
 
+Heartbeat and every Telemetry settings command also register the client in the broker's client table
+(``presence``), so consumerConnection and consumerProgress show it; NotifyClientTermination takes it out.
+
 Telemetry: the first command must be ``settings`` (within ``SETTINGS_WAIT_S``, else the stream ends with
 BAD_REQUEST saying so: the official client sends its Settings as soon as the stream opens); each settings command
 is answered with ``settings.answer``; other client commands are ignored. At most ``MAX_STREAMS_PER_CLIENT`` (16)
@@ -24,7 +27,7 @@ import time
 import grpc
 
 from broker.context import BrokerContext
-from broker.grpc_v2 import codes, route, send, settings
+from broker.grpc_v2 import codes, presence, route, send, settings
 from broker.grpc_v2.clients import MAX_STREAMS_PER_CLIENT, V2Clients
 from broker.grpc_v2.cluster import ClusterRoutes
 from broker.grpc_v2.observe import V2Metrics
@@ -35,16 +38,21 @@ from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
 log = logging.getLogger(__name__)
 
 CLIENT_ID_HEADER = "x-mq-client-id"
+LANGUAGE_HEADER = "x-mq-language"
 SETTINGS_WAIT_S = 10.0
 MAX_STREAMS = 4096
 MAX_STREAMS_PER_CONNECTION = 64
 
 
-def client_id(context: grpc.aio.ServicerContext) -> str:
+def _header(context: grpc.aio.ServicerContext, name: str) -> str:
     for key, value in context.invocation_metadata() or ():
-        if key == CLIENT_ID_HEADER:
+        if key == name:
             return value if isinstance(value, str) else value.decode(errors="replace")
     return ""
+
+
+def client_id(context: grpc.aio.ServicerContext) -> str:
+    return _header(context, CLIENT_ID_HEADER)
 
 
 def peer_host(context: grpc.aio.ServicerContext) -> tuple[str, int]:
@@ -109,10 +117,21 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         client.client_type = request.client_type
         if request.HasField("group"):
             client.group = request.group.name
+        self._publish(client, context)
         return spb.HeartbeatResponse(status=codes.OK)
+
+    def _publish(self, client, context) -> None:
+        """The client in the broker's client table (operators' views), as RocketMQ's proxy registers it."""
+        if client.channel is None:
+            host, port = peer_host(context)
+            client.channel = presence.V2Channel(client.client_id, f"{host}:{port}")
+        presence.publish(self.ctx, client, client.channel, _header(context, LANGUAGE_HEADER))
 
     @_guarded(spb.NotifyClientTerminationResponse)
     async def NotifyClientTermination(self, request, context):
+        client = self.clients.get(client_id(context))
+        if client is not None and client.channel is not None:
+            presence.withdraw(self.ctx, client.channel)
         self.clients.remove(client_id(context))
         return spb.NotifyClientTerminationResponse(status=codes.OK)
 
@@ -159,6 +178,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
                         client.client_type = command.settings.client_type
                     if command.settings.WhichOneof("pub_sub") == "subscription":
                         client.group = command.settings.subscription.group.name
+                    self._publish(client, context)
                     yield spb.TelemetryCommand(status=codes.OK, settings=settings.answer(self.ctx, command.settings))
                 elif first:
                     yield spb.TelemetryCommand(status=codes.status(
@@ -192,7 +212,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             return
         started, code = time.perf_counter(), pb.Code.INTERNAL_SERVER_ERROR
         try:
-            async for response in self.pop.receive(request, context.time_remaining()):
+            async for response in self.pop.receive(request, context.time_remaining(), client_id(context)):
                 if response.HasField("status"):
                     code = response.status.code
                 yield response

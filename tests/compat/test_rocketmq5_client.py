@@ -304,6 +304,40 @@ def test_consumer_progress_shows_a_pop_groups_messages_in_flight(group, client):
     assert harness.progress(group, cgroup)["inflightTotal"] == 0
 
 
+def test_rocketmq5_consumers_and_producers_show_in_the_brokers_connection_lists(group, client):
+    """Operators see RocketMQ 5 clients as RocketMQ's proxy registers them: consumerConnection lists the client
+    (language PYTHON from x-mq-language, the broker's version), the group is online in consumerProgress, and
+    a producer is listed under its topic; a terminated client leaves the list."""
+    topic, cgroup = harness.unique("v2conn"), harness.unique("v2group")
+    harness.create_topic(group, topic, 1)
+    producer = client()
+    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    producer.call(op="send", topic=topic, body="m")
+    consumer = _consumer(client, group, topic, cgroup)
+    [m] = _receive_until(consumer, 1, invisible_s=30)
+    consumer.call(op="ack", id=m["id"])  # the group has progress, so consumerProgress lists it
+    conn = ok_json("consumerConnection", "-n", group.namesrv_addr, "-g", cgroup)
+    [member] = conn["connections"]
+    assert (member["language"], member["version"]) == ("PYTHON", 407) and member["clientAddr"].startswith("127.")
+    assert (conn["consumeType"], conn["messageModel"]) == ("CONSUME_ACTIVELY", "CLUSTERING")
+    assert {s["topic"]: s["subExpression"] for s in conn["subscriptions"]}[topic] == "*"
+    [row] = [r for r in harness.progress(group, None) if r["group"] == cgroup]
+    assert (row["count"], row["version"]) == (1, "PYTHON:407")
+
+    async def producers():
+        remoting = BrokerClient(group.master.addr)
+        try:
+            return await remoting.request(RequestCode.GET_PRODUCER_CONNECTION_LIST, ext={"producerGroup": topic})
+        finally:
+            await remoting.close()
+
+    answer = asyncio.run(producers())
+    assert answer.code == 0 and b"PYTHON" in answer.body, answer.remark
+    consumer.close()  # NotifyClientTermination
+    [row] = [r for r in harness.progress(group, None) if r["group"] == cgroup]
+    assert (row["count"], row["version"]) == (0, "OFFLINE")
+
+
 SHARED_MESSAGES = 10_000  # the issue's figure: 0 lost and 0 delivered twice among acked ones
 
 
@@ -341,6 +375,88 @@ def test_push_consumer_receives_acks_and_a_failed_message_comes_back_with_attemp
     wait_until(all_consumed, 60, lambda: f"the push listener saw {seen}")
     assert [(m["attempt"], m["result"]) for m in seen if m["body"] == "p2"] == [(1, "FAILURE"), (2, "SUCCESS")]
     assert all(m["attempt"] == 1 for m in seen if m["body"] != "p2")
+    wait_until(lambda: harness.progress(group, cgroup)["inflightTotal"] == 0, 30,
+               lambda: f"the push consumer's acks never cleared the in-flight count: {harness.progress(group, cgroup)}")
+
+
+def _orderly_group(group, cgroup: str, **overrides) -> None:
+    """A subscription group with RocketMQ 5's consumeMessageOrderly (mqadmin updateSubGroup -o true) on the master."""
+
+    async def create():
+        remoting = BrokerClient(group.master.addr)
+        try:
+            return await remoting.create_group(group_config(cgroup, consumeMessageOrderly=True, **overrides))
+        finally:
+            await remoting.close()
+
+    resp = asyncio.run(create())
+    assert resp.code == 0, resp.remark
+
+
+def test_fifo_simple_consumer_gets_a_message_group_in_send_order_across_a_redelivery(group, client):
+    """consumeMessageOrderly: while a batch of a queue is in flight nothing more of that queue is handed out; the
+    un-acked message comes back (attempt 2) before the later ones."""
+    topic, cgroup = harness.unique("v2fifo"), harness.unique("v2group")
+    harness.create_topic(group, topic, 2)
+    _orderly_group(group, cgroup)
+    producer = client()
+    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    bodies = [f"o{i}" for i in range(6)]
+    for body in bodies:
+        producer.call(op="send", topic=topic, body=body, group="order-1")
+    consumer = _consumer(client, group, topic, cgroup)
+    first = _receive_until(consumer, 2, invisible_s=10, batch=2)
+    assert [(m["body"], m["attempt"], m["group"]) for m in first] == [("o0", 1, "order-1"), ("o1", 1, "order-1")]
+    consumer.call(op="ack", id=first[0]["id"])
+    blocked = consumer.call(timeout_s=20, op="receive", max=32, invisible_s=10)
+    assert blocked["messages"] == []  # o1 is in flight: the order lock holds the queue
+    rest = _receive_until(consumer, 5, invisible_s=30, timeout_s=40)  # once o1's 10 s are over
+    assert [(m["body"], m["attempt"]) for m in rest] == [("o1", 2)] + [(b, 1) for b in bodies[2:]]
+    for m in rest:
+        consumer.call(op="ack", id=m["id"])
+    assert consumer.call(timeout_s=20, op="receive", max=32, invisible_s=10)["messages"] == []
+
+
+def test_fifo_message_never_acked_goes_to_the_dlq_and_its_queue_moves_on(group, client):
+    topic, cgroup = harness.unique("v2fifodlq"), harness.unique("v2group")
+    harness.create_topic(group, topic, 1)
+    _orderly_group(group, cgroup, retryMaxTimes=1)
+    producer = client()
+    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    for body in ("poison", "next"):
+        producer.call(op="send", topic=topic, body=body, group="order-1")
+    consumer = _consumer(client, group, topic, cgroup)
+    seen = [(m["body"], m["attempt"]) for m in _receive_until(consumer, 1, invisible_s=10, batch=1)]
+    seen += [(m["body"], m["attempt"]) for m in _receive_until(consumer, 1, invisible_s=10, batch=1, timeout_s=40)]
+    assert seen == [("poison", 1), ("poison", 2)]
+    [after] = _receive_until(consumer, 1, invisible_s=10, batch=1, timeout_s=40)
+    assert (after["body"], after["attempt"]) == ("next", 1)
+    assert _queue_max_offsets(group, f"%DLQ%{cgroup}") == 1
+
+
+def test_fifo_push_consumer_retries_a_failed_message_before_the_next_of_its_group(group, client):
+    """The settings answer fifo=true for an orderly group, so the official PushConsumer consumes each message group
+    in order and retries a FAILURE locally before it goes on."""
+    topic, cgroup = harness.unique("v2fifopush"), harness.unique("v2group")
+    harness.create_topic(group, topic, 2)
+    _orderly_group(group, cgroup)
+    producer = client()
+    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    bodies = [f"p{i}" for i in range(5)]
+    for body in bodies:
+        producer.call(op="send", topic=topic, body=body, group="order-1")
+    pusher = client()
+    pusher.call(op="push_consumer", endpoint=group.master.grpc_addr, group=cgroup, topic=topic, fail_once=["p2"])
+    seen: list[dict] = []
+
+    def all_consumed() -> bool:
+        seen[:] = pusher.call(op="pushed")
+        return {m["body"] for m in seen if m["result"] == "SUCCESS"} == set(bodies)
+
+    wait_until(all_consumed, 60, lambda: f"the push listener saw {seen}")
+    assert [(m["body"], m["result"]) for m in seen] == [
+        ("p0", "SUCCESS"), ("p1", "SUCCESS"), ("p2", "FAILURE"), ("p2", "SUCCESS"), ("p3", "SUCCESS"),
+        ("p4", "SUCCESS")]
     wait_until(lambda: harness.progress(group, cgroup)["inflightTotal"] == 0, 30,
                lambda: f"the push consumer's acks never cleared the in-flight count: {harness.progress(group, cgroup)}")
 
@@ -501,6 +617,11 @@ async def test_sends_to_a_missing_topic_or_over_max_message_size_get_v2_codes_an
     fits = await stub.SendMessage(spb.SendMessageRequest(messages=[_message(topic, b"x" * STRICT_MAX_BODY)]),
                                   metadata=CLIENT_ID, timeout=5)
     assert fits.status.code == pb.Code.OK and fits.entries[0].offset == 0  # the refused one took no offset
+    # past maxMessageSize + the 1 MiB envelope gRPC itself refuses the request, before the broker sees it
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.SendMessage(spb.SendMessageRequest(messages=[_message(topic, b"x" * (STRICT_MAX_BODY + 2**20))]),
+                               metadata=CLIENT_ID, timeout=5)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 async def test_receives_for_a_missing_topic_or_group_or_an_invisible_time_out_of_range_store_nothing(strict_rpc):
