@@ -5,7 +5,8 @@
 on free ports, with its conf, log, pid file and store under ``DIR/<process>/``. The cluster's HA secret is
 ``DIR/ha-auth-secret`` (mode 0600), generated on the first ``up`` and kept for later ones (the stores stay too);
 every broker conf names it with ``haAuthSecretFile``, so masters serve only their own slaves. It waits for every
-RocketMQ-style boot line, then prints the nameserver address. ``down`` sends SIGTERM to every process with a pid
+RocketMQ-style boot line, then (unless ``--no-wait``) until every slave is in sync (ctl/health.py), and prints the
+nameserver address. ``down`` sends SIGTERM to every process with a pid
 file, waits, then SIGKILLs the stragglers. A pid file is trusted only while ``/proc/<pid>/cmdline`` still names that
 process's conf, so a recycled pid is never signalled.
 
@@ -31,6 +32,7 @@ import typer
 
 from ctl.options import JsonOpt
 from ctl.output import Column, Output
+from ctl.progress import Progress, ProgressOpt
 
 app = typer.Typer(help="Run a local cluster of processes (no Docker).", no_args_is_help=True)
 
@@ -214,10 +216,21 @@ def wait_boot(member: Member, p: dict[str, Path], pid: int, log_offset: int) -> 
 def up(
     root: DirOpt,
     file_size_mb: Annotated[int, typer.Option("--commitlog-mb", min=1, help="Commitlog file size (MiB).")] = 64,
+    wait: Annotated[
+        bool, typer.Option("--wait/--no-wait", help="Wait until every broker is registered and every slave in sync.")
+    ] = True,
+    timeout_s: Annotated[
+        float, typer.Option("--timeout", min=0.0, help="With --wait: give up after this many seconds.")
+    ] = 60.0,
+    progress: ProgressOpt = None,
     json: JsonOpt = False,
 ):
-    """Start one nameserver and broker-a/-s (SYNC_MASTER), broker-b/-s (ASYNC_MASTER) on 127.0.0.1."""
+    """Start one nameserver and broker-a/-s (SYNC_MASTER), broker-b/-s (ASYNC_MASTER) on 127.0.0.1.
+
+    With --wait (the default) it returns once the cluster is ready, as mqctl cluster wait does.
+    """
     from ctl.errors import DevClusterError
+    from ctl.health import ready_data, ready_lines, wait_ready
 
     root = root.resolve()
     running = running_members(root)
@@ -247,10 +260,14 @@ def up(
     except BaseException:
         stop_all(root, out)
         raise
-    out.show(
-        {"namesrvAddr": namesrv_addr, "dir": str(root), "processes": status_rows(root)},
-        [f"NAMESRV_ADDR={namesrv_addr}"],
-    )
+    data: dict = {"namesrvAddr": namesrv_addr, "dir": str(root), "processes": status_rows(root)}
+    lines = [f"NAMESRV_ADDR={namesrv_addr}"]
+    if wait:  # a timeout leaves the processes running, to be looked at (their logs) and stopped with dev down
+        groups = len({m.broker_name for m in MEMBERS if m.broker_name})
+        state = wait_ready(namesrv_addr, CLUSTER_NAME, groups, 1, timeout_s, Progress(progress))
+        data["ready"] = ready_data(namesrv_addr, CLUSTER_NAME, state, {})
+        lines = ready_lines(namesrv_addr, CLUSTER_NAME, state, {})
+    out.show(data, lines)
 
 
 def status_rows(root: Path) -> list[dict]:

@@ -12,7 +12,6 @@ master and one slave. Prometheus and Grafana are shown only when they answer (co
 from __future__ import annotations
 
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -145,6 +144,8 @@ def wait_ready(
 
 def answers(url: str) -> bool:
     """True when ``url`` answers 200 (no proxy: these are local addresses)."""
+    import urllib.request  # only here: `mqctl --help` stays fast
+
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(url, timeout=PROBE_TIMEOUT_S) as response:

@@ -26,7 +26,10 @@ def test_dev_up_starts_a_two_group_cluster_and_dev_down_stops_every_process(tmp_
         up = ok("dev", "up", "--dir", str(root), "--commitlog-mb", "4").stdout.splitlines()
         assert up[-1].startswith("NAMESRV_ADDR=127.0.0.1:")
         namesrv = up[-1].removeprefix("NAMESRV_ADDR=")
-        assert [line.split()[1] for line in up[:-1]] == [m.name for m in MEMBERS]
+        assert [line.split()[1] for line in up[:-2]] == [m.name for m in MEMBERS]
+        # up waits for the cluster: once it returns both slaves are in sync
+        assert up[-2] == "cluster DefaultCluster ready: 2 broker group(s), 4 broker(s) registered, every slave in sync"
+        ok("cluster", "wait", "-n", namesrv, "--timeout", "0", "--prometheus", "", "--grafana", "")
 
         status = ok_json("dev", "status", "--dir", str(root))
         assert [(r["name"], r["status"]) for r in status] == [(m.name, "RUNNING") for m in MEMBERS]
@@ -71,7 +74,9 @@ def test_with_a_master_killed_the_slave_serves_reads_and_consumer_progress(tmp_p
     root = tmp_path / "dev"
     topic, group = "t_failover", "g_failover"
     try:
-        namesrv = ok("dev", "up", "--dir", str(root), "--commitlog-mb", "4").stdout.splitlines()[-1].split("=")[1]
+        up = ok("dev", "up", "--dir", str(root), "--commitlog-mb", "4", "--no-wait").stdout.splitlines()
+        assert up[-2].startswith("started broker-b-s")  # --no-wait: no readiness line
+        namesrv = up[-1].split("=")[1]
         ok(*f"updateTopic -n {namesrv} -b {addr_of(root, 'broker-b')} -t {topic} -r 1 -w 1".split())
         wait_until(lambda: mqctl("topicRoute", "-n", namesrv, "-t", topic).exit_code == 0, 10, "no route")
         ok(*f"sendMessage -n {namesrv} -t {topic} -p kept -b broker-b".split())
