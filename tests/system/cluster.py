@@ -1,9 +1,14 @@
 """The docker-compose cluster (docker-compose.yml at the repository root) driven from system tests.
 
-Works with the Compose plugin (``docker compose``) and the old standalone ``docker-compose`` (1.27+). Every
+Works with the Compose plugin (``docker compose``) and the old standalone ``docker-compose`` (1.28+). Every
 session gets its own project name (``pyrmq-test-<random>``), so containers, the network and the store volumes
 never mix with a developer's own ``docker compose up``. The published host ports are those of the compose file
-(9876, 10911/10912, 10921/10922, 10931/10932, 10941/10942, 8081-8084 on 127.0.0.1), so one cluster runs at a time.
+(9876, 10911/10912, 10921/10922, 10931/10932, 10941/10942, 8081-8084, Prometheus 9090 and Grafana 3000 on
+127.0.0.1), so one cluster runs at a time.
+
+``up`` is the README's ``docker compose up -d``: no service names, with docker-compose.override.yml when
+deploy/images/monitoring.sh wrote one (the plain command reads it), so Prometheus runs on every host and Grafana
+where its image could be pulled.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
+# Written by deploy/images/monitoring.sh where Prometheus or Grafana cannot be pulled; compose reads it by default.
+OVERRIDE_FILE = REPO_ROOT / "docker-compose.override.yml"
 BUILD_BASE = REPO_ROOT / "deploy" / "images" / "base" / "build-base.sh"
 BUILD_IMAGES = REPO_ROOT / "deploy" / "images" / "build.sh"
 
@@ -34,7 +41,14 @@ BROKERS = {
 }
 # service -> grpcServerPort (the RocketMQ 5 endpoint), as in deploy/conf/2m-2s/
 GRPC_PORTS = {"broker-a": 8081, "broker-a-s": 8082, "broker-b": 8083, "broker-b-s": 8084}
-HOST_PORTS = (9876,) + tuple(p for _, _, listen, ha in BROKERS.values() for p in (listen, ha)) + tuple(GRPC_PORTS.values())
+PROMETHEUS_URL = "http://127.0.0.1:9090"
+GRAFANA_URL = "http://127.0.0.1:3000"
+HOST_PORTS = (
+    (9876,)
+    + tuple(p for _, _, listen, ha in BROKERS.values() for p in (listen, ha))
+    + tuple(GRPC_PORTS.values())
+    + (9090,)
+)
 
 
 class ClusterError(RuntimeError):
@@ -89,6 +103,22 @@ def base_image() -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+def build_images(env: dict[str, str]) -> None:
+    """deploy/images/build.sh: the pyrmq images every project of the compose file and every stack uses, and the
+    Prometheus image and override where no registry answers (deploy/images/monitoring.sh)."""
+    done = subprocess.run(
+        ["bash", str(BUILD_IMAGES)],
+        check=False,
+        cwd=REPO_ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if done.returncode != 0:
+        raise ClusterError(f"{BUILD_IMAGES.name} exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-5000:]}")
+
+
 @dataclass
 class ComposeCluster:
     compose: list[str]
@@ -96,8 +126,13 @@ class ComposeCluster:
     env: dict[str, str] = field(default_factory=dict)
 
     # -- plumbing ---------------------------------------------------------------------------------------------
+    def files(self) -> list[str]:
+        """``-f`` arguments: the compose file, and the override the plain command would read."""
+        extra = ["-f", str(OVERRIDE_FILE)] if OVERRIDE_FILE.exists() else []
+        return ["-f", str(COMPOSE_FILE), *extra]
+
     def run(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
-        cmd = [*self.compose, "-p", self.project, "-f", str(COMPOSE_FILE), *args]
+        cmd = [*self.compose, "-p", self.project, *self.files(), *args]
         done = subprocess.run(
             cmd,
             check=False,
@@ -129,27 +164,17 @@ class ComposeCluster:
         return done.stdout + done.stderr
 
     # -- lifecycle --------------------------------------------------------------------------------------------
-    def build(self) -> None:
-        """deploy/images/build.sh: the pyrmq-namesrv and pyrmq-broker images every project of this file uses."""
-        done = subprocess.run(
-            ["bash", str(BUILD_IMAGES)],
-            check=False,
-            cwd=REPO_ROOT,
-            env={**os.environ, **self.env},
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
-        if done.returncode != 0:
-            raise ClusterError(
-                f"{BUILD_IMAGES.name} exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-5000:]}"
-            )
-
     def up(self, timeout_s: float = 240) -> None:
-        # Only pyrmq's own services: prometheus and grafana come from public images a registry-less CI
-        # machine cannot pull (tests/integration/metrics checks the dashboard queries on a real Prometheus).
-        self.run("up", "-d", *SERVICES, timeout=timeout_s)
-        self.wait_healthy(timeout_s)
+        """``up -d`` as the README runs it, then wait until every service it started is healthy."""
+        self.run("up", "-d", timeout=timeout_s)
+        self.wait_healthy(timeout_s, self.started_services())
+
+    def started_services(self) -> tuple[str, ...]:
+        """The pyrmq services, Prometheus, and Grafana when ``up`` started it (its profile was not switched off)."""
+        return SERVICES + ("prometheus",) + (("grafana",) if self.has_service("grafana") else ())
+
+    def has_service(self, service: str) -> bool:
+        return bool(self.run("ps", "-a", "-q", service, check=False).stdout.split())
 
     def wait_healthy(self, timeout_s: float, services=SERVICES) -> None:
         """Poll ``docker inspect`` until every service is healthy; fail fast on an exited or unhealthy one.
