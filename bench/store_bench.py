@@ -82,14 +82,14 @@ async def one_sample(
     # once-per-file cost that would otherwise land on the first seconds of the sample)
     for q in range(8):
         await store.put_messages("BenchTopic", q, drafts)
-    await store._allocator.wait_idle()
+    await store.allocator.wait_idle()
     c0, t0 = cpu_s(), time.perf_counter()
     deadline = t0 + duration_s
-    syncs0 = store._group_commit.syncs if store._group_commit else 0
+    syncs0 = store.group_commit.syncs if store.group_commit else 0
     await asyncio.gather(*(writer(i % 8) for i in range(writers)))
     elapsed = time.perf_counter() - t0
     cpu = cpu_s() - c0
-    syncs = (store._group_commit.syncs - syncs0) if store._group_commit else 0
+    syncs = (store.group_commit.syncs - syncs0) if store.group_commit else 0
     await store.stop()
     return {
         "msgs": sent,
@@ -134,7 +134,7 @@ async def dispatch_sample(root: Path, mib: int) -> dict:
     while slave.dispatched_phy_offset < end:
         await asyncio.sleep(0)
     dispatch_cpu, dispatch_s = time.thread_time() - c0, time.perf_counter() - t0
-    mf = slave._commitlog.files.files[0]
+    mf = slave.commitlog.files.files[0]
     mm, limit = mf.mapping, min(mf.wrote_position, end)
     view = memoryview(mm)[:limit]
     n, p, c0 = 0, 0, time.process_time()
@@ -164,6 +164,10 @@ def _naive_get():
     return naive_get
 
 
+def _store_get(store: MessageStore, *args):
+    return get_path.get_message(store.config, store.commitlog, store.consume_queues, *args)
+
+
 async def get_sample(root: Path, mib: int, repeats: int = 5) -> dict:
     """CPU us per returned message of get_message (and of the former loop) over both layouts."""
     out = {}
@@ -179,7 +183,7 @@ async def get_sample(root: Path, mib: int, repeats: int = 5) -> dict:
             await store.put_messages("BenchTopic", q % 8, drafts)
             q += 1
         for filt_name, filt in (("all", None), ("tag0", TagFilter("tag0"))):
-            for name, fn in (("new", get_path.get_message), ("old", naive)):
+            for name, fn in (("new", _store_get), ("old", naive)):
                 if fn is None:
                     continue
                 runs = []

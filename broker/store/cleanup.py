@@ -28,14 +28,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
 
-from broker.config import BrokerRole
+from broker.config import BrokerRole, MessageStoreConfig
+from broker.store.commitlog import CommitLog
+from broker.store.consume_queue_store import ConsumeQueueStore
+from broker.store.dispatch_state import DispatchState
 from common.service import Service
 from remoting.headers import NumberError, parse_int
-
-if TYPE_CHECKING:
-    from broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -43,16 +42,16 @@ _MAX_DELETES_PER_RUN = 10
 
 
 class DiskMonitor:
-    def __init__(self, store: MessageStore) -> None:
-        self._store = store
+    def __init__(self, config: MessageStoreConfig) -> None:
+        self._config = config
         self._ratio_full = False
         self._no_space = ""
         self._checked_at = 0.0
-        self.limit = store.config.disk_space_warning_level_ratio / 100
+        self.limit = config.disk_space_warning_level_ratio / 100
         self.full = False  # a plain attribute: the put path reads it on every put
 
     def used_ratio(self) -> float:
-        path = self._store.config.commitlog_dir
+        path = self._config.commitlog_dir
         while not path.exists() and path != path.parent:
             path = path.parent
         try:
@@ -65,7 +64,7 @@ class DiskMonitor:
 
     def free_bytes(self) -> int:
         try:
-            st = os.statvfs(self._store.root)
+            st = os.statvfs(self._config.root_dir)
         except OSError:
             return 0
         return st.f_bavail * st.f_frsize
@@ -76,7 +75,7 @@ class DiskMonitor:
         ratio = self.used_ratio()
         was = self.full
         self._ratio_full = ratio > self.limit
-        if self._no_space and self.free_bytes() >= self._store.config.mapped_file_size_commit_log:
+        if self._no_space and self.free_bytes() >= self._config.mapped_file_size_commit_log:
             self._no_space = ""
         self.full = self._ratio_full or bool(self._no_space)
         if self.full != was:
@@ -100,13 +99,13 @@ class DiskMonitor:
 
     def remark(self, ratio: float | None = None) -> str:
         ratio = self.used_ratio() if ratio is None else ratio
-        where = self._store.config.commitlog_dir
+        where = self._config.commitlog_dir
         why = (
             f"no space left for a new file ({self._no_space})"
             if self._no_space
             else (
                 f"disk {ratio * 100:.1f}% used, over "
-                f"diskSpaceWarningLevelRatio={self._store.config.disk_space_warning_level_ratio}%"
+                f"diskSpaceWarningLevelRatio={self._config.disk_space_warning_level_ratio}%"
             )
         )
         return (
@@ -126,22 +125,33 @@ def delete_hours(spec: str) -> set[int]:
 
 
 class CleanupService(Service):
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        disk: DiskMonitor,
+        commitlog: CommitLog,
+        queues: ConsumeQueueStore,
+        state: DispatchState,
+    ) -> None:
         super().__init__("cleanup")
-        self._store = store
-        self._hours = delete_hours(store.config.delete_when)
+        self._config = config
+        self._disk = disk
+        self._commitlog = commitlog
+        self._queues = queues
+        self._state = state
+        self._hours = delete_hours(config.delete_when)
         self.deleted_files = 0
         self.manual_delete = False
 
     async def on_start(self) -> None:
-        self.run_every("clean", self._store.config.clean_resource_interval / 1000, self.run_once)
+        self.run_every("clean", self._config.clean_resource_interval / 1000, self.run_once)
 
     def run_once(self) -> int:
-        store = self._store
-        store.disk.check()
-        ratio = store.disk.used_ratio()
-        over = ratio > store.config.disk_max_used_space_ratio / 100
-        force = ratio > store.config.disk_space_clean_forcibly_ratio / 100 and store.role is not BrokerRole.SLAVE
+        cfg, disk = self._config, self._disk
+        disk.check()
+        ratio = disk.used_ratio()
+        over = ratio > cfg.disk_max_used_space_ratio / 100
+        force = ratio > cfg.disk_space_clean_forcibly_ratio / 100 and cfg.broker_role is not BrokerRole.SLAVE
         time_up = time.localtime().tm_hour in self._hours
         deleted = 0
         if time_up or over or force or self.manual_delete:
@@ -149,13 +159,13 @@ class CleanupService(Service):
             self.manual_delete = False
         self.clean_consume_queues()
         if deleted:
-            store.disk.check()
+            disk.check()
         return deleted
 
     def delete_commitlog_files(self, *, force: bool = False, now_s: float | None = None) -> int:
-        store = self._store
-        files = store._commitlog.files
-        reserved_s = store.config.file_reserved_time * 3600
+        cfg = self._config
+        files = self._commitlog.files
+        reserved_s = cfg.file_reserved_time * 3600
         now = time.time() if now_s is None else now_s
         deleted = 0
         while len(files.files) > 1 and deleted < _MAX_DELETES_PER_RUN:
@@ -166,18 +176,17 @@ class CleanupService(Service):
                 mtime = 0
             if not force and now - mtime < reserved_s:
                 break
-            if mf.end_offset > store.dispatched_phy_offset:
+            if mf.end_offset > self._state.dispatched:
                 break  # never delete what the consume queues have not indexed yet
             log.info("cleanup: deleting commitlog file %s (%s)", mf.path.name, "disk pressure" if force else "expired")
             files.delete_first()
             deleted += 1
-            if force and store.disk.used_ratio() <= store.config.disk_space_clean_forcibly_ratio / 100:
+            if force and self._disk.used_ratio() <= cfg.disk_space_clean_forcibly_ratio / 100:
                 break
         self.deleted_files += deleted
         return deleted
 
     def clean_consume_queues(self) -> None:
-        store = self._store
-        phy_min = store.min_phy_offset
-        for cq in list(store._all_cqs()):
+        phy_min = self._commitlog.min_offset
+        for cq in list(self._queues):
             cq.on_commitlog_min(phy_min)

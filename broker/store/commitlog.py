@@ -30,7 +30,7 @@ from pathlib import Path
 from broker.store.allocate import AllocateService
 from broker.store.mapped_file import MappedFile
 from broker.store.mapped_file_queue import MappedFileQueue
-from broker.store.types import StoreOffsetMismatch
+from broker.store.types import CommitlogSlice, StoreOffsetMismatch
 from remoting.message_codec import DEFAULT_MAX_RECORD_SIZE, RecordStatus, blank_record, check_record
 
 log = logging.getLogger(__name__)
@@ -198,6 +198,27 @@ class CommitLog:
         if mf is None or phy_offset >= mf.write_offset:
             return None
         return mf, phy_offset - mf.start_offset
+
+    def start_at_time(self, timestamp_ms: int) -> int:
+        """Start of the newest file whose first record is stored at or before ``timestamp_ms`` (the min offset when
+        none is): a scan from there sees every record newer than that time."""
+        files = self.files.files
+        if not files:
+            return self.min_offset
+        return max(files[self.abnormal_start_index(timestamp_ms)].start_offset, self.min_offset)
+
+    def slice(self, phy_offset: int, max_bytes: int) -> CommitlogSlice | None:
+        """Up to ``max_bytes`` written bytes from ``phy_offset``, never past its file's end (what HA sends)."""
+        if phy_offset >= self.max_offset or phy_offset < self.min_offset or max_bytes <= 0:
+            return None
+        mf = self.files.find(phy_offset)
+        if mf is None:
+            return None
+        pos = phy_offset - mf.start_offset
+        end = min(pos + max_bytes, mf.wrote_position)
+        if end <= pos:
+            return None
+        return CommitlogSlice(mf.fd, pos, end - pos, phy_offset, mf.view(pos, end))
 
     def iter_records(self, begin: int, end: int) -> Iterator[tuple[int, object]]:
         """(offset, CheckResult) for each record in [begin, end), following BLANKs; stops at non-VALID."""

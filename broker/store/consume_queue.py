@@ -270,6 +270,17 @@ class ConsumeQueue:
         self.max_physic_offset = max(self.max_physic_offset, max_physic_end)
         return len(data) // UNIT_SIZE
 
+    async def write_units(self, first_queue_offset: int, units: bytes | bytearray, max_physic_end: int,
+                          run: RunBlocking) -> None:
+        """``prepare`` (only when the current file cannot take ``units`` as they come), then ``write``: the
+        dispatcher's path, whose units arrive without the put path's reservation ahead of the commitlog write."""
+        count = len(units) // UNIT_SIZE
+        last = self.files.last
+        fits = last is not None and last.room >= len(units) and self.files.max_offset == first_queue_offset * UNIT_SIZE
+        if not fits and self.needs_prepare(first_queue_offset, count):
+            await self.prepare(first_queue_offset, count, run)
+        self.write(first_queue_offset, units, max_physic_end)
+
     def _write_at_end(self, data) -> None:
         files = self.files
         view = memoryview(data)

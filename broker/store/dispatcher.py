@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
+from broker.store.commitlog import CommitLog
 from broker.store.consume_queue import UNIT, UNIT_SIZE
+from broker.store.consume_queue_store import ConsumeQueueStore
 from broker.store.dispatch_scan import ScanResult, scan
-from broker.store.put import write_units
+from broker.store.dispatch_state import DispatchState
 from common.service import Service
 from remoting.message_codec import BLANK_SIZE, RecordStatus
-
-if TYPE_CHECKING:
-    from broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +40,14 @@ RECOVERY_CHUNK_BYTES = 64 << 20
 
 
 class Dispatcher(Service):
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(
+        self, commitlog: CommitLog, queues: ConsumeQueueStore, state: DispatchState, *, delay_levels_ms: list[int]
+    ) -> None:
         super().__init__("dispatcher")
-        self._store = store
+        self._commitlog = commitlog
+        self._queues = queues
+        self._state = state
+        self._delay_levels_ms = delay_levels_ms
         self._wakeup = asyncio.Event()
         self._lock = asyncio.Lock()
         self._corrupt_at = -1
@@ -59,20 +62,20 @@ class Dispatcher(Service):
         self._wakeup.set()
 
     async def _tail(self) -> None:
-        store = self._store
+        state, commitlog = self._state, self._commitlog
         while not self.stopping:
             self._wakeup.clear()
             progressed = False
-            if store.dispatched_phy_offset < store.max_phy_offset:
+            if state.dispatched < commitlog.max_offset:
                 try:
                     progressed = await self.dispatch_available()
                 except asyncio.CancelledError:
                     raise
                 except Exception:
-                    log.exception("dispatch failed at %d; retrying in 1s", store.dispatched_phy_offset)
+                    log.exception("dispatch failed at %d; retrying in 1s", state.dispatched)
                     await self.sleep(1.0)
                     continue
-            if progressed and store.dispatched_phy_offset < store.max_phy_offset:
+            if progressed and state.dispatched < commitlog.max_offset:
                 # Yield between rounds: the HA reader shares this loop, and its next append + ack must not
                 # wait for a whole catch-up backlog to be dispatched (SYNC_MASTER puts wait on that ack).
                 await asyncio.sleep(0)
@@ -84,10 +87,9 @@ class Dispatcher(Service):
 
     async def dispatch_available(self) -> bool:
         """One bounded round (about ROUND_BYTES) from the dispatched offset; True if it moved."""
-        store = self._store
-        begin = store.dispatched_phy_offset
-        new = await self.dispatch(begin, store.max_phy_offset, budget=ROUND_BYTES)
-        store._set_dispatched(new)
+        begin = self._state.dispatched
+        new = await self.dispatch(begin, self._commitlog.max_offset, budget=ROUND_BYTES)
+        self._state.advance(new)
         return new > begin
 
     async def dispatch(self, begin: int, end: int, *, budget: int | None = None) -> int:
@@ -107,8 +109,7 @@ class Dispatcher(Service):
                 offset = new
 
     async def _dispatch(self, begin: int, end: int, budget: int) -> int:
-        store = self._store
-        commitlog = store._commitlog
+        commitlog = self._commitlog
         files = commitlog.files
         offset = max(begin, commitlog.min_offset)
         if offset > begin > 0:
@@ -127,7 +128,7 @@ class Dispatcher(Service):
                 pos,
                 limit,
                 max_size=commitlog.max_record_size,
-                delay_ms=store._delay_levels_ms,
+                delay_ms=self._delay_levels_ms,
                 budget=left,
                 result=res,
             )
@@ -151,17 +152,16 @@ class Dispatcher(Service):
                 break  # a record split across appends: wait for the rest
             self._report_corrupt(offset, res.reason or status.value)
             break
+        queues, state = self._queues, self._state
         keys: dict = {}
         for topic, qid, first, units, _next in res.units:
             phy, size, _ = UNIT.unpack_from(units, len(units) - UNIT_SIZE)
-            end_phy = phy + size
-            cq = store._cq(topic, qid, create=True)
-            await write_units(cq, first, units, end_phy, store._run_disk)
+            await queues.find_or_create(topic, qid).write_units(first, units, phy + size, queues.run_disk)
             keys[(topic, qid)] = None
         if res.last_ts:
-            store._on_dispatched(res.last_ts)
+            state.on_dispatched(res.last_ts)
         for topic, qid in keys:
-            store._notify_dispatch(topic, qid)
+            state.notify_dispatch(topic, qid)
         return offset
 
     def _report_corrupt(self, offset: int, reason: str) -> None:

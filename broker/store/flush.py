@@ -19,19 +19,20 @@ bytes are on disk. Task-safety: every method runs on the event loop; fdatasync r
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import heapq
 import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
-from broker.config import FlushDiskType
+from broker.config import FlushDiskType, MessageStoreConfig
+from broker.store.checkpoint import StoreCheckpoint
+from broker.store.commitlog import CommitLog
+from broker.store.consume_queue_store import ConsumeQueueStore
+from broker.store.dispatch_state import DispatchState
 from broker.store.types import PutStatus
 from common.service import Service
-
-if TYPE_CHECKING:
-    from broker.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -173,18 +174,23 @@ def _expire(fut: asyncio.Future) -> None:
         fut.set_result(False)  # timed out; the waiter entry is dropped when the flush passes it
 
 
-def build_flush_services(store: MessageStore) -> list[Service]:
-    """The flush services for ``store``'s flushDiskType, wired to its commitlog, queues and checkpoint."""
-    cfg = store.config
-    commitlog = store._commitlog
-    executor = store._executor
+def build_flush_services(
+    cfg: MessageStoreConfig,
+    commitlog: CommitLog,
+    queues: ConsumeQueueStore,
+    state: DispatchState,
+    checkpoint: StoreCheckpoint,
+    executor: concurrent.futures.Executor,
+) -> list[Service]:
+    """The flush services for ``cfg.flush_disk_type``, wired to the commitlog, the queues and the checkpoint."""
+    master = cfg.broker_role.is_master
 
     async def flush_commitlog_to(target: int) -> int:
-        ts = store._last_put_ts
+        ts = state.last_put_ts
         loop = asyncio.get_running_loop()
         flushed = await loop.run_in_executor(executor, commitlog.files.flush_sync, target)
-        if store._checkpoint is not None and ts and store.role.is_master:
-            store._checkpoint.physic_msg_timestamp = ts  # a slave records what it dispatched instead
+        if ts and master:
+            checkpoint.physic_msg_timestamp = ts  # a slave records what it dispatched instead
         return flushed
 
     async def flush_commitlog_least(least_bytes: int, thorough: bool) -> bool:
@@ -196,14 +202,13 @@ def build_flush_services(store: MessageStore) -> list[Service]:
         return True
 
     async def flush_consume_queues(least_bytes: int, thorough: bool) -> None:
-        ts = max(store._last_put_ts, store._last_dispatched_ts)
-        dirty = [cq for cq in store._all_cqs() if cq.dirty_bytes() > 0 and cq.dirty_bytes() >= least_bytes]
-        checkpoint = store._checkpoint
+        ts = max(state.last_put_ts, state.last_dispatched_ts)
+        dirty = [cq for cq in queues if cq.dirty_bytes() > 0 and cq.dirty_bytes() >= least_bytes]
 
         def work() -> None:
             for cq in dirty:
                 cq.flush_sync()
-            if thorough and checkpoint is not None:
+            if thorough:
                 checkpoint.logics_msg_timestamp = max(checkpoint.logics_msg_timestamp, ts)
                 checkpoint.flush()
 

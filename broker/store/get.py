@@ -26,16 +26,21 @@ import struct
 from bisect import bisect_right
 from itertools import accumulate, compress
 from operator import add, ne
-from typing import TYPE_CHECKING
 
-from broker.config import BrokerRole
-from broker.store.consume_queue import UNIT, UNIT_SIZE
+from broker.config import BrokerRole, MessageStoreConfig
+from broker.store.commitlog import CommitLog
+from broker.store.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
+from broker.store.consume_queue_store import ConsumeQueueStore
 from broker.store.types import GetResult, GetStatus
-from remoting.message_codec import MIN_RECORD_SIZE, PROPERTY_TAGS, TagFilter, property_value
-
-if TYPE_CHECKING:
-    from broker.store.commitlog import CommitLog
-    from broker.store.message_store import MessageStore
+from remoting.message_codec import (
+    MIN_RECORD_SIZE,
+    PROPERTY_TAGS,
+    RecordError,
+    StoredMessage,
+    TagFilter,
+    decode,
+    property_value,
+)
 
 _STORE_TS_AT = 56  # STORETIMESTAMP offset in a record
 _I32 = struct.Struct(">i").unpack_from
@@ -56,7 +61,9 @@ TOTAL_PHYSICAL_MEMORY = total_physical_memory()
 
 
 def get_message(
-    store: MessageStore,
+    cfg: MessageStoreConfig,
+    commitlog: CommitLog,
+    queues: ConsumeQueueStore,
     topic: str,
     queue_id: int,
     offset: int,
@@ -64,14 +71,13 @@ def get_message(
     max_total_bytes: int,
     tag_filter: TagFilter | None,
 ) -> GetResult:
-    cfg = store.config
-    correct = store.role is not BrokerRole.SLAVE or cfg.offset_check_in_slave
+    correct = cfg.broker_role is not BrokerRole.SLAVE or cfg.offset_check_in_slave
 
     def correction(old: int, new: int) -> int:
         return new if correct else old
 
-    max_offset_py = store.max_phy_offset
-    cq = store._cq(topic, queue_id)
+    max_offset_py = commitlog.max_offset
+    cq = queues.find(topic, queue_id)
     if cq is None:
         return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=correction(offset, 0))
     min_offset, max_offset = cq.min_offset, cq.max_offset
@@ -93,7 +99,7 @@ def get_message(
         return GetResult(GetStatus.OFFSET_FOUND_NULL, nxt, min_offset, max_offset)
 
     memory = TOTAL_PHYSICAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
-    read = _Read(store, offset, min_offset, max_offset, max_msg_nums, max_total_bytes, max_offset_py - memory)
+    read = _Read(cfg, commitlog, offset, min_offset, max_offset, max_msg_nums, max_total_bytes, max_offset_py - memory)
     filt = tag_filter if tag_filter is not None and not tag_filter.match_all else None
     if filt is None:
         found = _read_unfiltered(read, units)
@@ -117,16 +123,16 @@ class _Read:
         "offset",
     )
 
-    def __init__(self, store, offset, min_offset, max_offset, max_msg_nums, max_total_bytes, disk_below) -> None:
-        self.cfg = store.config
-        self.commitlog = store._commitlog
+    def __init__(self, cfg, commitlog, offset, min_offset, max_offset, max_msg_nums, max_total_bytes, disk_below):
+        self.cfg = cfg
+        self.commitlog = commitlog
         self.offset = offset
         self.min_offset = min_offset
         self.max_offset = max_offset
         self.max_msg_nums = max_msg_nums
         self.cap = max_total_bytes if max_total_bytes > 0 else -1
         self.disk_below = disk_below  # a unit is "in disk" when its physical offset is below this
-        self.max_offset_py = store.max_phy_offset
+        self.max_offset_py = commitlog.max_offset
 
 
 @functools.lru_cache(maxsize=64)
@@ -291,6 +297,17 @@ def read_record(commitlog: CommitLog, phy_offset: int) -> bytes | None:
     return mf.read(pos, size)
 
 
+def read_message(commitlog: CommitLog, phy_offset: int) -> StoredMessage | None:
+    """The decoded message at ``phy_offset`` (None when there is none or it does not decode)."""
+    raw = read_record(commitlog, phy_offset)
+    if raw is None:
+        return None
+    try:
+        return decode(raw)
+    except RecordError:
+        return None
+
+
 def store_time_of(commitlog: CommitLog, phy_offset: int) -> int:
     """STORETIMESTAMP of the record at ``phy_offset``, -1 when unreadable."""
     found = commitlog.view_at(phy_offset)
@@ -300,6 +317,22 @@ def store_time_of(commitlog: CommitLog, phy_offset: int) -> int:
     if pos + _STORE_TS_AT + 8 > mf.wrote_position:
         return -1
     return int.from_bytes(mf.buffer[pos + _STORE_TS_AT : pos + _STORE_TS_AT + 8], "big", signed=True)
+
+
+def store_timestamp_at(commitlog: CommitLog, cq: ConsumeQueue | None, queue_offset: int) -> int:
+    """STORETIMESTAMP of the message at ``queue_offset`` of ``cq``; 0 when there is none or it is unreadable."""
+    if cq is None or not cq.min_offset <= queue_offset < cq.max_offset:
+        return 0
+    unit = cq.unit(queue_offset)
+    return 0 if unit is None else max(store_time_of(commitlog, unit[0]), 0)
+
+
+def offset_by_time(commitlog: CommitLog, cq: ConsumeQueue | None, timestamp_ms: int) -> int:
+    """The first queue offset stored at or after ``timestamp_ms`` (RocketMQ getOffsetInQueueByTime); 0 without
+    a queue."""
+    if cq is None:
+        return 0
+    return cq.offset_by_time(timestamp_ms, lambda phy_offset, _size: store_time_of(commitlog, phy_offset))
 
 
 def _record_tags(raw: bytes) -> str | None:

@@ -26,14 +26,22 @@ unit, as in RocketMQ.
 
 from __future__ import annotations
 
+import errno
 import functools
+import logging
 import struct
 import time
 import zlib
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import NamedTuple
 
-from broker.store.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
+from broker.store.cleanup import DiskMonitor
+from broker.store.commitlog import CommitLog
+from broker.store.consume_queue import UNIT, UNIT_SIZE
+from broker.store.consume_queue_store import ConsumeQueueStore
+from broker.store.dispatch_state import DispatchState
+from broker.store.flush import GroupCommitService
 from broker.store.types import SCHEDULE_TOPIC, MessageDraft, PutResult, PutStatus, RawBatch
 from remoting.headers import INT_MAX, INT_MIN, NumberError, parse_int
 from remoting.message_codec import (
@@ -51,8 +59,7 @@ from remoting.message_codec import (
     validate_topic,
 )
 
-if TYPE_CHECKING:
-    from broker.store.message_store import MessageStore
+log = logging.getLogger(__name__)
 
 _crc32 = zlib.crc32
 _pack_header = HEADER.pack
@@ -62,6 +69,11 @@ _FIELDS = struct.Struct(">iiiqi").pack  # range check of the draft's numeric fie
 
 TX_MASK = 0xC
 TX_NOT_DISPATCHED = (0x4, 0xC)
+
+
+# waiter(next_offset) or waiter(next_offset, deadline): (status, remark) once replicated, or at slaveTimeout or the
+# sender's deadline (event-loop time), whichever comes first
+ReplicaWaiter = Callable[..., Awaitable[tuple[PutStatus, str]]]
 
 
 def now_ms() -> int:
@@ -391,131 +403,181 @@ def cq_units(
     return out
 
 
-async def write_units(cq: ConsumeQueue, first: int, units: bytearray, end: int, run_disk) -> None:
-    """Dispatcher path: create and reserve what the units need (executor), then one write."""
-    count = len(units) // UNIT_SIZE
-    last = cq.files.last
-    fits = last is not None and last.room >= len(units) and cq.files.max_offset == first * UNIT_SIZE
-    if not fits and cq.needs_prepare(first, count):
-        await cq.prepare(first, count, run_disk)
-    cq.write(first, units, end)
+class Appender:
+    """The writing half of the put path, with the collaborators it writes to: the commitlog, the consume-queue
+    table, the dispatch state (advanced and its listeners told in the same step, so a master's queues never lag
+    its commitlog) and the store's put counters (``stats``, shared with the facade)."""
 
+    __slots__ = ("commitlog", "delay_levels_ms", "queues", "state", "stats", "store_host")
 
-def _finish(store: MessageStore, prepared: Prepared, units_keys, qoff0: int, store_ts: int, phys: list[int]):
-    next_offset = store._commitlog.max_offset
-    store._dispatched = next_offset
-    store._last_put_ts = store_ts
-    stats = store.stats
-    stats["putMessageTimesTotal"] += len(prepared.entries)
-    stats["putMessageSizeTotal"] += prepared.total
-    if store._dispatch_listeners:
-        for key in units_keys:
-            store._notify_dispatch(key[0], key[1])
-    if store._append_listeners:
-        store._notify_append(next_offset)
-    wrote_offset = phys[0]
-    return PutResult(
-        PutStatus.PUT_OK,
-        wrote_offset=wrote_offset,
-        wrote_bytes=next_offset - wrote_offset,
-        queue_offset=qoff0,
-        msg_count=len(prepared.entries),
-        store_timestamp=store_ts,
-        physical_offsets=phys,
-    )
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        queues: ConsumeQueueStore,
+        state: DispatchState,
+        *,
+        store_host: bytes,
+        delay_levels_ms: list[int],
+        stats: dict[str, int],
+    ) -> None:
+        self.commitlog = commitlog
+        self.queues = queues
+        self.state = state
+        self.store_host = store_host
+        self.delay_levels_ms = delay_levels_ms
+        self.stats = stats
 
+    def _finish(self, prepared: Prepared, units_keys, qoff0: int, store_ts: int, phys: list[int]) -> PutResult:
+        next_offset = self.commitlog.max_offset
+        state = self.state
+        state.dispatched = next_offset
+        state.last_put_ts = store_ts
+        stats = self.stats
+        stats["putMessageTimesTotal"] += len(prepared.entries)
+        stats["putMessageSizeTotal"] += prepared.total
+        if state.dispatch_listeners:
+            for key in units_keys:
+                state.notify_dispatch(key[0], key[1])
+        if state.append_listeners:
+            state.notify_append(next_offset)
+        wrote_offset = phys[0]
+        return PutResult(
+            PutStatus.PUT_OK,
+            wrote_offset=wrote_offset,
+            wrote_bytes=next_offset - wrote_offset,
+            queue_offset=qoff0,
+            msg_count=len(prepared.entries),
+            store_timestamp=store_ts,
+            physical_offsets=phys,
+        )
 
-def append_simple(store: MessageStore, prepared: Prepared) -> PutResult | None:
-    """The common put, with no await at all: one queue, no transaction records, fits the current commitlog
-    and consume-queue files. None when the batch needs the general path."""
-    last = store._commitlog.files.last
-    if last is None or prepared.total + BLANK_SIZE > last.remaining:
-        return None
-    entries = prepared.entries
-    n = len(entries)
-    e0 = entries[0]
-    cq = store._cq(e0[0], e0[2], create=True)
-    cq_last = cq.files.last
-    base = cq.max_offset
-    if cq_last is None or cq_last.room < n * UNIT_SIZE or cq_last.write_offset != base * UNIT_SIZE:
-        return None
-    store_ts = now_ms()
-    phys: list[int] = []
-    units = bytearray()
-    buf = bytearray()
-    qoffs = range(base, base + n)
-    encode_chunk(buf, entries, 0, n, last.write_offset, qoffs, store_ts, store._store_host_bytes, phys, units)
-    last.append(buf)
-    cq.write(base, units, phys[-1] + entries[-1][E_SIZE])
-    return _finish(store, prepared, ((e0[0], e0[2]),), base, store_ts, phys)
-
-
-async def append_batch(store: MessageStore, prepared: Prepared) -> PutResult:
-    """The locked half of a put (the caller holds the put lock): offsets, files, one encode, one write each."""
-    if prepared.single_queue and prepared.all_dispatched:
-        done = append_simple(store, prepared)
-        if done is not None:
-            return done
-    cl = store._commitlog
-    entries = prepared.entries
-    last = cl.files.last
-    remaining = last.remaining if last is not None else 0
-    placement = plan(entries, prepared.total, remaining, cl.file_size)
-    # Queue offsets: consume queues are written in this same critical section, so their max is the counter.
-    single_units: bytearray | None = None
-    spans: dict[tuple[str, int], list[int]] = {}  # queue -> [first queue offset, count]
-    if prepared.single_queue:
+    def append_simple(self, prepared: Prepared) -> PutResult | None:
+        """The common put, with no await at all: one queue, no transaction records, fits the current commitlog
+        and consume-queue files. None when the batch needs the general path."""
+        last = self.commitlog.files.last
+        if last is None or prepared.total + BLANK_SIZE > last.remaining:
+            return None
+        entries = prepared.entries
+        n = len(entries)
         e0 = entries[0]
-        base = store._cq(e0[0], e0[2], create=True).max_offset
-        if all(e[E_DISPATCHED] for e in entries):
-            qoffs = list(range(base, base + len(entries)))
-            single_units = bytearray()
-        else:
-            qoffs, n = [], base
-            for e in entries:
-                qoffs.append(n if e[E_DISPATCHED] else 0)
-                n += 1 if e[E_DISPATCHED] else 0
-        spans[(e0[0], e0[2])] = [base, qoffs[-1] - base + 1 if single_units is not None else len(entries)]
-    else:
-        qoffs = []
-        for e in entries:
-            if not e[E_DISPATCHED]:
-                qoffs.append(0)
-                continue
-            key = (e[0], e[2])
-            span = spans.get(key)
-            if span is None:
-                span = spans[key] = [store._cq(e[0], e[2], create=True).max_offset, 0]
-            qoffs.append(span[0] + span[1])
-            span[1] += 1
-    # Every file this batch needs exists before the first byte is written: a failure changes nothing.
-    for (topic, qid), (first, count) in spans.items():
-        cq = store._cq(topic, qid, create=True)
-        last = cq.files.last
-        if last is not None and last.room >= count * UNIT_SIZE and last.write_offset == first * UNIT_SIZE:
-            continue
-        if cq.needs_prepare(first, count):
-            await cq.prepare(first, count, store._run_disk)
-    new_files = await cl.acquire_next_files(placement.new_files) if placement.new_files else []
-    store_ts = now_ms()
-    phys: list[int] = []
-    host = store._store_host_bytes
-    nf = iter(new_files)
-    left = len(new_files)
-    for begin, end, roll in placement.chunks:
-        if roll:
-            left -= 1
-            mf = cl.roll(next(nf), prefetch=left == 0)
-        else:
-            mf = cl.files.last
+        cq = self.queues.find_or_create(e0[0], e0[2])
+        cq_last = cq.files.last
+        base = cq.max_offset
+        if cq_last is None or cq_last.room < n * UNIT_SIZE or cq_last.write_offset != base * UNIT_SIZE:
+            return None
+        store_ts = now_ms()
+        phys: list[int] = []
+        units = bytearray()
         buf = bytearray()
-        encode_chunk(buf, entries, begin, end, mf.write_offset, qoffs, store_ts, host, phys, single_units)
-        mf.append(buf)
-    if single_units is not None:
-        last = entries[-1]
-        units = {(last[0], last[2]): (qoffs[0], single_units, phys[-1] + last[E_SIZE])}
+        qoffs = range(base, base + n)
+        encode_chunk(buf, entries, 0, n, last.write_offset, qoffs, store_ts, self.store_host, phys, units)
+        last.append(buf)
+        cq.write(base, units, phys[-1] + entries[-1][E_SIZE])
+        return self._finish(prepared, ((e0[0], e0[2]),), base, store_ts, phys)
+
+    async def append_batch(self, prepared: Prepared) -> PutResult:
+        """The locked half of a put (the caller holds the put lock): offsets, files, one encode, one write each."""
+        if prepared.single_queue and prepared.all_dispatched:
+            done = self.append_simple(prepared)
+            if done is not None:
+                return done
+        cl = self.commitlog
+        queues = self.queues
+        entries = prepared.entries
+        last = cl.files.last
+        remaining = last.remaining if last is not None else 0
+        placement = plan(entries, prepared.total, remaining, cl.file_size)
+        # Queue offsets: consume queues are written in this same critical section, so their max is the counter.
+        single_units: bytearray | None = None
+        spans: dict[tuple[str, int], list[int]] = {}  # queue -> [first queue offset, count]
+        if prepared.single_queue:
+            e0 = entries[0]
+            base = queues.find_or_create(e0[0], e0[2]).max_offset
+            if all(e[E_DISPATCHED] for e in entries):
+                qoffs = list(range(base, base + len(entries)))
+                single_units = bytearray()
+            else:
+                qoffs, n = [], base
+                for e in entries:
+                    qoffs.append(n if e[E_DISPATCHED] else 0)
+                    n += 1 if e[E_DISPATCHED] else 0
+            spans[(e0[0], e0[2])] = [base, qoffs[-1] - base + 1 if single_units is not None else len(entries)]
+        else:
+            qoffs = []
+            for e in entries:
+                if not e[E_DISPATCHED]:
+                    qoffs.append(0)
+                    continue
+                key = (e[0], e[2])
+                span = spans.get(key)
+                if span is None:
+                    span = spans[key] = [queues.find_or_create(e[0], e[2]).max_offset, 0]
+                qoffs.append(span[0] + span[1])
+                span[1] += 1
+        # Every file this batch needs exists before the first byte is written: a failure changes nothing.
+        for (topic, qid), (first, count) in spans.items():
+            cq = queues.find_or_create(topic, qid)
+            last = cq.files.last
+            if last is not None and last.room >= count * UNIT_SIZE and last.write_offset == first * UNIT_SIZE:
+                continue
+            if cq.needs_prepare(first, count):
+                await cq.prepare(first, count, queues.run_disk)
+        new_files = await cl.acquire_next_files(placement.new_files) if placement.new_files else []
+        store_ts = now_ms()
+        phys: list[int] = []
+        host = self.store_host
+        nf = iter(new_files)
+        left = len(new_files)
+        for begin, end, roll in placement.chunks:
+            if roll:
+                left -= 1
+                mf = cl.roll(next(nf), prefetch=left == 0)
+            else:
+                mf = cl.files.last
+            buf = bytearray()
+            encode_chunk(buf, entries, begin, end, mf.write_offset, qoffs, store_ts, host, phys, single_units)
+            mf.append(buf)
+        if single_units is not None:
+            last = entries[-1]
+            units = {(last[0], last[2]): (qoffs[0], single_units, phys[-1] + last[E_SIZE])}
+        else:
+            units = cq_units(entries, qoffs, phys, store_ts, self.delay_levels_ms)
+        for (topic, qid), (first, data, end_phy) in units.items():
+            queues.find_or_create(topic, qid).write(first, data, end_phy)
+        return self._finish(prepared, units, qoffs[0], store_ts, phys)
+
+
+async def wait_stored(
+    result: PutResult, group_commit: GroupCommitService | None, waiter: ReplicaWaiter | None, deadline: float | None
+) -> None:
+    """The put's second half, outside the put lock: wait for the group commit (SYNC_FLUSH) and the replica
+    (SYNC_MASTER) at once, as RocketMQ combines their futures; a status other than PUT_OK replaces ``result``'s,
+    the replica's last, so it wins."""
+    end = result.next_offset
+    replicated = None
+    if waiter is not None:
+        replicated = waiter(end) if deadline is None else waiter(end, deadline)
+    if group_commit is not None and replicated is not None:
+        outcomes = await asyncio.gather(group_commit.wait_flushed(end, deadline), replicated)
+    elif group_commit is not None:
+        outcomes = [await group_commit.wait_flushed(end, deadline)]
+    elif replicated is not None:
+        outcomes = [await replicated]
     else:
-        units = cq_units(entries, qoffs, phys, store_ts, store._delay_levels_ms)
-    for (topic, qid), (first, data, end_phy) in units.items():
-        store._cq(topic, qid).write(first, data, end_phy)
-    return _finish(store, prepared, units, qoffs[0], store_ts, phys)
+        return
+    for status, remark in outcomes:
+        if status is not PutStatus.PUT_OK:
+            result.status, result.remark = status, remark
+
+
+def write_failed(exc: OSError, disk: DiskMonitor) -> PutResult:
+    """The answer to a put whose file creation or write failed: no space marks the store full (puts are refused
+    until space returns); anything else is logged and reported."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        disk.mark_no_space(str(exc))
+        return PutResult(
+            PutStatus.CREATE_MAPPED_FILE_FAILED,
+            remark=f"no space for the next commitlog file: {exc}; {disk.remark()}",
+        )
+    log.exception("commitlog write failed")
+    return PutResult(PutStatus.UNKNOWN_ERROR, remark=f"commitlog write failed: {exc}")

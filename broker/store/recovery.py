@@ -17,49 +17,28 @@ With no commitlog file left at all every consume queue is destroyed (RocketMQ do
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-from broker.store.consume_queue import ConsumeQueue
-from broker.store.mapped_file import FileCache
-
-if TYPE_CHECKING:
-    from broker.store.message_store import MessageStore
+from broker.store.checkpoint import StoreCheckpoint
+from broker.store.commitlog import CommitLog
+from broker.store.consume_queue_store import ConsumeQueueStore
 
 
-def load_consume_queues(root: Path, file_size: int, cache: FileCache | None = None) -> dict[str, dict[int, ConsumeQueue]]:
-    out: dict[str, dict[int, ConsumeQueue]] = {}
-    if not root.exists():
-        return out
-    for topic_dir in root.iterdir():
-        if not topic_dir.is_dir():
-            continue
-        for qdir in topic_dir.iterdir():
-            if qdir.is_dir() and qdir.name.isascii() and qdir.name.isdigit():
-                cq = ConsumeQueue(topic_dir.name, int(qdir.name), root, file_size, cache=cache)
-                cq.load()
-                out.setdefault(topic_dir.name, {})[int(qdir.name)] = cq
-    return out
-
-
-def load_and_recover(store: MessageStore, abnormal: bool) -> tuple[int, int]:
+def load_and_recover(
+    commitlog: CommitLog, queues: ConsumeQueueStore, checkpoint: StoreCheckpoint, *, abnormal: bool, check_crc: bool
+) -> tuple[int, int]:
     """Steps 1-5 above; returns (re-dispatch from, commitlog end)."""
-    cl = store._commitlog
+    cl = commitlog
     cl.load()
-    store._cqs = load_consume_queues(store._cq_root, store.config.mapped_file_size_consume_queue, store._cq_files)
-    cqs = list(store._all_cqs())
+    queues.load()
+    cqs = list(queues)
     for cq in cqs:
         cq.recover()
     if abnormal:
-        assert store._checkpoint is not None
-        start_index = cl.abnormal_start_index(store._checkpoint.min_timestamp)
+        start_index = cl.abnormal_start_index(checkpoint.min_timestamp)
     else:
         start_index = cl.normal_start_index()
-    end = cl.recover(start_index, check_crc=store.config.check_crc_on_recover)
+    end = cl.recover(start_index, check_crc=check_crc)
     if cl.files.empty:
-        for cq in cqs:
-            cq.destroy()
-        store._cqs = {}
+        queues.destroy_all()
         return 0, 0
     reput_from = cl.min_offset
     for cq in cqs:

@@ -53,7 +53,7 @@ async def started(root: Path, file_size: int) -> MessageStore:
 
 
 def units(store: MessageStore, topic: str, queue_id: int) -> list[tuple[int, int, int]]:
-    cq = store._cq(topic, queue_id)
+    cq = store.consume_queues.find(topic, queue_id)
     return [cq.unit(i) for i in range(cq.min_offset, cq.max_offset)]
 
 
@@ -141,7 +141,7 @@ def test_views_of_a_pull_stay_readable_after_their_file_is_deleted_and_the_store
             await store.put_messages("T", 0, [MessageDraft(body) for _ in range(4)])
         got = store.get_message("g", "T", 0, 0, 4)
         before = b"".join(got.buffers)
-        files = store._commitlog.files
+        files = store.commitlog.files
         assert len(files.files) > 2
         files.delete_first()  # what cleanup does to an expired file
         await store.stop()  # closes every mapping

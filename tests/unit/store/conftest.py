@@ -54,7 +54,7 @@ def draft(body: bytes = b"hello", **props: str) -> MessageDraft:
 def commitlog_records(store: MessageStore) -> list:
     """Every valid record of the commitlog, scanned independently of the store's own bookkeeping."""
     out = []
-    for mf in store._commitlog.files.files:
+    for mf in store.commitlog.files.files:
         buf = mf.buffer[: mf.wrote_position]
         pos = 0
         while pos < len(buf):
@@ -89,7 +89,7 @@ def actual_queues(store: MessageStore) -> dict[tuple[str, int], list[tuple[int, 
     out: dict = {}
     for topic in store.topics():
         for qid in store.queue_ids(topic):
-            cq = store._cq(topic, qid)
+            cq = store.consume_queues.find(topic, qid)
             units = []
             for q in range(cq.min_offset, cq.max_offset):
                 phy, size, code = UNIT.unpack_from(cq.read_units(q, 1))

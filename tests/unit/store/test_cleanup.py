@@ -25,12 +25,12 @@ async def test_expired_commitlog_files_are_deleted_and_queue_min_offsets_follow(
     try:
         for i in range(200):  # ~3.3 files of 64 KiB
             await s.put_messages("T", i % 2, [draft(b"x" * 1000)])
-        files = list(s._commitlog.files.files)
+        files = list(s.commitlog.files.files)
         assert len(files) >= 4
         old = time.time() - 100 * 3600
         for mf in files[:2]:
             os.utime(mf.path, (old, old))
-        cleanup = s._cleanup
+        cleanup = s.cleanup
         s.disk.used_ratio = lambda: 0.10  # the host disk's real usage must not decide this test (75% deletes)
         assert cleanup.run_once() == 0  # expired, but not the hour in deleteWhen and the disk is not full
         cleanup.manual_delete = True
@@ -39,10 +39,10 @@ async def test_expired_commitlog_files_are_deleted_and_queue_min_offsets_follow(
         assert not files[0].path.exists() and files[2].path.exists()
         first = s.min_offset_in_queue("T", 0)
         assert first > 0
-        cq_start = s._cq("T", 0).files.files[0].start_offset
+        cq_start = s.consume_queues.find("T", 0).files.files[0].start_offset
         assert 0 < cq_start <= first * 20, "consume-queue files wholly below the commitlog min are deleted"
         assert s.get_message("g", "T", 0, 0, 1).status is GetStatus.OFFSET_TOO_SMALL
-        assert s.read_message(s._cq("T", 0).unit(first)[0]).queue_offset == first
+        assert s.read_message(s.consume_queues.find("T", 0).unit(first)[0]).queue_offset == first
         assert_queues_match_commitlog(s)
         assert (await s.put_messages("T", 0, [draft()])).status is PutStatus.PUT_OK
     finally:
@@ -55,9 +55,9 @@ async def test_the_file_being_written_is_never_deleted(tmp_path):
     try:
         await s.put_messages("T", 0, [draft()])
         old = time.time() - 10 * 3600
-        os.utime(s._commitlog.files.last.path, (old, old))
-        s._cleanup.manual_delete = True
-        assert s._cleanup.run_once() == 0
+        os.utime(s.commitlog.files.last.path, (old, old))
+        s.cleanup.manual_delete = True
+        assert s.cleanup.run_once() == 0
         assert s.max_offset_in_queue("T", 0) == 1
     finally:
         await s.stop()
@@ -69,11 +69,11 @@ async def test_disk_pressure_deletes_unexpired_files_until_under_the_forcible_ra
     try:
         for i in range(200):  # ~3.3 files of 64 KiB, none expired
             await s.put_messages("T", i % 2, [draft(b"x" * 1000)])
-        assert len(s._commitlog.files.files) >= 4
+        assert len(s.commitlog.files.files) >= 4
         forcibly = s.config.disk_space_clean_forcibly_ratio / 100
         ratios = iter([forcibly + 0.02, forcibly - 0.01])  # read after each deleted file
         s.disk.used_ratio = lambda: next(ratios, forcibly - 0.01)
-        assert s._cleanup.delete_commitlog_files(force=True) == 2  # stops once back under the ratio
+        assert s.cleanup.delete_commitlog_files(force=True) == 2  # stops once back under the ratio
         assert s.min_phy_offset == 2 * SMALL_FILE
     finally:
         await s.stop()
@@ -90,13 +90,13 @@ async def test_a_slave_under_disk_pressure_keeps_unexpired_files(tmp_path):
     slave = MessageStore(small_config(root, file_reserved_time=72, delete_when="99", broker_role=BrokerRole.SLAVE))
     await slave.start()
     try:
-        files = len(slave._commitlog.files.files)
+        files = len(slave.commitlog.files.files)
         slave.disk.used_ratio = lambda: 0.99  # far above diskSpaceCleanForciblyRatio (85 %)
-        assert slave._cleanup.run_once() == 0
-        assert len(slave._commitlog.files.files) == files and slave.min_phy_offset == 0
+        assert slave.cleanup.run_once() == 0
+        assert len(slave.commitlog.files.files) == files and slave.min_phy_offset == 0
         old = time.time() - 100 * 3600
-        os.utime(slave._commitlog.files.files[0].path, (old, old))
-        assert slave._cleanup.run_once() == 1, "an expired file still goes"
+        os.utime(slave.commitlog.files.files[0].path, (old, old))
+        assert slave.cleanup.run_once() == 1, "an expired file still goes"
     finally:
         await slave.stop()
 
@@ -106,7 +106,7 @@ async def test_disk_over_the_warning_level_refuses_writes_and_writes_nothing(tmp
     await s.start()
     try:
         # Any real partition holding this test is more than 1% used.
-        s._cleanup.run_once()
+        s.cleanup.run_once()
         assert s.disk_full
         before = s.max_phy_offset
         res = await s.put_messages("T", 0, [draft()])

@@ -86,7 +86,7 @@ async def test_parking_a_consume_queue_file_never_invalidates_a_view_already_han
     await store.start()
     try:
         await store.put_messages("A", 0, [draft(b"a0"), draft(b"a1")])
-        cq = store._cq("A", 0)
+        cq = store.consume_queues.find("A", 0)
         units = cq.read_units(0, 2)  # a view of A's consume-queue mapping
         before = bytes(units)
         await store.put_messages("B", 0, [draft(b"b0")])  # opening B's file parks A's (limit 1)
@@ -104,7 +104,7 @@ async def test_a_parked_file_with_unflushed_units_is_flushed_through_a_temporary
     try:
         await store.put_messages("A", 0, [draft()])
         await store.put_messages("B", 0, [draft()])
-        cq = store._cq("A", 0)
+        cq = store.consume_queues.find("A", 0)
         assert cq.files.last.parked and cq.dirty_bytes() == UNIT_SIZE
         cq.flush_sync()
         assert cq.dirty_bytes() == 0 and cq.files.last.parked  # flushing did not reopen it
@@ -138,7 +138,7 @@ async def test_blocks_are_reserved_ahead_of_the_writes_in_growing_steps(tmp_path
         for start in range(0, units, 100):
             n = min(100, units - start)
             assert (await store.put_messages("T", 0, [draft()] * n)).status is PutStatus.PUT_OK
-        mf = store._cq("T", 0).files.last
+        mf = store.consume_queues.find("T", 0).files.last
         assert mf.wrote_position == units * UNIT_SIZE <= mf.allocated_position
         assert os.stat(mf.path).st_blocks * 512 >= mf.allocated_position
         # Never more than one step ahead: the data, doubled, rounded to a page (min 4 KiB, max 1 MiB).

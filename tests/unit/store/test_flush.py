@@ -34,7 +34,7 @@ async def test_sync_flush_group_commit_shares_fdatasync_between_concurrent_puts(
         results = await asyncio.gather(*(s.put_messages("T", i % 4, [draft(b"x" * 200)]) for i in range(puts)))
         assert all(r.status is PutStatus.PUT_OK for r in results)
         assert s.flushed_phy_offset >= max(r.next_offset for r in results)
-        commitlog_syncs = s._group_commit.syncs
+        commitlog_syncs = s.group_commit.syncs
         assert 0 < commitlog_syncs < puts / 2, f"{commitlog_syncs} group commits for {puts} puts"
         assert len(calls) < puts
     finally:

@@ -28,7 +28,7 @@ def naive_get(store, topic, queue_id, offset, max_msg_nums, max_total_bytes, tag
     """The reference: the committed loop before the read path was optimised, status checks included."""
     cfg = store.config
     max_offset_py = store.max_phy_offset
-    cq = store._cq(topic, queue_id)
+    cq = store.consume_queues.find(topic, queue_id)
     if cq is None:
         return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0)
     min_offset, max_offset = cq.min_offset, cq.max_offset
@@ -45,7 +45,7 @@ def naive_get(store, topic, queue_id, offset, max_msg_nums, max_total_bytes, tag
     units = cq.read_units(offset, max(16000, max_msg_nums * UNIT_SIZE) // UNIT_SIZE)
     assert units is not None
     memory = get_path.TOTAL_PHYSICAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
-    commitlog = store._commitlog
+    commitlog = store.commitlog
     file_size = commitlog.file_size
     filt = tag_filter if tag_filter is not None and not tag_filter.match_all else None
     status = GetStatus.NO_MATCHED_MESSAGE
@@ -167,7 +167,7 @@ async def _check(root: Path, batches, queries, ratio: int, damage: int) -> None:
             ]
             res = await store.put_messages(TOPIC, queue_id, drafts)
             assert res.status.name == "PUT_OK", res
-        files = store._commitlog.files.files
+        files = store.commitlog.files.files
         saved = [mf.wrote_position for mf in files]
         if 0 <= damage < len(files) - 1:  # records of a non-last file become unreadable (MESSAGE_WAS_REMOVING)
             files[damage].wrote_position //= 2
@@ -175,7 +175,9 @@ async def _check(root: Path, batches, queries, ratio: int, damage: int) -> None:
             length = store.max_offset_in_queue(TOPIC, queue_id)
             offset = round(where * length)
             filt = None if expr is None else TagFilter(expr)
-            got = get_path.get_message(store, TOPIC, queue_id, offset, nums, cap, filt)
+            got = get_path.get_message(
+                store.config, store.commitlog, store.consume_queues, TOPIC, queue_id, offset, nums, cap, filt
+            )
             want = naive_get(store, TOPIC, queue_id, offset, nums, cap, filt)
             assert _facts(got) == _facts(want), (queue_id, offset, nums, cap, expr)
             assert all(type(b) is memoryview for b in got.buffers)  # zero-copy views of the mapping

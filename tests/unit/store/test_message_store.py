@@ -169,7 +169,7 @@ async def test_delay_messages_go_to_the_schedule_topic_with_their_real_queue(sto
     later = store.read_message(res.physical_offsets[1])
     assert later.topic == "SCHEDULE_TOPIC_XXXX" and later.queue_id == 2
     assert later.properties["REAL_TOPIC"] == "T" and later.properties["REAL_QID"] == "2"
-    unit = store._cq("SCHEDULE_TOPIC_XXXX", 2).unit(0)
+    unit = store.consume_queues.find("SCHEDULE_TOPIC_XXXX", 2).unit(0)
     assert unit[2] == later.store_timestamp + 10_000  # level 3 = 10s: the tags code is the delivery time
     assert_queues_match_commitlog(store)
 
@@ -179,7 +179,7 @@ async def test_batches_roll_files_with_a_blank_record_and_span_files_when_larger
     for _ in range(60):  # ~64 KiB: the 60th batch must roll
         res = await store.put_messages("T", 0, [draft(body)])
         assert res.status is PutStatus.PUT_OK
-    assert len(store._commitlog.files.files) == 1 or store._commitlog.files.files[1].start_offset == SMALL_FILE
+    assert len(store.commitlog.files.files) == 1 or store.commitlog.files.files[1].start_offset == SMALL_FILE
     big = await store.put_messages("T", 0, [draft(body) for _ in range(200)])  # ~3 files
     assert big.status is PutStatus.PUT_OK and big.msg_count == 200
     assert all(p // SMALL_FILE == (p + 1090) // SMALL_FILE for p in big.physical_offsets)
@@ -312,7 +312,7 @@ async def test_warm_mapped_files_are_pretouched_in_the_background_and_work(tmp_p
     try:
         for _ in range(70):  # past the first file: the second one was created (and warmed) by the allocator
             assert (await s.put_messages("T", 0, [draft(b"w" * 1000)])).status is PutStatus.PUT_OK
-        assert len(s._commitlog.files.files) == 2 and s._allocator.created >= 2
+        assert len(s.commitlog.files.files) == 2 and s.allocator.created >= 2
         assert_queues_match_commitlog(s)
     finally:
         await s.stop()

@@ -151,9 +151,9 @@ async def test_files_prepared_for_a_batch_that_never_came_are_dropped_on_recover
     s = MessageStore(cfg)
     await s.start()
     await s.put_messages("T", 0, [draft()])
-    cq = s._cq("T", 0)
+    cq = s.consume_queues.find("T", 0)
     # A crash between preparing consume-queue files for a huge batch and writing it.
-    await cq.prepare(1, 64 * 5, s._run_disk)
+    await cq.prepare(1, 64 * 5, s.consume_queues.run_disk)
     ready = list(cq._ready)
     cq._ready.clear()  # as if the process died here: the files stay on disk
     end = s.max_phy_offset
@@ -191,7 +191,7 @@ async def test_crash_recovery_starts_at_the_file_the_checkpoint_vouches_for(tmp_
     for _ in range(60):  # a fourth file, newer than the checkpoint
         await s.put_messages("T", 0, [draft(b"y" * 1000)])
     end = s.max_phy_offset
-    files = [mf.start_offset for mf in s._commitlog.files.files]
+    files = [mf.start_offset for mf in s.commitlog.files.files]
     await s.kill()
     begins = []
     real = Dispatcher.dispatch

@@ -65,7 +65,7 @@ async def test_replicated_chunks_build_identical_consume_queues(tmp_path, seed):
         assert slave.max_phy_offset == master.max_phy_offset
         assert_queues_match_commitlog(slave)
         assert seen, "the slave's dispatcher notifies listeners"
-        for f_m, f_s in zip(master._commitlog.files.files, slave._commitlog.files.files, strict=True):
+        for f_m, f_s in zip(master.commitlog.files.files, slave.commitlog.files.files, strict=True):
             assert bytes(f_m.buffer[: f_m.wrote_position]) == bytes(f_s.buffer[: f_s.wrote_position])
     finally:
         await master.stop()
