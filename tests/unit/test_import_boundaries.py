@@ -45,3 +45,142 @@ def test_the_check_sees_broker_imports(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text("import os\nif True:\n    from broker.store import types\ndef f():\n    import broker.dedup\n")
     assert [m for _, m in _imported_modules(sample) if m.split(".")[0] == "broker"] == ["broker.store", "broker.dedup"]
+
+
+
+# The store's layers (issue 14): its modules form a graph without cycles, and none reaches into another's
+# private names. Every import counts, TYPE_CHECKING blocks and function bodies too: a cycle hidden there still
+# ties two modules together, so neither can be read, tested or replaced alone.
+
+STORE = ROOT / "broker" / "store"
+ALL_PACKAGES = ("bench", "broker", "client", "common", "connectors", "ctl", "harness", "namesrv", "remoting", "tests")
+NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}  # public despite the underscore
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports_of(path: Path, module: str) -> set[str]:
+    """Every module the file at ``path`` (the module ``module``) imports: ``from pkg import name`` counts as
+    ``pkg`` and ``pkg.name`` (the graph keeps the names that are modules); relative imports are made absolute."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+def store_import_graph() -> dict[str, set[str]]:
+    """broker.store module -> the broker.store modules it imports."""
+    modules = {_module_name(p): p for p in STORE.rglob("*.py")}
+    return {name: {m for m in _imports_of(path, name) if m in modules and m != name} for name, path in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle of ``graph`` as a path that ends where it starts, or [] when there is none."""
+    on_path: list[str] = []
+    done: set[str] = set()
+
+    def visit(node: str) -> list[str]:
+        on_path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt in on_path:
+                return on_path[on_path.index(nxt) :] + [nxt]
+            if nxt not in done:
+                found = visit(nxt)
+                if found:
+                    return found
+        on_path.pop()
+        done.add(node)
+        return []
+
+    for start in sorted(graph):
+        if start not in done:
+            found = visit(start)
+            if found:
+                return found
+    return []
+
+
+def test_the_store_import_graph_has_no_cycle():
+    graph = store_import_graph()
+    assert "broker.store.put" in graph["broker.store.message_store"]  # the graph sees `from broker.store import put`
+    cycle = find_cycle(graph)
+    assert not cycle, "broker/store import cycle (pass the collaborator in instead): " + " -> ".join(cycle)
+
+
+def test_the_cycle_check_finds_cycles():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set(), "d": {"d"}}) == ["d", "d"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_the_graph_sees_every_kind_of_import(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from . import put\nfrom .get import x\nif TYPE_CHECKING:\n    from broker.store.flush import F\n"
+        "def f():\n    import broker.store.cleanup\n"
+    )
+    got = _imports_of(sample, "broker.store.sample")
+    assert {"broker.store.put", "broker.store.get", "broker.store.flush", "broker.store.cleanup"} <= got
+
+
+def _private_names_imported(path: Path) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.ImportFrom):
+            out += [f"{node.lineno}: from {node.module} import {a.name}" for a in node.names if _is_private(a.name)]
+        elif isinstance(node, ast.Import):
+            out += [f"{node.lineno}: import {a.name}" for a in node.names if any(map(_is_private, a.name.split(".")))]
+    return out
+
+
+def _private_attributes_used(path: Path) -> list[str]:
+    """``x._name`` where ``x`` is not ``self`` or ``cls``: a private name of another object (its module's)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Attribute) and _is_private(node.attr) and node.attr not in NAMEDTUPLE_API:
+            if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                out.append(f"{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def _all_sources() -> list[Path]:
+    return sorted(p for pkg in ALL_PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+
+
+def test_no_module_imports_a_private_name_of_another():
+    bad = [f"{p.relative_to(ROOT)}:{hit}" for p in _all_sources() for hit in _private_names_imported(p)]
+    assert not bad, "make the name public (it is part of the module's API) or keep it inside:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("path", sorted(STORE.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_store_modules_use_only_public_names_of_each_other(path):
+    bad = _private_attributes_used(path)
+    assert not bad, (
+        f"{path.relative_to(ROOT)} reaches into another object's private names; pass the collaborator in "
+        "(consume_queue_store, dispatch_state) or give it a public method:\n" + "\n".join(bad)
+    )
+
+
+def test_the_private_name_checks_see_violations(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from broker.store.get import _record_tags, store_time_of\nimport a._b\n"
+        "class C:\n    def f(self, store):\n        self._ok = store._cq\n        return p._replace(x=1)\n"
+    )
+    assert [h.split(":")[0] for h in _private_names_imported(sample)] == ["1", "2"]
+    assert _private_attributes_used(sample) == ["5: store._cq"]
