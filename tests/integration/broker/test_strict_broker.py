@@ -4,6 +4,7 @@ group's read advice."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -59,9 +60,17 @@ async def test_without_long_polling_a_suspended_pull_waits_the_short_polling_tim
     await sc.create_topic("StrictTopic", queues=1)
     assert (await sc.create_group(group_config("g-strict"))).code == 0
     started = time.monotonic()
-    got = await sc.pull("g-strict", "StrictTopic", 0, 0, sys_flag=FLAG_SUSPEND | FLAG_SUBSCRIPTION, suspend_ms=10_000)
-    elapsed = time.monotonic() - started
-    assert got.code == RC.PULL_NOT_FOUND and 0.25 <= elapsed < 2
+    pending = asyncio.ensure_future(
+        sc.pull("g-strict", "StrictTopic", 0, 0, sys_flag=FLAG_SUSPEND | FLAG_SUBSCRIPTION, suspend_ms=15_000, timeout=30)
+    )
+    # Short polling waits without parking the pull where a new message would wake it; a long-polling broker would
+    # hold it in the hold service for the whole 15 s.
+    held_while_waiting = []
+    while not pending.done():
+        held_while_waiting.append((await sc.runtime_info())["heldPullRequests"])
+    got = await pending
+    assert got.code == RC.PULL_NOT_FOUND and time.monotonic() - started >= 0.25  # it waited shortPollingTimeMills
+    assert held_while_waiting and set(held_while_waiting) == {"0"}
     await sc.send("StrictTopic", 0, [message(b"x")])
     assert (await sc.pull("g-strict", "StrictTopic", 0, 0)).code == RC.SUCCESS
 

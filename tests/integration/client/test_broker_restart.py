@@ -39,13 +39,8 @@ async def test_consumer_resumes_from_its_committed_offset_after_a_broker_restart
             broker.stop()
             broker.start()
 
-            async def send_after_restart():
-                try:
-                    return await producer.send(Message(topic, b"after-0"))
-                except Exception:
-                    return None
-
-            result = await wait_for(send_after_restart, 20, "a send to succeed after the restart", interval_s=0.5)
+            result = await wait_for(lambda: producer.send(Message(topic, b"after-0")), 20,
+                                    "a send to succeed after the restart", interval_s=0.5)
             assert result.status is SendStatus.SEND_OK
             for i in range(1, 50):
                 await producer.send(Message(topic, f"after-{i}".encode()))

@@ -18,6 +18,7 @@ from remoting.frame_codec import RemotingCommand, response_to
 from remoting.message_codec import decode_batch, java_string_hash, string_to_properties
 from remoting.server import RemotingServer
 from harness.procs import free_port
+from harness.waiting import async_wait_until
 from tests.unit.client.fake_cluster import FakeCluster
 
 
@@ -124,10 +125,7 @@ async def test_the_producer_heartbeats_its_group_and_unregisters_at_stop():
         async with Producer("PG", fake.addr) as producer:
             await producer.send(Message("T", b"x"))
             client_id = producer.client_id
-            for _ in range(100):
-                if fake.of(RequestCode.HEART_BEAT):
-                    break
-                await asyncio.sleep(0.02)
+            await async_wait_until(lambda: fake.of(RequestCode.HEART_BEAT), 10, "the producer's heartbeat")
     [beat] = fake.of(RequestCode.HEART_BEAT)
     assert fastjson.loads(beat.body) == {
         "clientID": client_id,
