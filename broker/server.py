@@ -39,7 +39,7 @@ from broker.long_polling import PullRequestHoldService
 from broker.metadata.consumer_offsets import ConsumerOffsetManager
 from broker.metadata.delay_offsets import DelayOffsetManager
 from broker.metadata.subscription_groups import SubscriptionGroupManager
-from broker.metadata.topics import PERM_INHERIT, PERM_READ, PERM_WRITE, TopicConfigManager
+from broker.metadata.topics import TopicConfigManager
 from broker.metrics import BrokerMetrics
 from broker.rebalance_lock import RebalanceLockManager
 from broker.registration import RegistrationService
@@ -53,6 +53,7 @@ from broker.slave_sync import (
 )
 from broker.store.message_store import MessageStore
 from common.metrics import MetricsServer, new_registry
+from common.perm import PERM_INHERIT, PERM_RW
 from common.ports import check_ports
 from common.service import Service
 from remoting.codes import RequestCode
@@ -170,7 +171,7 @@ class BrokerServer(Service):
         if broker.auto_create_topic_enable:
             # RocketMQ's auto-creation template: producers route an unknown topic by TBW102's route (spec §7.3)
             # and the broker creates the topic from it on the first send (send_admit).
-            topics.create_if_absent(DEFAULT_TOPIC, broker.default_topic_queue_nums, PERM_INHERIT | PERM_READ | PERM_WRITE)
+            topics.create_if_absent(DEFAULT_TOPIC, broker.default_topic_queue_nums, PERM_INHERIT | PERM_RW)
         await topics.persist()
 
         await store.start()

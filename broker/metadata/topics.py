@@ -26,7 +26,7 @@ from remoting.message_codec import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PRE
 from remoting.topic_config import TopicConfig
 
 # PERM_INHERIT, PERM_READ, perm_text and perm_writeable are imported for broker/processors/send_admit.py, which
-# still takes them from here; every other module imports them from common.perm.
+# still takes them from here (its owner moves it to common.perm); every other module imports common.perm.
 
 SCHEDULE_TOPIC_MIN_QUEUES = 18
 
