@@ -48,6 +48,7 @@ from remoting.message_codec import (
     BLANK_SIZE,
     HEADER,
     MAX_PROPERTIES_LEN,
+    MESSAGE_MAGIC,
     MIN_RECORD_SIZE,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
@@ -108,17 +109,32 @@ def raw_tags_code(props: bytes) -> int:
         at = props.find(_TAGS_KEY, at + 1)
     if at < 0:
         return 0
-    start = at + 5
+    start = at + len(_TAGS_KEY)
     end = props.find(b"\x02", start)
     return _raw_tags_hash(props[start : end if end >= 0 else len(props)])
 
 
-# One message of a batch, as a plain tuple (the hot loops unpack it):
-# (topic, topic_bytes, queue_id, body, flag, common, properties bytes, record size, tags code, delay level,
-#  dispatched), where common = (sys_flag, born_timestamp, born host bytes, reconsume_times) is shared by every
-# message of a raw batch and built once per draft otherwise.
+# One message of a batch. A plain tuple, not a NamedTuple: CPython builds a literal tuple in one step but a
+# NamedTuple through a Python-level __new__, and unpacks and indexes a tuple subclass off its fast path (measured
+# on the put path with 16- and 128-message batches of 1 KiB: +0.3 to 0.5 us per message, 10 to 15 %). Fields are
+# read through the E_* indexes below, or by unpacking in the order they are listed:
+#   E_TOPIC        str    the topic it is stored under (SCHEDULE_TOPIC_XXXX for a delayed message)
+#   E_TOPIC_BYTES  bytes  the same, encoded as the record stores it
+#   E_QUEUE        int    queue id (a delayed message: its delay level - 1)
+#   E_BODY         bytes-like
+#   E_FLAG         int    the message's flag
+#   E_COMMON       tuple  (sys flag, born timestamp ms, born host bytes, reconsume times): shared by every message
+#                         of a raw batch, built once per draft otherwise
+#   E_PROPS        bytes  stored properties (k\x01v\x02 ...)
+#   E_SIZE         int    the record's TOTALSIZE
+#   E_CODE         int    consume-queue tags code (a delayed message's is set at write time: its delivery time)
+#   E_LEVEL        int    delay level, 0 when not delayed
+#   E_DISPATCHED   bool   gets a consume-queue unit (False for transaction PREPARED/ROLLBACK records)
 Entry = tuple
 (E_TOPIC, E_TOPIC_BYTES, E_QUEUE, E_BODY, E_FLAG, E_COMMON, E_PROPS, E_SIZE, E_CODE, E_LEVEL, E_DISPATCHED) = range(11)
+
+SCHEDULE_TOPIC_BYTES = SCHEDULE_TOPIC.encode()
+SCHEDULE_RECORD_BASE_SIZE = MIN_RECORD_SIZE + len(SCHEDULE_TOPIC_BYTES)  # a delayed record without body or props
 
 
 class Prepared(NamedTuple):
@@ -214,8 +230,8 @@ def prepare_batch(
         common = (d.sys_flag, d.born_timestamp, _born_host(*d.born_host), d.reconsume_times)
         if level:
             single = False
-            size = MIN_RECORD_SIZE + 19 + blen + len(raw)
-            entry = (SCHEDULE_TOPIC, b"SCHEDULE_TOPIC_XXXX", level - 1, body, d.flag, common, raw, size, code, level,
+            size = SCHEDULE_RECORD_BASE_SIZE + blen + len(raw)
+            entry = (SCHEDULE_TOPIC, SCHEDULE_TOPIC_BYTES, level - 1, body, d.flag, common, raw, size, code, level,
                      dispatched)
         else:
             size = base_size + blen + len(raw)
@@ -356,8 +372,8 @@ def encode_chunk(
         phys.append(phy)
         buf += pack_header(
             size,
-            -626843481,
-            crc32(body) & 0x7FFFFFFF,
+            MESSAGE_MAGIC,
+            crc32(body) & 0x7FFFFFFF,  # RocketMQ's UtilAll.crc32 keeps 31 bits
             qid,
             flag,
             queue_offsets[i],
@@ -368,7 +384,7 @@ def encode_chunk(
             store_ts,
             store_host,
             reconsume,
-            0,
+            0,  # prepared transaction offset
             len(body),
         )
         buf += body
@@ -397,9 +413,11 @@ def cq_units(
         key = (topic, qid)
         item = out.get(key)
         if item is None:
-            item = (queue_offsets[i], bytearray(), 0)
-        item[1].extend(_pack_unit(phys[i], size, code))
-        out[key] = (item[0], item[1], phys[i] + size)
+            first, units = queue_offsets[i], bytearray()
+        else:
+            first, units, _ = item
+        units += _pack_unit(phys[i], size, code)
+        out[key] = (first, units, phys[i] + size)
     return out
 
 
@@ -436,8 +454,8 @@ class Appender:
         stats["putMessageTimesTotal"] += len(prepared.entries)
         stats["putMessageSizeTotal"] += prepared.total
         if state.dispatch_listeners:
-            for key in units_keys:
-                state.notify_dispatch(key[0], key[1])
+            for topic, queue_id in units_keys:
+                state.notify_dispatch(topic, queue_id)
         if state.append_listeners:
             state.notify_append(next_offset)
         wrote_offset = phys[0]
@@ -459,8 +477,8 @@ class Appender:
             return None
         entries = prepared.entries
         n = len(entries)
-        e0 = entries[0]
-        cq = self.queues.find_or_create(e0[0], e0[2])
+        topic, queue_id = entries[0][E_TOPIC], entries[0][E_QUEUE]
+        cq = self.queues.find_or_create(topic, queue_id)
         cq_last = cq.files.last
         base = cq.max_offset
         if cq_last is None or cq_last.room < n * UNIT_SIZE or cq_last.write_offset != base * UNIT_SIZE:
@@ -473,7 +491,7 @@ class Appender:
         encode_chunk(buf, entries, 0, n, last.write_offset, qoffs, store_ts, self.store_host, phys, units)
         last.append(buf)
         cq.write(base, units, phys[-1] + entries[-1][E_SIZE])
-        return self._finish(prepared, ((e0[0], e0[2]),), base, store_ts, phys)
+        return self._finish(prepared, ((topic, queue_id),), base, store_ts, phys)
 
     async def append_batch(self, prepared: Prepared) -> PutResult:
         """The locked half of a put (the caller holds the put lock): offsets, files, one encode, one write each."""
@@ -489,10 +507,10 @@ class Appender:
         placement = plan(entries, prepared.total, remaining, cl.file_size)
         # Queue offsets: consume queues are written in this same critical section, so their max is the counter.
         single_units: bytearray | None = None
-        spans: dict[tuple[str, int], list[int]] = {}  # queue -> [first queue offset, count]
+        spans: dict[tuple[str, int], list[int]] = {}  # (topic, queue id) -> [first queue offset, count]
         if prepared.single_queue:
-            e0 = entries[0]
-            base = queues.find_or_create(e0[0], e0[2]).max_offset
+            key = (entries[0][E_TOPIC], entries[0][E_QUEUE])
+            base = queues.find_or_create(*key).max_offset
             if all(e[E_DISPATCHED] for e in entries):
                 qoffs = list(range(base, base + len(entries)))
                 single_units = bytearray()
@@ -501,19 +519,20 @@ class Appender:
                 for e in entries:
                     qoffs.append(n if e[E_DISPATCHED] else 0)
                     n += 1 if e[E_DISPATCHED] else 0
-            spans[(e0[0], e0[2])] = [base, qoffs[-1] - base + 1 if single_units is not None else len(entries)]
+            spans[key] = [base, qoffs[-1] - base + 1 if single_units is not None else len(entries)]
         else:
             qoffs = []
             for e in entries:
                 if not e[E_DISPATCHED]:
                     qoffs.append(0)
                     continue
-                key = (e[0], e[2])
+                key = (e[E_TOPIC], e[E_QUEUE])
                 span = spans.get(key)
                 if span is None:
-                    span = spans[key] = [queues.find_or_create(e[0], e[2]).max_offset, 0]
-                qoffs.append(span[0] + span[1])
-                span[1] += 1
+                    span = spans[key] = [queues.find_or_create(*key).max_offset, 0]
+                first, count = span
+                qoffs.append(first + count)
+                span[1] = count + 1
         # Every file this batch needs exists before the first byte is written: a failure changes nothing.
         for (topic, qid), (first, count) in spans.items():
             cq = queues.find_or_create(topic, qid)
@@ -539,7 +558,7 @@ class Appender:
             mf.append(buf)
         if single_units is not None:
             last = entries[-1]
-            units = {(last[0], last[2]): (qoffs[0], single_units, phys[-1] + last[E_SIZE])}
+            units = {(last[E_TOPIC], last[E_QUEUE]): (qoffs[0], single_units, phys[-1] + last[E_SIZE])}
         else:
             units = cq_units(entries, qoffs, phys, store_ts, self.delay_levels_ms)
         for (topic, qid), (first, data, end_phy) in units.items():
