@@ -123,6 +123,7 @@ async def test_bad_input_gets_its_status_and_writes_nothing(tmp_path, topic, que
         await s.put_messages("T", 0, [draft(b"before")])
         prefetched = tmp_path / "s" / "commitlog" / f"{SMALL_FILE:020d}"
         await async_wait_until(prefetched.exists, 5.0, "the allocator to pre-create the next commitlog file")
+        await s.allocator.wait_idle()  # the file exists before it is sized and mapped: snapshot it once created
         before = disk_snapshot(tmp_path / "s")
         max_before = s.max_phy_offset
         res = await s.put_messages(topic, queue_id, drafts)
