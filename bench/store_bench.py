@@ -9,7 +9,8 @@ median of ``--runs`` samples of msg/s, MiB/s and CPU microseconds per message (p
 A get table measures ``get_message`` (the pull path's store read, 32 messages a call, no tag filter and a
 "tagA" filter) in CPU microseconds per returned message, over two layouts of ``--get-mib``: 32-message batches (a
 queue's records contiguous) and single messages round-robin over 8 queues (interleaved), against the former
-per-record ``commitlog.read`` loop (the reference of tests/unit/store/test_get_equivalence.py) in the same run.
+per-record ``commitlog.read`` loop (``harness.store_reference``, the equivalence test's reference) in the same
+run.
 
 A further table measures the SLAVE's dispatch (consume queues built from replicated bytes, the slave's main
 CPU cost under replication): CPU microseconds per record of the tail dispatcher over ``--dispatch-mib`` of
@@ -37,6 +38,7 @@ from broker.store import get as get_path
 from broker.store.dispatch_scan import scan
 from broker.store.message_store import MessageStore
 from broker.store.types import MessageDraft, PutStatus
+from harness.store_reference import naive_get
 from remoting.message_codec import RecordStatus, TagFilter, check_record, property_value
 
 MiB = 1024 * 1024
@@ -156,14 +158,6 @@ async def dispatch_sample(root: Path, mib: int) -> dict:
             "parse_full_us_per_record": full_us, "parse_lean_us_per_record": lean_us}
 
 
-def _naive_get():
-    try:  # the former per-record loop, kept as the equivalence test's reference
-        from tests.unit.store.test_get_equivalence import naive_get
-    except ImportError:
-        return None
-    return naive_get
-
-
 def _store_get(store: MessageStore, *args):
     return get_path.get_message(store.config, store.commitlog, store.consume_queues, *args)
 
@@ -171,7 +165,6 @@ def _store_get(store: MessageStore, *args):
 async def get_sample(root: Path, mib: int, repeats: int = 5) -> dict:
     """CPU us per returned message of get_message (and of the former loop) over both layouts."""
     out = {}
-    naive = _naive_get()
     for layout, batch in (("batch32", 32), ("single", 1)):
         store = MessageStore(MessageStoreConfig(store_path_root_dir=str(root / layout),
                                                 mapped_file_size_commit_log=64 * MiB))
@@ -183,9 +176,7 @@ async def get_sample(root: Path, mib: int, repeats: int = 5) -> dict:
             await store.put_messages("BenchTopic", q % 8, drafts)
             q += 1
         for filt_name, filt in (("all", None), ("tag0", TagFilter("tag0"))):
-            for name, fn in (("new", _store_get), ("old", naive)):
-                if fn is None:
-                    continue
+            for name, fn in (("new", _store_get), ("old", naive_get)):
                 runs = []
                 for _ in range(repeats):
                     n, c0 = 0, time.process_time()

@@ -1,6 +1,7 @@
-"""The optimised read path returns exactly what a naive per-record read (one ``commitlog.read`` per unit, the
-batch caps checked by a helper, as the store's first version did) returns: random batches over several queues and
-commitlog files, random offsets, caps, tag filters, in-memory or in-disk limits, and records made unreadable."""
+"""The optimised read path returns exactly what a naive per-record read returns (``harness.store_reference``: one
+``commitlog.read`` per unit, the batch caps checked by a helper, as the store's first version did): random batches
+over several queues and commitlog files, random offsets, caps, tag filters, in-memory or in-disk limits, and
+records made unreadable."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from broker.store import get as get_path
-from broker.store.consume_queue import UNIT, UNIT_SIZE
 from broker.store.message_store import MessageStore
-from broker.store.types import GetResult, GetStatus
+from broker.store.types import GetResult
+from harness.store_reference import naive_get
 from remoting.message_codec import TagFilter
 
 from .conftest import draft, small_config
@@ -24,93 +25,10 @@ TOPIC = "EqTopic"
 TAGS = ["a", "b", "c", None, "", "é"]
 
 
-def naive_get(store, topic, queue_id, offset, max_msg_nums, max_total_bytes, tag_filter) -> GetResult:
-    """The reference: the committed loop before the read path was optimised, status checks included."""
-    cfg = store.config
-    max_offset_py = store.max_phy_offset
-    cq = store.consume_queues.find(topic, queue_id)
-    if cq is None:
-        return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0)
-    min_offset, max_offset = cq.min_offset, cq.max_offset
-    if max_offset == 0:
-        return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
-    if offset < min_offset:
-        return GetResult(GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
-    if offset == max_offset:
-        return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
-    if offset > max_offset:
-        return GetResult(
-            GetStatus.OFFSET_OVERFLOW_BADLY, min_offset if min_offset == 0 else max_offset, min_offset, max_offset
-        )
-    units = cq.read_units(offset, max(16000, max_msg_nums * UNIT_SIZE) // UNIT_SIZE)
-    assert units is not None
-    memory = get_path.TOTAL_PHYSICAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
-    commitlog = store.commitlog
-    file_size = commitlog.file_size
-    filt = tag_filter if tag_filter is not None and not tag_filter.match_all else None
-    status = GetStatus.NO_MATCHED_MESSAGE
-    records: list[bytes] = []
-    total = 0
-    next_phy_file_start = -1
-    max_phy_pulling = 0
-    n_units = len(units) // UNIT_SIZE
-    i = 0
-    for i in range(n_units):
-        offset_py, size_py, tags_code = UNIT.unpack_from(units, i * UNIT_SIZE)
-        max_phy_pulling = offset_py
-        if next_phy_file_start >= 0 and offset_py < next_phy_file_start:
-            continue
-        in_disk = (max_offset_py - offset_py) > memory
-        if records and _batch_full(cfg, size_py, max_msg_nums, total, len(records), in_disk, max_total_bytes):
-            break
-        if filt is not None and not filt.match_code(tags_code):
-            continue
-        raw = commitlog.read(offset_py, size_py)
-        if raw is None:
-            if not records:
-                status = GetStatus.MESSAGE_WAS_REMOVING
-            next_phy_file_start = offset_py + file_size - offset_py % file_size
-            continue
-        if filt is not None and not filt.match_tags(get_path._record_tags_sliced(raw) or ""):
-            continue
-        records.append(raw)
-        total += size_py
-        status = GetStatus.FOUND
-        next_phy_file_start = -1
-    else:
-        i = n_units
-    return GetResult(
-        status,
-        offset + i,
-        min_offset,
-        max_offset,
-        [memoryview(r) for r in records],
-        (max_offset_py - max_phy_pulling) > memory,
-        total,
-        len(records),
-    )
-
-
 def _facts(res: GetResult) -> tuple:
     """Everything a reader sees: the records one by one (runs of touching records are split back)."""
     return (res.status, res.next_begin_offset, res.min_offset, res.max_offset, res.records,
             res.suggest_pulling_from_slave, res.total_bytes, res.message_count)
-
-
-def _batch_full(cfg, size_py, max_msg_nums, total, count, in_disk, cap) -> bool:
-    if max_msg_nums <= count:
-        return True
-    if cap > 0 and total + size_py > cap:
-        return True
-    if in_disk:
-        return (
-            total + size_py > cfg.max_transfer_bytes_on_message_in_disk
-            or count > cfg.max_transfer_count_on_message_in_disk - 1
-        )
-    return (
-        total + size_py > cfg.max_transfer_bytes_on_message_in_memory
-        or count > cfg.max_transfer_count_on_message_in_memory - 1
-    )
 
 
 batches = st.lists(
