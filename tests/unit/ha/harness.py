@@ -132,7 +132,10 @@ class RawPeer:
 
     ``handshake()`` is what a real slave does (hello, check nothing, answer the challenge with the proof of
     ``secret``); ``hello()`` alone is what an impostor can do. Frames read but not yet returned stay in ``pending``.
+    Every peer a test opens is in ``OPEN`` until closed; tests/unit/ha/conftest.py closes the rest after each test.
     """
+
+    OPEN: set[RawPeer] = set()
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
@@ -146,7 +149,9 @@ class RawPeer:
     async def connect(cls, addr: str) -> RawPeer:
         host, _, port = addr.rpartition(":")
         r, w = await asyncio.open_connection(host, int(port))
-        return cls(r, w)
+        peer = cls(r, w)
+        cls.OPEN.add(peer)
+        return peer
 
     def send(self, data: bytes) -> None:
         self.writer.write(data)
@@ -206,6 +211,7 @@ class RawPeer:
             return False
 
     def close(self) -> None:
+        RawPeer.OPEN.discard(self)
         self.writer.close()
 
 

@@ -50,4 +50,5 @@ async def test_a_paused_slave_process_makes_sync_puts_answer_flush_slave_timeout
         os.kill(proc.pid, signal.SIGCONT)
         proc.terminate()
         proc.wait(timeout=10)
+        proc.stdout.close()
         await m.stop()
