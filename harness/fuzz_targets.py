@@ -250,6 +250,8 @@ def _ha_seeds() -> list[bytes]:
                                   master_min=0, master_max=5)
     return [hello + proof + ha_codec.encode_report(0) + ha_codec.encode_report(4096),
             ha_codec.encode_hello(broker_id=2, cluster="C", broker_name="b", nonce=bytes(16)),
+            ha_codec.encode_hello(broker_id=1, cluster="C", broker_name="b", nonce=bytes(16),
+                                  broker_addr="10.0.0.7:10911"),  # the ADDR flag
             challenge + frames, ha_codec.encode_challenge(bytes(32), None), frames + error]
 
 
