@@ -228,6 +228,7 @@ class AdminClient:
         broker_id: int = 0,
         which_broker_when_consume_slowly: int = 1,
         notify_consumer_ids_changed_enable: bool = True,
+        consume_message_orderly: bool = False,
     ) -> None:
         """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): the body is the whole SubscriptionGroupConfig."""
         config = bodies.SubscriptionGroupConfig(
@@ -240,6 +241,7 @@ class AdminClient:
             broker_id=broker_id,
             which_broker_when_consume_slowly=which_broker_when_consume_slowly,
             notify_consumer_ids_changed_enable=notify_consumer_ids_changed_enable,
+            consume_message_orderly=consume_message_orderly,
         )
         await self._call(
             broker_addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, fastjson.dumps(config.to_json())

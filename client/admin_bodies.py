@@ -125,6 +125,7 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    consume_message_orderly: bool = False  # RocketMQ 5: FIFO pop for the group's RocketMQ 5 clients
 
     def to_json(self) -> dict[str, Any]:
         """The body of UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), RocketMQ's field names."""
@@ -133,6 +134,7 @@ class SubscriptionGroupConfig:
             "consumeBroadcastEnable": self.consume_broadcast_enable,
             "consumeEnable": self.consume_enable,
             "consumeFromMinEnable": self.consume_from_min_enable,
+            "consumeMessageOrderly": self.consume_message_orderly,
             "groupName": self.group_name,
             "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
             "retryMaxTimes": self.retry_max_times,
@@ -158,6 +160,7 @@ def parse_subscription_group(name: str, obj: dict[str, Any]) -> SubscriptionGrou
         broker_id=_int(obj.get("brokerId", 0)),
         which_broker_when_consume_slowly=_int(obj.get("whichBrokerWhenConsumeSlowly", 1)),
         notify_consumer_ids_changed_enable=bool(obj.get("notifyConsumerIdsChangedEnable", True)),
+        consume_message_orderly=bool(obj.get("consumeMessageOrderly", False)),
     )
 
 

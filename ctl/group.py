@@ -40,6 +40,7 @@ def group_config_json(cfg) -> dict:
         "consumeEnable": cfg.consume_enable,
         "consumeFromMinEnable": cfg.consume_from_min_enable,
         "consumeBroadcastEnable": cfg.consume_broadcast_enable,
+        "consumeMessageOrderly": cfg.consume_message_orderly,
         "retryQueueNums": cfg.retry_queue_nums,
         "retryMaxTimes": cfg.retry_max_times,
         "brokerId": cfg.broker_id,
@@ -73,6 +74,12 @@ def update_sub_group(
     consume_broadcast: Annotated[
         str, typer.Option("-d", "--consumeBroadcastEnable", help="true: broadcast consumption.")
     ] = "false",
+    consume_orderly: Annotated[
+        str,
+        typer.Option(
+            "-o", "--consumeMessageOrderly", help="true: RocketMQ 5 clients of the group pop in order (FIFO)."
+        ),
+    ] = "false",
     retry_queue_nums: Annotated[
         int, typer.Option("-q", "--retryQueueNums", min=0, help="Queues of the group's %RETRY% topic.")
     ] = 1,
@@ -99,6 +106,7 @@ def update_sub_group(
         consume_enable=truthy(consume_enable),
         consume_from_min_enable=truthy(consume_from_min),
         consume_broadcast_enable=truthy(consume_broadcast),
+        consume_message_orderly=truthy(consume_orderly),
         retry_queue_nums=retry_queue_nums,
         retry_max_times=retry_max_times,
         broker_id=broker_id,

@@ -66,6 +66,16 @@ def test_update_sub_group_on_a_cluster_writes_every_master(cluster):
     for master in ("broker-a", "broker-b"):
         stored = groups_on(cluster.addr(master))[group]
         assert stored.consume_from_min_enable and not stored.consume_enable
+        assert not stored.consume_message_orderly
+
+
+def test_update_sub_group_sets_rocketmq_5_fifo_pop(cluster):
+    """-o true is RocketMQ 5's consumeMessageOrderly: the group's RocketMQ 5 clients get FIFO pop."""
+    group = unique("g_fifo")
+    data = ok_json("updateSubGroup", "-n", cluster.namesrv_addr, "-b", cluster.addr("broker-a"), "-g", group,
+                   "-o", "true")
+    assert data["brokers"] == [cluster.addr("broker-a")]
+    assert groups_on(cluster.addr("broker-a"))[group].consume_message_orderly
 
 
 def test_a_group_updated_on_the_cluster_reaches_the_slaves_by_metadata_sync(cluster):
