@@ -47,11 +47,9 @@ def cluster(tmp_path_factory):
 
 
 def serves_metrics(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
-            return resp.status == 200 and b"# TYPE" in resp.read()
-    except OSError:
-        return False
+    """A wait predicate: a refused connection raises, and the wait reports it as its last error."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+        return resp.status == 200 and b"# TYPE" in resp.read()
 
 
 @pytest.fixture(scope="module")

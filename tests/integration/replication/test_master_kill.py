@@ -33,10 +33,14 @@ RECORD_MAX = 1024  # bytes: an upper bound of one test record (200-byte body, a 
 SEND_OK, FLUSH_DISK_TIMEOUT, SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT = 0, 10, 11, 12
 
 
-def ha_listening(port: int) -> bool:
+def assert_ha_listening(master: Broker) -> None:
+    """A started master serves its HA port (the server starts HAService before it reports ready)."""
     with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        s.settimeout(5)
+        refused = s.connect_ex(("127.0.0.1", master.ha_port))
+    if refused:
+        master.stop()
+        raise AssertionError(f"nothing listens on the master's haListenPort {master.ha_port}:\n{master.log_tail()}")
 
 
 @pytest.fixture
@@ -48,9 +52,7 @@ def namesrv(tmp_path):
 
 def start_pair(tmp_path, namesrv, role: str) -> tuple[Broker, Broker]:
     master = Broker(tmp_path / "m", name="broker-r", namesrv_addr=namesrv.addr, role=role).start()
-    if not ha_listening(master.ha_port):
-        master.stop()
-        pytest.skip("broker/server.py does not start HAService yet: nothing listens on haListenPort")
+    assert_ha_listening(master)
     slave = Broker(tmp_path / "s", name="broker-r", namesrv_addr=namesrv.addr, role="SLAVE", broker_id=1,
                    haMasterAddress=master.ha_addr, slaveReadEnable=True, slaveSynchronizeInterval=1000).start()
     return master, slave
@@ -158,9 +160,7 @@ async def test_sigkill_of_an_async_master_loses_only_messages_beyond_the_slave_e
 async def test_a_slave_without_ha_master_address_learns_it_from_the_nameserver_and_sync_sends_succeed(
         tmp_path, namesrv):
     master = Broker(tmp_path / "m", name="broker-n", namesrv_addr=namesrv.addr, role="SYNC_MASTER").start()
-    if not ha_listening(master.ha_port):
-        master.stop()
-        pytest.skip("broker/server.py does not start HAService yet: nothing listens on haListenPort")
+    assert_ha_listening(master)
     slave = Broker(tmp_path / "s", name="broker-n", namesrv_addr=namesrv.addr, role="SLAVE", broker_id=1).start()
     mc = BrokerClient(master.addr)
     sc = BrokerClient(slave.addr)
