@@ -24,7 +24,7 @@ async def test_a_second_broker_on_the_first_brokers_commitlog_refuses_to_start(t
         conf = write_conf(tmp_path / "b.conf", {
             "brokerName": "broker-lock-b", "namesrvAddr": namesrv.addr, "brokerIP1": "127.0.0.1",
             "listenPort": free_port(), "fastListenPort": 0, "haListenPort": free_port(),
-            "metricsPromExporterPort": free_port(), "storePathRootDir": str(second_root),
+            "grpcServerPort": free_port(), "metricsPromExporterPort": free_port(), "storePathRootDir": str(second_root),
             "storePathCommitLog": str(commitlog), "mappedFileSizeCommitLog": 4 * 1024 * 1024,
         })
         proc = await asyncio.create_subprocess_exec(
