@@ -91,13 +91,15 @@ def test_ha_status_body_uses_rocketmq_5_names_plus_pyrmqs_own():
     body = HAStatus("SYNC_MASTER", 1000, 0, slaves=(link,)).to_json()
     assert body["master"] is True and body["masterCommitLogMaxOffset"] == 1000 and body["inSyncSlaveNums"] == 0
     assert body["haConnectionInfo"] == [{
-        "addr": "127.0.0.1:5000", "brokerId": 1, "diff": 100, "inSync": False, "lastAckTimestamp": 1700000000000,
-        "slaveAckOffset": 900, "state": "FALL_BEHIND", "transferFromWhere": 0, "transferredByteInSecond": 12,
-        "transferredBytes": 900}]
+        "addr": "127.0.0.1:5000", "brokerId": 1, "diff": 100, "haPeerAddr": "", "inSync": False,
+        "lastAckTimestamp": 1700000000000, "lastReadTimestamp": 0, "sinceLastReadMs": -1, "slaveAckOffset": 900,
+        "state": "FALL_BEHIND", "transferFromWhere": 0, "transferredByteInSecond": 12, "transferredBytes": 900}]
     assert body["haClientRuntimeInfo"]["masterAddr"] == "" and body["role"] == "SYNC_MASTER"
-    slave = HAStatus("SLAVE", 800, 0, client=MasterLinkStatus("10.0.0.1:10912", True, 800, 5, 6, 800, 0)).to_json()
+    link_up = MasterLinkStatus("10.0.0.1:10912", True, 800, 5, 6, 800, 0, since_last_read_ms=40, state="OK")
+    slave = HAStatus("SLAVE", 800, 0, client=link_up, stale_after_ms=7500).to_json()
     assert slave["master"] is False and slave["masterCommitLogMaxOffset"] == 0 and slave["commitLogMaxOffset"] == 800
     assert slave["haClientRuntimeInfo"] == {
         "activated": True, "lastReadTimestamp": 5, "lastWriteTimestamp": 6, "masterAddr": "10.0.0.1:10912",
-        "maxOffset": 800, "replicatedBytes": 800, "transferredByteInSecond": 0}
+        "maxOffset": 800, "replicatedBytes": 800, "sinceLastReadMs": 40, "state": "OK", "transferredByteInSecond": 0}
+    assert slave["staleAfterMs"] == 7500
     assert list(fastjson.loads(fastjson.dumps(slave))) == sorted(slave)  # fastjson's alphabetical order
