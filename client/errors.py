@@ -49,6 +49,7 @@ class NoRouteError(MQClientError):
         )
         self.topic = topic
         self.detail = detail
+        self.detail = detail
 
 
 class BrokerNotFoundError(MQClientError):

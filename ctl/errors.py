@@ -62,9 +62,9 @@ class UnknownName(CtlError):
 
 
 class TopicNotFound(CtlError):
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, why: str = "") -> None:
         super().__init__(
-            f"topic {topic} has no route on the nameserver",
+            f"topic {topic} has no route on the nameserver" + (f" ({why})" if why else ""),
             hint=f"create it with `mqctl updateTopic -c <cluster> -t {topic}` or check the name with `mqctl topicList`",
         )
 

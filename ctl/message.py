@@ -109,7 +109,10 @@ def send_message(
     meter = Progress(progress)
     try:
         with Cluster(namesrv) as cluster:
-            route = cluster.route(topic)
+            route, by_default = cluster.send_route(topic)
+            if by_default:
+                Output(json).warning(f"topic {topic} has no route yet: sending by the default topic's (TBW102) route, "
+                                     "so the broker creates it (autoCreateTopicEnable=true)")
             candidates = _pick_broker(cluster, route, broker_name, PERM_WRITE)
             with_master = [n for n in candidates if _master_addr(route, n)]
             if not with_master:

@@ -136,6 +136,19 @@ class Cluster:
             raise TopicNotFound(topic)
         return route
 
+    def send_route(self, topic: str) -> tuple[dict[str, Any], bool]:
+        """The route a producer sends by and whether it is TBW102's (a first send makes the broker create the topic,
+        as RocketMQ's producer does); TopicNotFound, saying why, when no broker would create it."""
+        try:
+            found = self.run(self.client.topic_route_for_send(topic))
+        except NoRouteError as exc:
+            raise TopicNotFound(topic, why=exc.detail) from None
+        except BrokerError as exc:
+            raise Refused("nameserver", "GET_ROUTEINFO_BY_TOPIC", exc.code, exc.remark) from None
+        if not found.data["brokerDatas"]:
+            raise TopicNotFound(topic)
+        return found.data, found.is_default
+
     def each_namesrv(self, code: int, ext: dict[str, str]) -> list[tuple[str, RemotingCommand]]:
         """Send one request to every nameserver that answers (writes must reach all of them); their answers."""
 

@@ -362,3 +362,23 @@ def test_send_message_progress_is_shown_on_request(cluster):
                 "--json")
     assert len(json.loads(result.stdout)) == 5
     assert result.stderr.splitlines()[-1] == f"sent 5/5 messages to {topic}"
+
+
+def test_send_to_a_new_topic_creates_it_through_the_default_route(cluster):
+    """RocketMQ's producer fallback: no route yet, so the send goes by TBW102's route and the broker (with
+    autoCreateTopicEnable=true, the default) creates the topic and registers it."""
+    topic = unique("t_new")
+    result = mqctl("sendMessage", "-n", cluster.namesrv_addr, "-t", topic, "-p", "first", "--json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "no route yet: sending by the default topic's (TBW102) route" in flat(result.stderr)
+    [row] = json.loads(result.stdout)
+    assert row["sendResult"] == "SEND_OK"
+    route = wait_until(
+        lambda: (r := mqctl("topicRoute", "-n", cluster.namesrv_addr, "-t", topic, "--json")).exit_code == 0 and r,
+        ROUTE_TIMEOUT_S,
+        f"the broker never registered {topic}",
+    )
+    brokers = {q["brokerName"] for q in json.loads(route.stdout)["queueDatas"]}
+    assert row["brokerName"] in brokers
+    again = mqctl("sendMessage", "-n", cluster.namesrv_addr, "-t", topic, "-p", "second")
+    assert again.exit_code == 0 and "TBW102" not in again.stderr  # its own route now
