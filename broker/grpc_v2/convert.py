@@ -11,6 +11,7 @@ level is refused). User properties are stored as they are, except names RocketMQ
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.store.types import MessageDraft
@@ -50,7 +51,7 @@ def _clean(value: str, what: str, code: int) -> str:
     return value
 
 
-def delay_level(delay_ms: int, levels_ms: list[int]) -> int:
+def delay_level(delay_ms: int, levels_ms: Sequence[int]) -> int:
     """The smallest level (1-based) whose delay is at least ``delay_ms``; 0 (none) when already due; -1 past the
     highest level."""
     if delay_ms <= 0:
@@ -62,7 +63,7 @@ def delay_level(delay_ms: int, levels_ms: list[int]) -> int:
 
 
 def to_draft(
-    msg: pb.Message, *, born_host: tuple[str, int], levels_ms: list[int], max_body: int, now_ms: int, cluster: str
+    msg: pb.Message, *, born_host: tuple[str, int], levels_ms: Sequence[int], max_body: int, now_ms: int, cluster: str
 ) -> MessageDraft:
     sp = msg.system_properties
     body = msg.body

@@ -36,11 +36,11 @@ RPC_BUCKETS_MS = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)
 REVIVE_QUEUE_ID = "0"
 
 
+_CODE_NAMES = {v.number: v.name for v in pb.Code.DESCRIPTOR.values}  # looked up on every call: a dict, not Name()
+
+
 def code_name(code: int) -> str:
-    try:
-        return pb.Code.Name(code)
-    except ValueError:
-        return str(code)
+    return _CODE_NAMES.get(code) or str(code)
 
 
 class V2Metrics:
