@@ -94,14 +94,27 @@ class Rmq5Client:
         return answer["ok"]
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.call(timeout_s=20, op="shutdown")
-            except ClientError:
-                pass
+        """Shut the client down (killed after 10 s) and close both pipes and the selector, whatever state the
+        process is in: a pipe left open is a leaked file the next garbage collection reports."""
+        try:
+            if self.proc.poll() is None:
+                try:
+                    self.call(timeout_s=20, op="shutdown")
+                except ClientError:
+                    pass
+                self._close_stdin()  # the driver exits at the end of its input
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(5)
+        finally:
+            self._sel.close()
+            self._close_stdin()
+            self.proc.stdout.close()
+
+    def _close_stdin(self) -> None:
+        try:
             self.proc.stdin.close()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        except OSError:  # BrokenPipeError flushing the input of a process that died
+            pass
