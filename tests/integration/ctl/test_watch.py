@@ -102,7 +102,8 @@ def test_on_a_terminal_each_report_redraws_the_screen_under_a_header(cluster):
             break
         chunks.append(data)
     os.close(leader)
-    assert proc.wait(timeout=60) == 0, proc.stderr.read().decode()
+    with proc.stderr:
+        assert proc.wait(timeout=60) == 0, proc.stderr.read().decode()
     screen = b"".join(chunks).decode()
     assert screen.count(CLEAR_SCREEN) == 1
     frames = screen.split("\x1b[H")[1:]
