@@ -41,7 +41,7 @@ async def test_a_paused_slave_process_makes_sync_puts_answer_flush_slave_timeout
         r = await h.put(m, 20)
         elapsed = time.monotonic() - start
         assert r.status is PutStatus.FLUSH_SLAVE_TIMEOUT, r
-        assert 0.35 <= elapsed < 2.0
+        assert elapsed >= 0.35  # it waited its slaveTimeout; how much longer is a timing (bench/), not a fact
         os.kill(proc.pid, signal.SIGCONT)
         # once thawed it acks the backlog and new puts are PUT_OK again
         await async_wait_until(lambda: m.ha.push2slave_max_offset == m.store.max_phy_offset, 10, "slave caught up")
