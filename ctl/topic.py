@@ -6,12 +6,13 @@ from typing import Annotated
 
 import typer
 
+from common.perm import PERM_READ, PERM_RW, PERM_WRITE, perm_text
 from ctl.options import DEFAULT_NAMESRV, BrokerAddrOpt, ClusterOpt, JsonOpt, NamesrvOpt, TopicOpt, one_target, truthy
 from ctl.output import Column, Output, format_table, human_time
 
 app = typer.Typer()
 
-PERM_NAMES = {2: "W", 4: "R", 6: "RW"}
+UPDATE_PERMS = (PERM_WRITE, PERM_READ, PERM_RW)  # the perms updateTopic -p takes: 2 (W), 4 (R), 6 (RW)
 ROUTE_COLUMNS = [
     Column("ClusterName", "clusterName"),
     Column("BrokerName", "brokerName"),
@@ -27,11 +28,6 @@ STATUS_COLUMNS = [
     Column("Max Offset", "maxOffset"),
     Column("Last Updated", "lastUpdated"),
 ]
-
-
-def perm_text(perm: int) -> str:
-    """RocketMQ PermName.perm2String: R, W and X (inherit) flags, '-' for each one missing."""
-    return ("R" if perm & 4 else "-") + ("W" if perm & 2 else "-") + ("X" if perm & 1 else "-")
 
 
 def route_json(route: dict) -> dict:
@@ -160,7 +156,7 @@ def update_topic(
 ):
     """Update or create a topic on one broker (-b) or on every master of a cluster (-c)."""
     one_target(broker_addr, cluster_name)
-    if perm not in PERM_NAMES:
+    if perm not in UPDATE_PERMS:
         raise typer.BadParameter(f"{perm} is not 2 (W), 4 (R) or 6 (RW)", param_hint="-p")
     from ctl.rpc import Cluster
 
