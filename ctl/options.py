@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-DEFAULT_NAMESRV = "127.0.0.1:9876"
+from client.namesrv import DEFAULT_NAMESRV_ADDR as DEFAULT_NAMESRV
 
 NamesrvOpt = Annotated[
     str,
