@@ -83,7 +83,7 @@ def parse_topic_configs(obj: Mapping[str, Any]) -> tuple[list[TopicConfig], Data
 def parse_subscription_groups(obj: Mapping[str, Any]) -> tuple[list[SubscriptionGroupConfig], DataVersion]:
     """A SubscriptionGroupWrapper (201); RocketMQ 5's extra fields are ignored."""
     table = _table(obj, "subscriptionGroupTable", "GET_ALL_SUBSCRIPTIONGROUP_CONFIG")
-    groups = [SubscriptionGroupConfig.from_json({"groupName": name, **(cfg or {})}) for name, cfg in table.items()]
+    groups = [SubscriptionGroupConfig.from_json(cfg or {}, name) for name, cfg in table.items()]
     return groups, DataVersion.from_json(obj.get("dataVersion"))
 
 

@@ -33,6 +33,7 @@ from common.perm import PERM_RW
 from remoting import fastjson
 from remoting.data_version import DataVersion
 from remoting.headers import NumberError, parse_int
+from remoting.subscription_group import SubscriptionGroupConfig
 from remoting.topic_config import DEFAULT_QUEUE_NUMS, SINGLE_TAG, TopicConfig
 
 
@@ -115,53 +116,16 @@ def parse_all_topic_config(body: bytes) -> AllTopicConfig:
 
 
 @dataclass(slots=True)
-class SubscriptionGroupConfig:
-    group_name: str
-    consume_enable: bool = True
-    consume_from_min_enable: bool = True
-    consume_broadcast_enable: bool = True
-    retry_queue_nums: int = 1
-    retry_max_times: int = 16
-    broker_id: int = 0
-    which_broker_when_consume_slowly: int = 1
-    notify_consumer_ids_changed_enable: bool = True
-    consume_message_orderly: bool = False  # RocketMQ 5: FIFO pop for the group's RocketMQ 5 clients
-
-    def to_json(self) -> dict[str, Any]:
-        """The body of UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), RocketMQ's field names."""
-        return {
-            "brokerId": self.broker_id,
-            "consumeBroadcastEnable": self.consume_broadcast_enable,
-            "consumeEnable": self.consume_enable,
-            "consumeFromMinEnable": self.consume_from_min_enable,
-            "consumeMessageOrderly": self.consume_message_orderly,
-            "groupName": self.group_name,
-            "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
-            "retryMaxTimes": self.retry_max_times,
-            "retryQueueNums": self.retry_queue_nums,
-            "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
-        }
-
-
-@dataclass(slots=True)
 class AllSubscriptionGroupConfig:
     data_version: DataVersion
     groups: list[SubscriptionGroupConfig]
 
 
 def parse_subscription_group(name: str, obj: dict[str, Any]) -> SubscriptionGroupConfig:
-    return SubscriptionGroupConfig(
-        group_name=str(obj.get("groupName") or name),
-        consume_enable=bool(obj.get("consumeEnable", True)),
-        consume_from_min_enable=bool(obj.get("consumeFromMinEnable", True)),
-        consume_broadcast_enable=bool(obj.get("consumeBroadcastEnable", True)),
-        retry_queue_nums=_int(obj.get("retryQueueNums", 1)),
-        retry_max_times=_int(obj.get("retryMaxTimes", 16)),
-        broker_id=_int(obj.get("brokerId", 0)),
-        which_broker_when_consume_slowly=_int(obj.get("whichBrokerWhenConsumeSlowly", 1)),
-        notify_consumer_ids_changed_enable=bool(obj.get("notifyConsumerIdsChangedEnable", True)),
-        consume_message_orderly=bool(obj.get("consumeMessageOrderly", False)),
-    )
+    try:
+        return SubscriptionGroupConfig.from_json(obj, name)
+    except NumberError as exc:
+        raise AdminBodyError("GET_ALL_SUBSCRIPTIONGROUP_CONFIG", str(exc)) from None
 
 
 def parse_all_subscription_groups(body: bytes) -> AllSubscriptionGroupConfig:

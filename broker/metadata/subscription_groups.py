@@ -2,51 +2,21 @@
 
 Every change, auto-creation included, bumps the DataVersion (RocketMQ does the same, which is why a slave's
 auto-created groups are replaced by the master's table at the next sync). Update replaces the whole config:
-fields a caller leaves out take the defaults below. File format::
+fields a caller leaves out take the config's defaults (remoting/subscription_group.py). File format::
 
     {"dataVersion": {...}, "subscriptionGroupTable": {"G": {"groupName": "G", "consumeEnable": true, ...}}}
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from broker.metadata.config_file import ConfigFile
-from common.conf import conf_key
 from remoting.data_version import DataVersion
+from remoting.subscription_group import SubscriptionGroupConfig
 
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionGroupConfig:
-    group_name: str
-    consume_enable: bool = True
-    consume_from_min_enable: bool = True
-    consume_broadcast_enable: bool = True
-    retry_queue_nums: int = 1
-    retry_max_times: int = 16
-    broker_id: int = 0
-    which_broker_when_consume_slowly: int = 1
-    notify_consumer_ids_changed_enable: bool = True
-    # RocketMQ 5's flag (mqadmin updateSubGroup -o): RocketMQ 5 clients of the group get FIFO pop (settings
-    # fifo=true, one batch of a queue in flight at a time); remoting consumers choose orderly themselves
-    consume_message_orderly: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {conf_key(f): getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> SubscriptionGroupConfig:
-        kwargs = {}
-        for f in fields(cls):
-            key = conf_key(f)
-            if key in obj:
-                kwargs[f.name] = obj[key]
-        return cls(**kwargs)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+__all__ = ["SubscriptionGroupConfig", "SubscriptionGroupManager"]  # the config's home is remoting/
 
 
 class SubscriptionGroupManager(ConfigFile):
@@ -65,7 +35,7 @@ class SubscriptionGroupManager(ConfigFile):
     def load_json(self, obj: Any) -> None:
         self.data_version = DataVersion.from_json(obj.get("dataVersion"))
         self.table = {
-            name: SubscriptionGroupConfig.from_json(cfg)
+            name: SubscriptionGroupConfig.from_json(cfg, name)
             for name, cfg in (obj.get("subscriptionGroupTable") or {}).items()
         }
 
