@@ -20,13 +20,10 @@ from typing import Any
 
 from broker.metadata.config_file import ConfigFile
 from broker.store.types import SCHEDULE_TOPIC
-from common.perm import PERM_INHERIT, PERM_READ, PERM_RW, PERM_WRITE, perm_text, perm_writeable  # noqa: F401
+from common.perm import PERM_RW, PERM_WRITE
 from remoting.data_version import DataVersion
 from remoting.message_codec import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from remoting.topic_config import TopicConfig
-
-# PERM_INHERIT, PERM_READ, perm_text and perm_writeable are imported for broker/processors/send_admit.py, which
-# still takes them from here (its owner moves it to common.perm); every other module imports common.perm.
 
 SCHEDULE_TOPIC_MIN_QUEUES = 18
 

@@ -22,18 +22,12 @@ import random
 from typing import NamedTuple
 
 from broker.context import BrokerContext
-from broker.metadata.topics import (
-    PERM_INHERIT,
-    PERM_READ,
-    PERM_WRITE,
-    TopicConfig,
-    perm_text,
-    perm_writeable,
-)
 from broker.processors import validate
+from common.perm import PERM_INHERIT, PERM_READ, PERM_WRITE, perm_text, perm_writeable
 from remoting.codes import ResponseCode
 from remoting.message_codec import RETRY_GROUP_TOPIC_PREFIX
 from remoting.message_headers import DEFAULT_TOPIC, SendHeader
+from remoting.topic_config import TopicConfig
 
 TX_MASK = 0xC  # MessageSysFlag transaction bits
 TRAN_MSG = "TRAN_MSG\x01true"
