@@ -3,9 +3,9 @@
 Handlers get the settings, the store, the metadata managers and the services through this context, never the
 server itself: the server stays a composition root and handlers stay testable pieces. The services' classes are
 imported for typing only, so this module (which every processor imports) pulls in none of them at run time; the
-pop service, whose module imports this one, is seen through the one method handlers call (``PopProgress``). ``spawn`` keeps a reference to background
-work started by a handler (persisting a changed table, an immediate registration) so it is not garbage
-collected half-way and can be awaited at stop.
+pop service, whose module imports this one, is seen through the one method handlers call (``PopProgress``).
+``spawn`` keeps a reference to background work started by a handler (persisting a changed table, an immediate
+registration) so it is not garbage collected half-way and can be awaited at stop.
 """
 
 from __future__ import annotations
