@@ -4,13 +4,16 @@ BrokerStatusSubCommand, WipeWritePermSubCommand, AddWritePermSubCommand)."""
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ctl.options import DEFAULT_NAMESRV, BrokerAddrOpt, ClusterOpt, JsonOpt, NamesrvOpt, one_target
 from ctl.output import Column, Output, format_kv
-from ctl.watch import CountOpt, IntervalOpt, repeat
+from ctl.watch import CountOpt, IntervalOpt, repeat_on_cluster
+
+if TYPE_CHECKING:
+    from ctl.rpc import Cluster
 
 app = typer.Typer()
 
@@ -92,16 +95,12 @@ def cluster_list(
     count: CountOpt = None,
 ):
     """List cluster infos: one row per broker address, the master as BID 0."""
-    from ctl.rpc import Cluster
-
     out = Output(json)
-    with Cluster(namesrv) as cluster:
 
-        def report() -> list[str]:
-            cluster.refresh()
-            return out.table_lines(CLUSTER_COLUMNS, cluster_rows(cluster, cluster_name))
+    def report(cluster: Cluster) -> list[str]:
+        return out.table_lines(CLUSTER_COLUMNS, cluster_rows(cluster, cluster_name))
 
-        repeat(report, interval, count, title="clusterList")
+    repeat_on_cluster(namesrv, report, interval, count, title="clusterList")
 
 
 @app.command("brokerStatus")
@@ -115,21 +114,17 @@ def broker_status(
 ):
     """Fetch a broker's runtime status (-b addr), or every broker's of a cluster (-c), as sorted key : value."""
     one_target(broker_addr, cluster_name)
-    from ctl.rpc import Cluster
-
     out = Output(json)
-    with Cluster(namesrv) as cluster:
 
-        def report() -> list[str]:
-            cluster.refresh()
-            addrs = [broker_addr] if broker_addr else [r.addr for r in cluster.brokers(cluster_name)]
-            tables = {addr: cluster.run(cluster.client.broker_runtime_info(addr)) for addr in addrs}
-            lines: list[str] = []
-            for addr, table in tables.items():
-                lines += format_kv(table, prefix=f"{addr:<24}" if cluster_name else "")
-            return out.lines(tables if cluster_name else tables[broker_addr], lines)
+    def report(cluster: Cluster) -> list[str]:
+        addrs = [broker_addr] if broker_addr else [r.addr for r in cluster.brokers(cluster_name)]
+        tables = {addr: cluster.run(cluster.client.broker_runtime_info(addr)) for addr in addrs}
+        lines: list[str] = []
+        for addr, table in tables.items():
+            lines += format_kv(table, prefix=f"{addr:<24}" if cluster_name else "")
+        return out.lines(tables if cluster_name else tables[broker_addr], lines)
 
-        repeat(report, interval, count, title="brokerStatus")
+    repeat_on_cluster(namesrv, report, interval, count, title="brokerStatus")
 
 
 def _write_perm(action: str, broker_name: str, namesrv: str, json: bool) -> None:

@@ -7,14 +7,17 @@ left out reverts to its default (spec/rocketmq-replication.md §8).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ctl.options import DEFAULT_NAMESRV, BrokerAddrOpt, ClusterOpt, GroupOpt, JsonOpt, NamesrvOpt, one_target, truthy
 from ctl.output import Column, Output, format_table, human_time
-from ctl.watch import CountOpt, IntervalOpt, repeat
+from ctl.watch import CountOpt, IntervalOpt, repeat_on_cluster
 from remoting.codes import ResponseCode
+
+if TYPE_CHECKING:
+    from ctl.rpc import Cluster
 
 app = typer.Typer()
 
@@ -300,18 +303,14 @@ def consumer_progress(
 
     Each broker group is asked once: its master when the nameserver lists one, else a slave.
     """
-    from ctl.rpc import Cluster
-
     out = Output(json)
-    with Cluster(namesrv) as cluster:
 
-        def report() -> list[str]:
-            cluster.refresh()
-            if group is None:
-                return out.table_lines(GROUPS_COLUMNS, all_groups_rows(cluster))
-            return progress_lines(out, group, topic, *progress_rows(cluster, group, topic))
+    def report(cluster: Cluster) -> list[str]:
+        if group is None:
+            return out.table_lines(GROUPS_COLUMNS, all_groups_rows(cluster))
+        return progress_lines(out, group, topic, *progress_rows(cluster, group, topic))
 
-        repeat(report, interval, count, title="consumerProgress")
+    repeat_on_cluster(namesrv, report, interval, count, title="consumerProgress")
 
 
 def progress_lines(out: Output, group: str, topic: str | None, rows: list[dict], tps: float) -> list[str]:

@@ -12,11 +12,16 @@ adds each slave's HA socket peer (``haPeerAddr``) for debugging. ``-i SECONDS`` 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from ctl.options import DEFAULT_NAMESRV, BrokerAddrOpt, ClusterOpt, JsonOpt, NamesrvOpt, one_target
 from ctl.output import Column, Output, format_table, human_time
-from ctl.watch import CountOpt, IntervalOpt, repeat
+from ctl.watch import CountOpt, IntervalOpt, repeat_on_cluster
+
+if TYPE_CHECKING:
+    from ctl.rpc import Cluster
 
 app = typer.Typer()
 
@@ -116,20 +121,16 @@ def ha_status(
 ):
     """Replication status of a broker (-b addr) or of every master of a cluster (-c)."""
     one_target(broker_addr, cluster_name)
-    from ctl.rpc import Cluster
-
     out = Output(json)
-    with Cluster(namesrv) as cluster:
 
-        def report() -> list[str]:
-            cluster.refresh()  # a failover changes the masters: ask the nameserver again each time
-            addrs = [broker_addr] if broker_addr else [r.addr for r in cluster.masters(cluster_name)]
-            reports = [ha_report(addr, cluster.run(cluster.client.ha_status(addr))) for addr in addrs]
-            lines: list[str] = []
-            for i, one in enumerate(reports):
-                if i:
-                    lines.append("")
-                lines += report_lines(one)
-            return out.lines(reports, lines)
+    def report(cluster: Cluster) -> list[str]:
+        addrs = [broker_addr] if broker_addr else [r.addr for r in cluster.masters(cluster_name)]
+        reports = [ha_report(addr, cluster.run(cluster.client.ha_status(addr))) for addr in addrs]
+        lines: list[str] = []
+        for i, one in enumerate(reports):
+            if i:
+                lines.append("")
+            lines += report_lines(one)
+        return out.lines(reports, lines)
 
-        repeat(report, interval, count, title="haStatus")
+    repeat_on_cluster(namesrv, report, interval, count, title="haStatus")

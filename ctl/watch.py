@@ -7,23 +7,22 @@ by a blank line (``--json``: one JSON document each), with no escape codes. Ctrl
 A report that fails with a known error (a broker down in the middle of a failover) shows that error in its place
 and the loop goes on; the exit code is 1 only when the last report failed.
 
-How to apply it to a command (clusterList in ctl/cluster.py is the model)::
+How to apply it to a command that reads the cluster (clusterList in ctl/cluster.py is the model)::
 
-    from ctl.watch import CountOpt, IntervalOpt, repeat
+    from ctl.watch import CountOpt, IntervalOpt, repeat_on_cluster
 
     def my_command(..., json: JsonOpt = False, interval: IntervalOpt = None, count: CountOpt = None):
         out = Output(json)
-        with Cluster(namesrv) as cluster:
 
-            def report() -> list[str]:
-                cluster.refresh()  # forget the cached cluster info: every report asks the nameserver again
-                rows = ...  # build the data exactly as the one-shot command did
-                return out.table_lines(COLUMNS, rows)  # or out.lines(data, human_lines)
+        def report(cluster: Cluster) -> list[str]:
+            rows = ...  # build the data exactly as the one-shot command did
+            return out.table_lines(COLUMNS, rows)  # or out.lines(data, human_lines)
 
-            repeat(report, interval, count, title="myCommand")
+        repeat_on_cluster(namesrv, report, interval, count, title="myCommand")
 
-Without ``-i`` ``repeat`` prints the report once and lets its errors propagate, so the one-shot command is
-unchanged. The report must return its lines instead of printing them (``Output.lines`` / ``Output.table_lines``).
+Without ``-i`` the report is printed once and its errors propagate, so the one-shot command is unchanged. The
+report must return its lines instead of printing them (``Output.lines`` / ``Output.table_lines``); ``repeat``
+takes any report, ``repeat_on_cluster`` one that reads the cluster.
 """
 
 from __future__ import annotations
@@ -31,11 +30,14 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ctl.errors import describe
+
+if TYPE_CHECKING:
+    from ctl.rpc import Cluster
 
 IntervalOpt = Annotated[
     float | None,
@@ -55,6 +57,27 @@ HOME = "\x1b[H"  # cursor to the top-left corner
 CLEAR_SCREEN = "\x1b[2J"
 CLEAR_LINE_END = "\x1b[K"
 CLEAR_BELOW = "\x1b[J"
+
+
+def repeat_on_cluster(
+    namesrv: str,
+    report: Callable[[Cluster], Sequence[str]],
+    interval_s: float | None,
+    count: int | None = None,
+    *,
+    title: str,
+) -> None:
+    """``repeat`` a report that reads the cluster, over one connection; before each report the cached cluster
+    info is forgotten, so every report asks the nameserver again (a failover changes the masters)."""
+    from ctl.rpc import Cluster  # the SDK loads only when a command runs, not for --help
+
+    with Cluster(namesrv) as cluster:
+
+        def once() -> Sequence[str]:
+            cluster.refresh()
+            return report(cluster)
+
+        repeat(once, interval_s, count, title=title)
 
 
 def repeat(
