@@ -42,6 +42,23 @@ UNIT_SIZE = 20
 PLACEHOLDER_SIZE = 0x7FFFFFFF
 PLACEHOLDER = UNIT.pack(0, PLACEHOLDER_SIZE, 0)
 
+
+
+def first_unit_at_or_past(mf: MappedFile, phy_offset: int) -> int:
+    """The index in ``mf`` of the first real unit whose commitlog offset is ``phy_offset`` or more (the number of
+    units written when none is): real units grow with the queue offset, so a binary search finds it."""
+    buf = mf.buffer
+    lo, hi = 0, mf.wrote_position // UNIT_SIZE
+    while lo < hi:
+        mid = (lo + hi) // 2
+        offset, size, _ = UNIT.unpack_from(buf, mid * UNIT_SIZE)
+        if size != PLACEHOLDER_SIZE and offset >= phy_offset:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 # Runs a blocking call on the store's disk executor: ``await run(fn)``.
 RunBlocking = Callable[[Callable[[], Any]], Awaitable[Any]]
 
@@ -118,17 +135,7 @@ class ConsumeQueue:
         files = self.files.files
         cut = None
         for mf in reversed(files):
-            n = mf.wrote_position // UNIT_SIZE
-            buf = mf.buffer
-            # Real units grow with the queue offset: binary search the first unit at or past phy_end.
-            lo, hi = 0, n
-            while lo < hi:
-                mid = (lo + hi) // 2
-                offset, size, _ = UNIT.unpack_from(buf, mid * UNIT_SIZE)
-                if size != PLACEHOLDER_SIZE and offset >= phy_end:
-                    hi = mid
-                else:
-                    lo = mid + 1
+            lo = first_unit_at_or_past(mf, phy_end)
             cut = mf.start_offset + lo * UNIT_SIZE
             if lo > 0:
                 break
@@ -153,15 +160,7 @@ class ConsumeQueue:
         """Point min_offset at the first unit whose record is still in the commitlog."""
         for mf in self.files.files:
             n = mf.wrote_position // UNIT_SIZE
-            buf = mf.buffer
-            lo, hi = 0, n
-            while lo < hi:
-                mid = (lo + hi) // 2
-                offset, size, _ = UNIT.unpack_from(buf, mid * UNIT_SIZE)
-                if size != PLACEHOLDER_SIZE and offset >= phy_min:
-                    hi = mid
-                else:
-                    lo = mid + 1
+            lo = first_unit_at_or_past(mf, phy_min)
             if lo < n:
                 self.min_logic_offset = max(self.min_logic_offset, mf.start_offset + lo * UNIT_SIZE)
                 return

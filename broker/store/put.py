@@ -153,6 +153,21 @@ _join_pair = "\x01".join
 _valid_topics: set[str] = set()  # names validate_topic accepted (bounded)
 
 
+def check_target(topic: str, queue_id: int) -> PutResult | None:
+    """The refusal of a put to ``topic``/``queue_id`` (a negative queue id, a name validate_topic rejects), or
+    None; an accepted name is remembered, so a steady stream of puts validates its topic once."""
+    if queue_id < 0:
+        return illegal(f"queue id {queue_id} is negative")
+    if topic not in _valid_topics:
+        problem = validate_topic(topic)
+        if problem:
+            return illegal(problem)
+        if len(_valid_topics) > 100_000:
+            _valid_topics.clear()
+        _valid_topics.add(topic)
+    return None
+
+
 def prepare_batch(
     topic: str,
     queue_id: int,
@@ -165,15 +180,9 @@ def prepare_batch(
     """Validate a batch and precompute everything that does not depend on store state."""
     if not drafts:
         return illegal("the batch is empty; send at least one message")
-    if queue_id < 0:
-        return illegal(f"queue id {queue_id} is negative")
-    if topic not in _valid_topics:
-        problem = validate_topic(topic)
-        if problem:
-            return illegal(problem)
-        if len(_valid_topics) > 100_000:
-            _valid_topics.clear()
-        _valid_topics.add(topic)
+    refused = check_target(topic, queue_id)
+    if refused is not None:
+        return refused
     topic_bytes = topic.encode()
     base_size = MIN_RECORD_SIZE + len(topic_bytes)
     entries: list[Entry] = []
@@ -253,15 +262,9 @@ def prepare_raw(
     entries_in = batch.entries
     if not entries_in:
         return illegal("the batch is empty; send at least one message")
-    if queue_id < 0:
-        return illegal(f"queue id {queue_id} is negative")
-    if topic not in _valid_topics:
-        problem = validate_topic(topic)
-        if problem:
-            return illegal(problem)
-        if len(_valid_topics) > 100_000:
-            _valid_topics.clear()
-        _valid_topics.add(topic)
+    refused = check_target(topic, queue_id)
+    if refused is not None:
+        return refused
     suffix = batch.suffix
     if suffix and suffix[-1] != 2:
         return illegal("the batch properties must end with \\x02 (encode_properties)")
