@@ -24,7 +24,7 @@ def master(tmp_path_factory, namesrv):
         name="broker-a",
         namesrv_addr=namesrv.addr,
         messageDelayLevel=SHORT_DELAY_LEVELS,
-        brokerSuspendMaxTimeMillis=5000,
+        brokerSuspendMaxTimeMillis=600_000,  # a pull asking to be held ten minutes is: only an event answers it early
         mappedFileSizeCommitLog=16 * 1024 * 1024,  # room for a 4 MiB body
     ).start()
     yield broker

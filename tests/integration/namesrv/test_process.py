@@ -6,7 +6,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -54,14 +53,13 @@ async def test_sigterm_stops_cleanly_with_exit_0_even_with_a_registered_brokers_
         ready = NAMESRV_READY.search(ns.output())
         assert ready and ready.group(1) == ns.addr
         assert (await register(broker, ns.addr, Names(), topics=["T"])).code == 0
-        started = time.monotonic()
-        code = ns.stop(timeout_s=10)
-        stop_s = time.monotonic() - started
+        # exit 0 (SIGKILL after 30 s would not be). That the idle connection does not hold the stop up for the
+        # remoting server's grace is shown without a stopwatch in tests/unit/remoting/test_connection.py
+        code = ns.stop(timeout_s=30)
     finally:
         await broker.close()
         ns.kill()
     assert code == 0, ns.log_tail()
-    assert stop_s < 4, f"stop took {stop_s:.1f}s: the open connection held up the 5 s grace"
     assert "nameserver stopped" in ns.output()
     assert "dropped" not in ns.output(), "closing connections at shutdown is no broker failure"
 

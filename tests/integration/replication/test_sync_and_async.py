@@ -104,19 +104,20 @@ async def test_a_sync_master_answers_slave_not_available_then_send_ok_then_flush
     mc = BrokerClient(m.addr)
     s = None
     sc = None
-    statuses: list[tuple[str, int, float]] = []  # (body, code, ms)
+    statuses: list[tuple[str, int, float, str]] = []  # (body, code, ms, remark)
 
     async def send(body: str) -> int:
         t0 = time.monotonic()
         resp = await mc.send("TC", 0, [message(body.encode(), UNIQ_KEY=body)])
-        statuses.append((body, resp.code, elapsed_ms(t0)))
+        statuses.append((body, resp.code, elapsed_ms(t0), resp.remark))
         return resp.code
 
     try:
         assert (await mc.create_topic("TC", 1)).code == 0
-        # no slave connected: SLAVE_NOT_AVAILABLE at once, not after slaveTimeout (3 s)
+        # no slave connected: SLAVE_NOT_AVAILABLE at once, not after slaveTimeout: the remark says no slave is
+        # connected (the answer without waiting); a timed-out wait would answer FLUSH_SLAVE_TIMEOUT instead
         assert await send("no-slave") == SLAVE_NOT_AVAILABLE
-        assert statuses[-1][2] < 1500, statuses[-1]
+        assert "no slave connected" in statuses[-1][3], statuses[-1]
 
         s = slave(tmp_path, namesrv, "broker-c", haMasterAddress=m.ha_addr)
         sc = BrokerClient(s.addr)
@@ -127,7 +128,8 @@ async def test_a_sync_master_answers_slave_not_available_then_send_ok_then_flush
         s.pause()
         try:
             assert await send("slave-paused") == FLUSH_SLAVE_TIMEOUT
-            assert 2500 <= statuses[-1][2] < 9000, statuses[-1]
+            # it waited slaveTimeout (3 s; a lower bound load cannot break); how much longer is a timing, not asserted
+            assert statuses[-1][2] >= 2500 and "slaveTimeout=3000 ms" in statuses[-1][3], statuses[-1]
         finally:
             s.resume()
 
@@ -137,7 +139,7 @@ async def test_a_sync_master_answers_slave_not_available_then_send_ok_then_flush
             return code == SEND_OK
 
         await async_wait_until(ok_again, 40, lambda: f"SEND_OK again after SIGCONT; got {statuses}", 0.1)
-        bodies = [b for b, _, _ in statuses]
+        bodies = [b for b, *_ in statuses]
         # stored in every case, in send order, on the master and (after catch-up) on the slave
         assert [x.body.decode() for x in await mc.pull_all("g-c", "TC", 0)] == bodies
         await wait_caught_up(mc, sc)

@@ -175,6 +175,14 @@ async def test_closing_fails_waiting_callers(server, client):
     assert (await client.invoke(addr(server), RemotingCommand(ECHO), 3)).code == 0
 
 
+async def test_stop_closes_an_idle_connection_at_once_instead_of_waiting_out_the_grace(server, client):
+    conn = await client.connection(addr(server))
+    assert (await conn.invoke(RemotingCommand(ECHO), 3)).code == 0  # open, registered, idle: nothing in service
+    # an hour's grace: if the idle connection held the stop up, the stop would not return within the test's bound
+    await asyncio.wait_for(server.stop(grace_s=3600), 30)
+    await asyncio.wait_for(conn.closed, 30)  # the server closed it; the client saw the close
+
+
 async def test_in_flight_cap_stops_reading_until_requests_finish(server, client):
     conn = await client.connection(addr(server))
     held = [asyncio.ensure_future(conn.invoke(RemotingCommand(HOLD), 10)) for _ in range(8)]
