@@ -43,7 +43,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -134,8 +134,10 @@ class PopService:
         scanned, restored = self._rebuild()
         log.info("pop state rebuilt from %s: %d records, %d checkpoints held, %d pop offsets moved past what the"
                  " last offset flush had", self.revive_topic, scanned, len(self.state), restored)
-        self._task = asyncio.create_task(self._revive_loop(), name="pop-revive")
-        self._renew_task = asyncio.create_task(self._renew_loop(), name="pop-auto-renew")
+        self._task = asyncio.create_task(self._every(REVIVE_INTERVAL_S, self.revive_due, "pop revive"),
+                                         name="pop-revive")
+        self._renew_task = asyncio.create_task(self._every(AUTO_RENEW_INTERVAL_S, self.renew_due, "pop auto-renew"),
+                                               name="pop-auto-renew")
 
     async def stop(self) -> None:
         self._stopping = True
@@ -572,13 +574,14 @@ class PopService:
         result = await self.ctx.store.put_messages(target, 0, [draft])
         return codes.put_status(result.status, result.remark), label_value(result.status)
 
-    async def _revive_loop(self) -> None:
+    async def _every(self, interval_s: float, step: Callable[[int], Awaitable[int]], what: str) -> None:
+        """``step(now_ms)`` every ``interval_s`` until stop; a failed pass is logged and the next one runs."""
         while not self._stopping:
             try:
-                await self.revive_due(_now_ms())
+                await step(_now_ms())
             except Exception:
-                log.exception("pop revive pass failed; retrying in %.0f s", REVIVE_INTERVAL_S)
-            await asyncio.sleep(REVIVE_INTERVAL_S)
+                log.exception("%s pass failed; retrying in %.0f s", what, interval_s)
+            await asyncio.sleep(interval_s)
 
     async def _expire_fifo(self, ck: Checkpoint, original: str, max_times: int) -> int:
         """A due FIFO checkpoint stays held: its queue's next pop redelivers it. Here only what must not come back
@@ -611,14 +614,6 @@ class PopService:
             if await self._append(TAG_ACK, ack) is not None:
                 self.state.add_ack(ack)
         return count
-
-    async def _renew_loop(self) -> None:
-        while not self._stopping:
-            try:
-                await self.renew_due(_now_ms())
-            except Exception:
-                log.exception("pop auto-renew pass failed; retrying in %.0f s", AUTO_RENEW_INTERVAL_S)
-            await asyncio.sleep(AUTO_RENEW_INTERVAL_S)
 
     async def renew_due(self, now_ms: int) -> int:
         """Extend the auto_renew checkpoints due within AUTO_RENEW_AHEAD_MS whose client is still known: the
