@@ -530,18 +530,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from bench.report import print_table, write_json
-    from bench.trees import check_tree, parse_trees
+    from bench.trees import checked_trees
 
     args.roles = [r.strip() for r in args.roles.split(",") if r.strip()]
     if not args.roles or any(r not in ROLES for r in args.roles):
         raise SystemExit(f"--roles: of {sorted(ROLES)}")
-    trees = parse_trees(args.tree)
-    described = []
-    for tree in trees:
-        files = check_tree(tree)
-        described.append({**tree.describe(), "imports": files})
-        print(f"tree {tree.name}: {tree.path} ({described[-1].get('commit', '?')}), broker from {files['broker']}",
-              flush=True)
+    trees, described = checked_trees(args.tree)
     results = asyncio.run(main_async(args, trees))
     rows, per_tree = summarize(results, trees, args.roles)
     columns = [c for c in COLUMNS if all(c in r for r in rows)]

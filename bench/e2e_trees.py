@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.report import print_table, write_json
-from bench.trees import check_tree, interleaved, median_rows, parse_trees, ratio
+from bench.trees import checked_trees, interleaved, median_rows, ratio
 
 GOAL_MSG_RATIO = 2.0
 GOAL_BROKER_CPU_US = 10.0
@@ -78,13 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="", help="JSON path (default bench/results/e2e_trees.json)")
     args = ap.parse_args(argv)
 
-    trees = parse_trees(args.tree)
-    described = []
-    for tree in trees:
-        files = check_tree(tree)
-        described.append({**tree.describe(), "imports": files})
-        print(f"tree {tree.name}: {tree.path} ({described[-1].get('commit', '?')}), broker from {files['broker']}",
-              flush=True)
+    trees, described = checked_trees(args.tree)
 
     results: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="e2e-trees-") as scratch:

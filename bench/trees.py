@@ -90,6 +90,19 @@ def check_tree(tree: Tree) -> dict[str, str]:
     return files
 
 
+def checked_trees(specs: Sequence[str] | None) -> tuple[list[Tree], list[dict]]:
+    """``parse_trees`` and ``check_tree`` each, saying where its broker is imported from: the trees, and each
+    one's description with its imported files (for the result file)."""
+    trees = parse_trees(specs)
+    described = []
+    for tree in trees:
+        files = check_tree(tree)
+        described.append({**tree.describe(), "imports": files})
+        print(f"tree {tree.name}: {tree.path} ({described[-1].get('commit', '?')}), broker from {files['broker']}",
+              flush=True)
+    return trees, described
+
+
 def interleaved(runs: int, variants: Sequence[T]) -> Iterator[tuple[int, T]]:
     """(run, variant) in ABBA order: run 0 goes A, B; run 1 goes B, A; ..."""
     for run in range(runs):
