@@ -20,9 +20,13 @@ from broker.grpc_v2.convert import BadMessage, to_draft
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
 from broker.processors.send_admit import Refusal, admit
+from broker.store.types import PutStatus
 from remoting.message_headers import DEFAULT_TOPIC, SendHeader
 
 MAX_MESSAGES_PER_REQUEST = 1024
+# read on every send: a protobuf enum's attribute is a Python-level __getattr__, a module constant is not
+CODE_OK = pb.Code.OK
+TRANSACTION = pb.MessageType.TRANSACTION
 
 
 def _header(topic: str, queue_id: int, born_ms: int) -> SendHeader:
@@ -36,7 +40,7 @@ def _header(topic: str, queue_id: int, born_ms: int) -> SendHeader:
 async def _send_one(ctx: BrokerContext, msg: pb.Message, born_host: tuple[str, int]) -> spb.SendResultEntry:
     sp = msg.system_properties
     entry = spb.SendResultEntry(message_id=sp.message_id)
-    if sp.message_type == pb.MessageType.TRANSACTION:
+    if sp.message_type == TRANSACTION:
         entry.status.CopyFrom(codes.unsupported(
             "transactional messages (EndTransaction)", "send NORMAL, FIFO or DELAY messages"))
         return entry
@@ -61,7 +65,9 @@ async def _send_one(ctx: BrokerContext, msg: pb.Message, born_host: tuple[str, i
         entry.status.CopyFrom(codes.status(exc.code, str(exc)))
         return entry
     result = await ctx.store.put_messages(target.topic, target.queue_id, [draft])
-    entry.status.CopyFrom(codes.put_status(result.status, result.remark))
+    # PUT_OK (nearly every send) copies the prebuilt OK status; put_status builds one, with its advice, per call
+    ok = result.status is PutStatus.PUT_OK
+    entry.status.CopyFrom(codes.OK if ok else codes.put_status(result.status, result.remark))
     if result.status.stored:
         entry.offset = result.queue_offset
         ctx.stats.put.add(1)
@@ -79,5 +85,5 @@ async def send_message(
         return spb.SendMessageResponse(status=codes.status(
             pb.Code.BAD_REQUEST, f"{len(req.messages)} messages in one request; send at most {MAX_MESSAGES_PER_REQUEST}"))
     entries = [await _send_one(ctx, m, born_host) for m in req.messages]
-    first_bad = next((e.status for e in entries if e.status.code != pb.Code.OK), None)
+    first_bad = next((e.status for e in entries if e.status.code != CODE_OK), None)
     return spb.SendMessageResponse(status=first_bad or codes.OK, entries=entries)
