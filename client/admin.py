@@ -21,6 +21,7 @@ from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResul
 from client.namesrv import NamesrvClient, parse_body
 from client.route_cache import TopicRoute, default_route_data, route_from_data
 from client.rpc import ClientRemoting, request_name
+from common.broker_id import MASTER_ID
 from common.perm import PERM_RW
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
@@ -28,7 +29,6 @@ from remoting.frame_codec import RemotingCommand
 from remoting.headers import parse_int
 from remoting.message_headers import DEFAULT_TOPIC, SendHeader
 
-MASTER_ID = 0
 # The KV namespace whose entries are routes' orderTopicConf ("brokerName:queueNums;..."), RocketMQ's NamesrvUtil.
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 

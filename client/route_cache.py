@@ -35,13 +35,13 @@ from client.errors import NoRouteError
 from client.message import MessageQueue
 from client.namesrv import NamesrvClient, broker_addrs
 from client.rpc import HealthTracker
+from common.broker_id import MASTER_ID
 from common.perm import PERM_READ, PERM_WRITE
 from remoting.headers import INT_MAX, parse_int
 from remoting.message_headers import DEFAULT_TOPIC
 
 log = logging.getLogger(__name__)
 
-MASTER_ID = 0
 DEFAULT_ROUTE_POLL_S = 3.0
 
 

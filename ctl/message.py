@@ -19,6 +19,7 @@ from typing import Annotated
 
 import typer
 
+from common.broker_id import MASTER_ID
 from common.perm import PERM_READ, PERM_WRITE
 from ctl.options import DEFAULT_NAMESRV, JsonOpt, NamesrvOpt, TopicOpt
 from ctl.output import Column, Output, human_time
@@ -29,7 +30,6 @@ app = typer.Typer()
 TOOLS_PRODUCER_GROUP = "TOOLS_PRODUCER"
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
 PULL_BATCH = 32
-MASTER_ID = 0
 
 SEND_COLUMNS = [
     Column("Broker Name", "brokerName"),

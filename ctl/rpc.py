@@ -19,11 +19,11 @@ from typing import Any, Self, TypeVar
 from client.admin import AdminClient, BrokerData, ClusterInfo
 from client.errors import BrokerError, NoNameserverError, NoRouteError
 from client.namesrv import NamesrvClient
+from common.broker_id import MASTER_ID
 from ctl.errors import TRANSPORT_WORDS, NamesrvUnreachable, Refused, TopicNotFound, UnknownName
 from remoting.frame_codec import RemotingCommand
 
 CALL_TIMEOUT_S = 5.0
-MASTER_ID = 0
 T = TypeVar("T")
 
 

@@ -35,11 +35,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.broker_id import MASTER_ID
 from common.perm import PERM_RW, PERM_WRITE
 from remoting.data_version import DataVersion
 from remoting.topic_config import TopicConfig
 
-MASTER_ID = 0
 DEFAULT_BROKER_CHANNEL_EXPIRED_MS = 120_000
 
 

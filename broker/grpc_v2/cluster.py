@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from broker.context import BrokerContext
 from broker.grpc_v2.pb import definition_pb2 as pb
 from common import conf
+from common.broker_id import MASTER_ID
 from common.errors import ConfigError
 from common.perm import PERM_RW
 from remoting import fastjson
@@ -46,7 +47,6 @@ ROUTE_TTL_S = 2.0
 PORT_TTL_S = 60.0
 PORT_FAILURE_TTL_S = 5.0
 MAX_CACHED = 4096
-MASTER_ID = 0
 
 
 @dataclass(frozen=True)

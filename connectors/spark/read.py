@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from common.broker_id import MASTER_ID
 from connectors.spark.broker_client import SyncClient, TransportError, client_for, header_long
 from connectors.spark.decode import RowsBuilder
 from connectors.spark.errors import BrokerRefusal, DataLossError, Unavailable
@@ -33,7 +34,6 @@ from remoting.message_headers import PULL_SUBSCRIPTION, PullHeader
 
 log = logging.getLogger("pyrmq.spark")
 
-MASTER_ID = 0
 ARROW_BATCH_ROWS = 8192
 RETRY_PAUSE_S = 0.2
 
