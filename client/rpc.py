@@ -153,7 +153,8 @@ class ClientRemoting:
         timeout_s: float,
         what: str = "",
     ) -> bool:
-        """``call`` for best-effort requests (heartbeat, unregister): True on SUCCESS; failures are logged."""
+        """``call`` for best-effort requests (heartbeat, unregister): True on SUCCESS; failures are logged. Its
+        parameters are ``call``'s, spelled out so both signatures stay typed."""
         try:
             await self.call(addr, code, ext, body, timeout_s=timeout_s, what=what)
         except BrokerError as exc:

@@ -37,6 +37,8 @@ async def async_wait_until(
     err_msg: str | Callable[[], str],
     interval_s: float = 0.05,
 ) -> Any:
+    """``wait_until`` for a coroutine: the same loop, written again because it awaits the condition and the pause
+    (one loop for both would make the blocking one a coroutine too)."""
     deadline = time.monotonic() + timeout_s
     last_exc: BaseException | None = None
     while True:
