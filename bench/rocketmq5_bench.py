@@ -11,7 +11,12 @@ then, on a fresh topic each:
 - ``sdk_send``: the SDK Producer sends the same bodies one at a time (``await producer.send``, one remoting send
   per message: one sender, so nothing coalesces).
 
-Reports msg/s and the broker's CPU per message (from /proc/<pid>/stat; for ``rmq5_send`` that is the CPU per
+- ``raw_send`` and ``floor_send`` (``bench.grpc_floor``): one plain grpc client sends ``--count`` SendMessage
+  calls one at a time, with the official client's headers, to the broker and to a grpc.aio server whose
+  SendMessage does nothing: the floor's CPU per call is what grpc.aio costs before any pyrmq code runs, the
+  difference is pyrmq's handler and store.
+
+Reports msg/s, the broker's CPU per message and its main (event loop) thread's share (from /proc/<pid>/stat; for ``rmq5_send`` that is the CPU per
 SendMessage call, the issue aims at <= 150 µs). Never passes or fails. The machine is shared: keep ``--count``
 small. Usage: ``python -m bench.rocketmq5_bench [--count 3000]``.
 """
@@ -21,7 +26,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,28 +58,65 @@ async def make_topic(ns_addr: str, broker: Broker, topic: str, queues: int) -> N
             await asyncio.sleep(0.1)
 
 
-def row(name: str, messages: int, elapsed_s: float, broker_cpu_s: float) -> dict:
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(process CPU s, main thread CPU s): the main thread runs the event loop, so grpc.aio's Python side and
+    pyrmq's handlers; the others are gRPC core's (event_engine, the aio poller) and the store's."""
+    with open(f"/proc/{pid}/task/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return cpu_s(pid), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def row(name: str, messages: int, elapsed_s: float, cpu0: tuple[float, float], cpu1: tuple[float, float]) -> dict:
+    broker_cpu_s, main_cpu_s = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
     return {
         "variant": name, "messages": messages, "elapsed_s": round(elapsed_s, 2),
         "msg_per_s": round(messages / elapsed_s) if elapsed_s else 0,
         "broker_cpu_us_per_msg": round(broker_cpu_s / messages * 1e6, 1) if messages else None,
+        "main_thread_us_per_msg": round(main_cpu_s / messages * 1e6, 1) if messages else None,
         "broker_cores": round(broker_cpu_s / elapsed_s, 2) if elapsed_s else None,
     }
 
 
-def measure(broker: Broker, fn) -> tuple[object, float, float]:
-    c0, t0 = cpu_s(broker.pid), time.perf_counter()
+def measure(broker: Broker, fn) -> tuple[object, float, tuple[float, float], tuple[float, float]]:
+    c0, t0 = cpu_split(broker.pid), time.perf_counter()
     out = fn()
-    return out, time.perf_counter() - t0, cpu_s(broker.pid) - c0
+    return out, time.perf_counter() - t0, c0, cpu_split(broker.pid)
 
 
 async def sdk_send(ns_addr: str, broker: Broker, topic: str, count: int) -> dict:
     async with Producer("BenchRmq5SdkProducer", ns_addr) as producer:
         await producer.send(Message(topic, b"warm"))  # route and channel outside the window
-        c0, t0 = cpu_s(broker.pid), time.perf_counter()
+        c0, t0 = cpu_split(broker.pid), time.perf_counter()
         for i in range(count):
             await producer.send(Message(topic, f"m{i}".encode()))
-        return row("sdk_send", count, time.perf_counter() - t0, cpu_s(broker.pid) - c0)
+        return row("sdk_send", count, time.perf_counter() - t0, c0, cpu_split(broker.pid))
+
+
+def raw_send(name: str, addr: str, pid: int, topic: str, count: int) -> dict:
+    """``count`` SendMessage calls from ``bench.grpc_floor drive`` to ``addr``; CPU of process ``pid``."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with subprocess.Popen([sys.executable, "-m", "bench.grpc_floor", "drive", addr, str(count), topic],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env) as driver:
+        if driver.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"bench.grpc_floor drive {addr} did not start (exit {driver.wait(10)})")
+        c0, t0 = cpu_split(pid), time.perf_counter()
+        driver.stdin.write("go\n")
+        driver.stdin.flush()
+        if driver.stdout.readline().strip() != "done":
+            raise RuntimeError(f"bench.grpc_floor drive {addr} failed (exit {driver.wait(10)})")
+        elapsed, c1 = time.perf_counter() - t0, cpu_split(pid)
+    return row(name, count, elapsed, c0, c1)
+
+
+def floor_send(count: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with subprocess.Popen([sys.executable, "-m", "bench.grpc_floor", "serve"], stdout=subprocess.PIPE, text=True,
+                          env=env) as server:
+        try:
+            port = int(server.stdout.readline())
+            return raw_send("floor_send", f"127.0.0.1:{port}", server.pid, "BenchFloor", count)
+        finally:
+            server.terminate()
 
 
 async def main_async(args) -> list[dict]:
@@ -94,22 +138,27 @@ async def main_async(args) -> list[dict]:
         clients.append(producer)
         producer.call(timeout_s=60, op="producer", endpoint=broker.grpc_addr, topics=[topic])
         producer.call(op="send", topic=topic, body="warm")  # route and settings outside the window
-        _, elapsed, cpu = measure(broker, lambda: producer.call(timeout_s=600, op="send_many", topic=topic,
+        _, elapsed, c0, c1 = measure(broker, lambda: producer.call(timeout_s=600, op="send_many", topic=topic,
                                                                 count=args.count, prefix="m"))
-        results.append(row("rmq5_send", args.count, elapsed, cpu))
+        results.append(row("rmq5_send", args.count, elapsed, c0, c1))
         print(json.dumps(results[-1]), flush=True)
 
         consumer = Rmq5Client(python, work / "consumer")
         clients.append(consumer)
         consumer.call(timeout_s=60, op="simple_consumer", endpoint=broker.grpc_addr, group=f"BenchRmq5G_{stamp}",
                       topic=topic, await_s=1)
-        got, elapsed, cpu = measure(broker, lambda: consumer.call(timeout_s=600, op="drain", invisible_s=60,
+        got, elapsed, c0, c1 = measure(broker, lambda: consumer.call(timeout_s=600, op="drain", invisible_s=60,
                                                                   idle_receives=1, total_s=300))
         # the last, empty receive long-polled await_s (1 s) for nothing: leave it out of the rate
-        results.append(row("rmq5_receive", len(got), max(elapsed - 1.0, 1e-3), cpu))
+        results.append(row("rmq5_receive", len(got), max(elapsed - 1.0, 1e-3), c0, c1))
         print(json.dumps(results[-1]), flush=True)
 
         results.append(await sdk_send(ns.addr, broker, sdk_topic, args.count))
+        print(json.dumps(results[-1]), flush=True)
+
+        results.append(raw_send("raw_send", broker.grpc_addr, broker.pid, topic, args.count))
+        print(json.dumps(results[-1]), flush=True)
+        results.append(floor_send(args.count))
         print(json.dumps(results[-1]), flush=True)
     finally:
         for c in clients:
