@@ -199,7 +199,7 @@ class ComposeCluster:
                 return
             if time.monotonic() >= deadline:
                 raise ClusterError(f"not healthy after {timeout_s:.0f}s: {states}")
-            time.sleep(1.0)
+            time.sleep(1.0)  # poll interval of this wait on docker's health facts (wait_until would not fail fast)
 
     def down(self) -> None:
         self.run("down", "-v", "--remove-orphans", "-t", "30", check=False, timeout=300)

@@ -218,7 +218,7 @@ class RecordingConsumer:
             broker = BROKER_BY_PORT.get(m.store_host[1], f"?{m.store_host[1]}")
             self.deliveries.append(Delivery(m.body.decode(), broker, m.queue_id, m.queue_offset, now, self.name))
         if self.delay_s:
-            await asyncio.sleep(self.delay_s * len(msgs))
+            await asyncio.sleep(self.delay_s * len(msgs))  # throttles the consumer (a paced load, not a wait)
         return ConsumeStatus.CONSUME_SUCCESS
 
     async def start(self) -> RecordingConsumer:
@@ -293,6 +293,8 @@ async def drain(
         lambda: f"{what}every SEND_OK message consumed; still missing {len(missing())}: {sorted(missing())[:10]}",
         interval_s=0.25,
     )
+    # Then a quiet window, deliberately timed: a late redelivery or duplicate has no event to wait for, so the
+    # check sees what arrives within quiet_s of the last delivery (a lower bound on listening; load only lengthens it).
     last = len(deliveries)
     quiet_since = time.monotonic()
     deadline = time.monotonic() + timeout_s

@@ -19,6 +19,7 @@ import asyncio
 import time
 
 from client import AdminClient, SendStatus
+from harness.waiting import async_wait_until
 from tests.system.cluster import NAMESRV_ADDR
 from tests.system.harness import (
     MASTERS,
@@ -63,6 +64,15 @@ async def _committed(admin: AdminClient, addr: str, group: str, topic: str) -> d
     return {q: await admin.query_consumer_offset(addr, group, topic, q) for q in range(QUEUES)}
 
 
+def _next_offsets(deliveries) -> dict[int, int]:
+    """The next broker-a queue offset after the highest one delivered, per queue (0 for none)."""
+    nxt = dict.fromkeys(range(QUEUES), 0)
+    for d in deliveries:
+        if d.broker_name == "broker-a":
+            nxt[d.queue_id] = max(nxt[d.queue_id], d.queue_offset + 1)
+    return nxt
+
+
 async def _slave_out(cluster, group: str, topic: str) -> float:
     text = await asyncio.to_thread(broker_metrics, cluster, "broker-a-s")
     return metric_sum(text, "rocketmq_messages_out_total", topic=topic, consumer_group=group)
@@ -83,7 +93,7 @@ async def test_kill_master_consumers_move_to_the_slave_and_nothing_acked_is_lost
         await admin.start()
         await c1.start()
         await producer.start()
-        await asyncio.sleep(LOAD_BEFORE_KILL_S)
+        await asyncio.sleep(LOAD_BEFORE_KILL_S)  # paces the load: the backlog builds up before the fault
         assert producer.with_status(SendStatus.SEND_OK), f"no SEND_OK before the kill: {producer.status_counts()}"
         slave_out_before = await _slave_out(cluster, group, topic)
 
@@ -96,14 +106,18 @@ async def test_kill_master_consumers_move_to_the_slave_and_nothing_acked_is_lost
         )
 
         # broker-a's queues keep being consumed, from the slave
-        deadline = time.monotonic() + 30
-        while (served := await _slave_out(cluster, group, topic) - slave_out_before) < SLAVE_SERVED_MIN:
-            assert time.monotonic() < deadline, (
-                f"after 30s with broker-a's master down, broker-a-s delivered {served} messages to {group} "
-                f"(want {SLAVE_SERVED_MIN}); broker-a backlog at the kill ≈ {backlog_a}; consumed from broker-a "
-                f"since: {sum(1 for d in deliveries if d.broker_name == 'broker-a' and d.at > t_kill)}"
-            )
-            await asyncio.sleep(0.5)
+        served = 0.0
+
+        async def slave_served() -> bool:
+            nonlocal served
+            served = await _slave_out(cluster, group, topic) - slave_out_before
+            return served >= SLAVE_SERVED_MIN
+
+        await async_wait_until(slave_served, 30, lambda: (
+            f"with broker-a's master down, broker-a-s delivered {served} messages to {group} "
+            f"(want {SLAVE_SERVED_MIN}); broker-a backlog at the kill ≈ {backlog_a}; consumed from broker-a "
+            f"since: {sum(1 for d in deliveries if d.broker_name == 'broker-a' and d.at > t_kill)}"
+        ), 0.5)
         consumed_a_down = sum(1 for d in deliveries if d.broker_name == "broker-a" and d.at > t_kill)
         acked_down = [s for s in producer.sends.values() if s.invoked > t_kill + 1 and s.status is SendStatus.SEND_OK]
         notes.append(
@@ -111,17 +125,22 @@ async def test_kill_master_consumers_move_to_the_slave_and_nothing_acked_is_lost
             f"SEND_OK meanwhile {len(acked_down)} (to {sorted({s.broker_name for s in acked_down})})"
         )
 
-        # The first member leaves while the master is down: its last offsets go to the slave.
-        await asyncio.sleep(1.5)  # a persist round (1 s) lands on the slave while c1 is still running
+        # The first member leaves while the master is down: its last offsets go to the slave. Before it leaves, a
+        # persist round lands there: the slave holds c1's offsets past what it had consumed when the master died.
+        consumed_at_kill = _next_offsets(d for d in deliveries if d.at <= t_kill)
+        on_slave_now: dict[int, int] = {}
+
+        async def slave_has_c1_offsets() -> bool:
+            on_slave_now.update(await _committed(admin, SLAVES["broker-a"], group, topic))
+            return all(on_slave_now[q] >= consumed_at_kill[q] for q in range(QUEUES)) and any(
+                on_slave_now[q] > consumed_at_kill[q] for q in range(QUEUES))
+
+        await async_wait_until(slave_has_c1_offsets, 30, lambda: (
+            f"c1's offsets committed on broker-a-s {on_slave_now}, consumed at the kill {consumed_at_kill}"), 0.25)
         await c1.stop()
         consumed_before_restart = {d.id for d in deliveries}
         on_slave = await _committed(admin, SLAVES["broker-a"], group, topic)
-        c1_next = {
-            q: max(
-                (d.queue_offset + 1 for d in deliveries if d.broker_name == "broker-a" and d.queue_id == q), default=-1
-            )
-            for q in range(QUEUES)
-        }
+        c1_next = _next_offsets(deliveries)
 
         # -- the master returns ------------------------------------------------------------------------------
         await amqctl("start", "master", "-b", "broker-a", project=cluster.project)
@@ -134,7 +153,10 @@ async def test_kill_master_consumers_move_to_the_slave_and_nothing_acked_is_lost
 
         c2 = _consumer(group, topic, "c2", deliveries, 0.0)
         await c2.start()
-        await asyncio.sleep(4.0)  # load goes on over both groups, consumed by the new member
+        # load goes on over both groups until the new member has consumed from each of them since the restart
+        await async_wait_until(
+            lambda: {d.broker_name for d in deliveries if d.consumer == "c2" and d.at > t_start} >= set(MASTERS),
+            60, lambda: f"c2 consumed from {sorted({d.broker_name for d in deliveries if d.consumer == 'c2'})}", 0.25)
         await producer.stop()
         phases = {"before kill": (0, t_kill), "master down": (t_kill, t_start), "after start": (t_start, 1e18)}
         for phase, (lo, hi) in phases.items():
