@@ -399,11 +399,7 @@ class PopService:
             ck = Checkpoint(real_topic, group, queue_id, start, pop_time, how.invisible_ms,
                             [m.queue_offset - start for m in records], self.ctx.broker_name,
                             fifo=how.fifo, attempts=attempts if how.fifo else [], renew_client=how.renew_client)
-            self._ck_writes += 1
-            try:
-                revive_offset = await self._append(TAG_CK, ck)
-            finally:
-                self._ck_writes -= 1
+            revive_offset = await self._append_checkpoint(ck)
             if revive_offset is None:
                 return []  # not durable: deliver nothing, the offset stays
             ck.revive_offset = revive_offset
@@ -488,11 +484,7 @@ class PopService:
         fifo = held is not None and held.fifo
         ck = Checkpoint(real, group, old.queue_id, old.offset, pop_time, invisible_ms, [0], self.ctx.broker_name,
                         fifo=fifo, attempts=[held.attempt(old.offset)] if fifo else [])
-        self._ck_writes += 1
-        try:
-            revive_offset = await self._append(TAG_CK, ck)
-        finally:
-            self._ck_writes -= 1
+        revive_offset = await self._append_checkpoint(ck)
         if revive_offset is None:
             return spb.ChangeInvisibleDurationResponse(status=codes.status(
                 pb.Code.INTERNAL_SERVER_ERROR, "the new checkpoint could not be stored; the old handle still holds"))
@@ -574,6 +566,15 @@ class PopService:
         result = await self.ctx.store.put_messages(target, 0, [draft])
         return codes.put_status(result.status, result.remark), label_value(result.status)
 
+    async def _append_checkpoint(self, ck: Checkpoint) -> int | None:
+        """``_append`` a checkpoint record, counted in ``_ck_writes`` while it is written (the revive offset must
+        not pass it); its offset in the revive queue, None when it could not be stored."""
+        self._ck_writes += 1
+        try:
+            return await self._append(TAG_CK, ck)
+        finally:
+            self._ck_writes -= 1
+
     async def _every(self, interval_s: float, step: Callable[[int], Awaitable[int]], what: str) -> None:
         """``step(now_ms)`` every ``interval_s`` until stop; a failed pass is logged and the next one runs."""
         while not self._stopping:
@@ -629,12 +630,7 @@ class PopService:
             invisible_ms = min(now_ms + step, limit) - ck.pop_time_ms
             again = Checkpoint(ck.topic, ck.group, ck.queue_id, ck.start_offset, ck.pop_time_ms, invisible_ms,
                                ck.diffs, ck.broker_name, fifo=ck.fifo, attempts=ck.attempts)
-            self._ck_writes += 1
-            try:
-                stored = await self._append(TAG_CK, again)
-            finally:
-                self._ck_writes -= 1
-            if stored is None:
+            if await self._append_checkpoint(again) is None:
                 continue  # retried next pass while there is time
             ck.invisible_ms, ck.renewals = invisible_ms, ck.renewals + 1
             renewed += 1
