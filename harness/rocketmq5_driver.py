@@ -58,6 +58,7 @@ def main() -> None:
             "id": m.message_id, "body": m.body.decode(), "tag": m.tag, "keys": list(m.keys or []),
             "props": dict(m.properties or {}), "attempt": m.delivery_attempt, "topic": m.topic,
             "group": m.message_group, "corrupted": bool(getattr(m, "corrupted", False)),
+            "delivery_ms": m.delivery_timestamp,  # epoch ms a delayed message was due (None for others)
         }
 
     def config(endpoint: str) -> ClientConfiguration:
@@ -83,9 +84,9 @@ def main() -> None:
             if cmd.get("group"):
                 msg.message_group = cmd["group"]
             if cmd.get("delay_s"):
-                msg.delivery_timestamp = int(time.time()) + int(cmd["delay_s"])
+                msg.delivery_timestamp = int(time.time()) + int(cmd["delay_s"])  # the client's unit: seconds
             receipt = producer.send_async(msg).result() if cmd.get("async") else producer.send(msg)
-            return {"message_id": receipt.message_id, "offset": receipt.offset}
+            return {"message_id": receipt.message_id, "offset": receipt.offset, "due_s": msg.delivery_timestamp}
         if op == "send_many":
             ids = []
             for i in range(cmd["count"]):
@@ -107,7 +108,7 @@ def main() -> None:
             for m in messages:
                 received[m.message_id] = m
                 out.append(view(m))
-            return {"messages": out, "elapsed_s": time.monotonic() - started}
+            return {"messages": out, "elapsed_s": time.monotonic() - started, "returned_ms": int(time.time() * 1000)}
         if op == "drain":
             out, empty, deadline = [], 0, time.monotonic() + cmd["total_s"]
             while empty < cmd["idle_receives"] and time.monotonic() < deadline:

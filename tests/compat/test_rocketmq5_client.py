@@ -189,6 +189,32 @@ def test_simple_consumer_receives_acks_and_an_unacked_message_comes_back_with_at
     assert empty["messages"] == [] and empty["elapsed_s"] >= 2.5  # an empty long poll waits the asked 3 s
 
 
+def test_a_delayed_message_is_received_after_its_delivery_timestamp_and_not_before(group, client):
+    """Producer delivery_timestamp (RocketMQ 5's delay): stored in the broker's schedule topic and handed to the
+    consumer only once due; a message sent after it without a delay arrives first."""
+    topic, cgroup = harness.unique("v2delay"), harness.unique("v2group")
+    harness.create_topic(group, topic, 1)
+    producer = client()
+    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    due_s = producer.call(op="send", topic=topic, body="later", delay_s=5)["due_s"]
+    producer.call(op="send", topic=topic, body="now")
+    consumer = _consumer(client, group, topic, cgroup)
+    seen: list[tuple[str, int | None, int]] = []
+
+    def both() -> bool:
+        answer = consumer.call(timeout_s=20, op="receive", max=32, invisible_s=30)
+        for m in answer["messages"]:
+            seen.append((m["body"], m["delivery_ms"], answer["returned_ms"]))
+            consumer.call(op="ack", id=m["id"])
+        return len(seen) >= 2
+
+    wait_until(both, 60, lambda: f"received {seen}")
+    assert [body for body, _, _ in seen] == ["now", "later"]
+    _, delivery_ms, returned_ms = seen[1]
+    assert delivery_ms == due_s * 1000
+    assert returned_ms >= delivery_ms  # never handed out before it was due
+
+
 def test_change_invisible_duration_gives_a_handle_that_acks(group, client):
     topic, cgroup = harness.unique("v2chg"), harness.unique("v2group")
     harness.create_topic(group, topic, 1)
