@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from client.errors import BrokerError, MQClientError, NoNameserverError, NoRouteError
+from common.ports import DEFAULT_NAMESRV_ADDR
 from client.rpc import Body, ClientRemoting, command, request_name
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
@@ -28,10 +29,6 @@ from remoting.frame_codec import RemotingCommand
 from remoting.headers import LONG_MAX, NumberError, parse_host_port, parse_int
 
 log = logging.getLogger(__name__)
-
-# Where a tool looks when nobody names a nameserver: the port a nameserver listens on by default
-# (namesrv/config.py's listenPort) on this host. mqctl, the Spark connector and the examples share it.
-DEFAULT_NAMESRV_ADDR = "127.0.0.1:9876"
 
 
 def parse_namesrv_addr(namesrv_addr: str | list[str]) -> list[str]:

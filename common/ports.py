@@ -19,6 +19,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 ANY_HOST = "0.0.0.0"
+# The nameserver's default listenPort, and where a tool looks when nobody names a nameserver (mqctl, the SDK's
+# examples, the Spark connector): that port on this host. One definition for namesrv/config.py and every client.
+NAMESRV_DEFAULT_PORT = 9876
+DEFAULT_NAMESRV_ADDR = f"127.0.0.1:{NAMESRV_DEFAULT_PORT}"
 
 
 @dataclass(frozen=True, slots=True)

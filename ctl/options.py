@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from client.namesrv import DEFAULT_NAMESRV_ADDR as DEFAULT_NAMESRV
+from common.ports import DEFAULT_NAMESRV_ADDR as DEFAULT_NAMESRV
 
 NamesrvOpt = Annotated[
     str,

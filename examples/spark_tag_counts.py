@@ -53,7 +53,7 @@ def per_tag_per_minute(df):
 
 
 def main() -> int:
-    from client.namesrv import DEFAULT_NAMESRV_ADDR
+    from common.ports import DEFAULT_NAMESRV_ADDR
 
     ap = argparse.ArgumentParser(description="messages per tag per minute -> Parquet")
     ap.add_argument("--namesrv", default=os.environ.get("NAMESRV_ADDR", DEFAULT_NAMESRV_ADDR))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common import conf
-from common.ports import ANY_HOST, ListenPort
+from common.ports import ANY_HOST, NAMESRV_DEFAULT_PORT, ListenPort
 
 METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")
 _INTERVAL_MS = "milliseconds between scans; 0 would spin the loop"
@@ -28,7 +28,7 @@ _INTERVAL_MS = "milliseconds between scans; 0 would spin the loop"
 
 @dataclass(frozen=True)
 class NamesrvConfig:
-    listen_port: int = conf.port(9876, zero_means="any free port")
+    listen_port: int = conf.port(NAMESRV_DEFAULT_PORT, zero_means="any free port")
     listen_host: str = "0.0.0.0"
     # ms between scans for silent brokers
     scan_not_active_broker_interval: int = conf.ranged(10_000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)

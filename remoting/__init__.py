@@ -1,1 +1,1 @@
-"""Wire contracts shared by every process: gRPC services (proto/, generated pb/), response codes, HA frames."""
+"""Wire contracts shared by every process: RocketMQ remoting frames, headers, codes and message records, HA frames."""

@@ -33,7 +33,7 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from client.namesrv import DEFAULT_NAMESRV_ADDR
+from common.ports import DEFAULT_NAMESRV_ADDR
 from connectors.spark.errors import OptionError
 from remoting.headers import parse_host_port, parse_int
 
