@@ -12,7 +12,8 @@ from connectors.spark import offsets as off
 from connectors.spark.errors import OptionError
 from connectors.spark.options import sink_options, source_options
 from connectors.spark.read import choose_node
-from remoting.message_codec import encode_properties, encode_record, host_bytes
+from remoting.message_codec import encode_properties, host_bytes
+from tests.stored_records import stored_record
 
 NS = {"namesrv": "127.0.0.1:9876"}
 
@@ -79,18 +80,13 @@ def test_records_decode_into_the_arrow_schema_spark_expects_and_only_inside_the_
     from connectors.spark.schema import arrow_schema
 
     buf = b"".join(
-        encode_record(
-            topic_bytes=b"T",
+        stored_record(
             queue_id=3,
-            flag=0,
             queue_offset=i,
             physical_offset=100 * i,
-            sys_flag=0,
             born_timestamp=1_000 + i,
             born_host=host_bytes("127.0.0.1", 1),
             store_timestamp=2_000 + i,
-            store_host=host_bytes("127.0.0.1", 10911),
-            reconsume_times=0,
             body=f"b{i}".encode(),
             properties=encode_properties(
                 {"TAGS": "t", "KEYS": "k1 k2", "UNIQ_KEY": f"U{i}", "p": "v"} if i % 2 else {}

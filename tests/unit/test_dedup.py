@@ -10,7 +10,8 @@ from broker.config import MessageStoreConfig
 from broker.dedup import FirstSend, SendDedupWindow, Verdict, restore_from_records, restore_from_store
 from broker.store.message_store import MessageStore
 from broker.store.types import MessageDraft
-from remoting.message_codec import check_record, encode_properties, encode_record, host_bytes, offset_msg_id
+from remoting.message_codec import check_record, encode_properties, host_bytes, offset_msg_id
+from tests.stored_records import stored_record
 
 
 class Clock:
@@ -126,21 +127,8 @@ def test_restoring_from_commitlog_records_indexes_the_uniq_keys_of_the_last_wind
     records, phy = [], 0
     for i, (key, age_ms) in enumerate([("old", 61_000), ("a", 30_000), ("", 20_000), ("b", 1_000)]):
         props = encode_properties({"UNIQ_KEY": key} if key else {"TAGS": "t"})
-        raw = encode_record(
-            topic_bytes=b"T",
-            queue_id=2,
-            flag=0,
-            queue_offset=i,
-            physical_offset=phy,
-            sys_flag=0,
-            born_timestamp=0,
-            born_host=host_bytes("127.0.0.1", 1),
-            store_timestamp=clock.ms - age_ms,
-            store_host=host_bytes(*host),
-            reconsume_times=0,
-            body=b"x",
-            properties=props,
-        )
+        raw = stored_record(queue_id=2, queue_offset=i, physical_offset=phy, store_timestamp=clock.ms - age_ms,
+                            store_host=host_bytes(*host), body=b"x", properties=props)
         records.append((phy, check_record(raw, 0)))
         phy += len(raw)
     assert restore_from_records(window, records, host) == 2

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from connectors.spark.decode import RowsBuilder
-from remoting.message_codec import RecordError, encode_record, host_bytes, iter_records
+from remoting.message_codec import RecordError, host_bytes, iter_records
+from tests.stored_records import stored_record
 
 _text = st.text(alphabet="ab\x01\x02é", max_size=8)
 
@@ -25,20 +26,10 @@ def responses(draw) -> bytes:
         if props and "\x01" not in props:
             props = ""
         out.append(
-            encode_record(
-                topic_bytes=b"T",
-                queue_id=1,
-                flag=0,
-                queue_offset=qoff,
-                physical_offset=1000 * qoff,
-                sys_flag=0,
-                born_timestamp=1,
-                born_host=host_bytes("10.0.0.1", 5),
-                store_timestamp=2,
-                store_host=host_bytes("10.0.0.2", 10911),
-                reconsume_times=0,
-                body=draw(st.binary(max_size=50)),
-                properties=props.encode(),
+            stored_record(
+                queue_id=1, queue_offset=qoff, physical_offset=1000 * qoff, born_timestamp=1,
+                born_host=host_bytes("10.0.0.1", 5), store_timestamp=2, store_host=host_bytes("10.0.0.2", 10911),
+                body=draw(st.binary(max_size=50)), properties=props.encode(),
             )
         )
     return b"".join(out)

@@ -12,7 +12,8 @@ import pytest
 
 from remoting.codes import RequestCode
 from remoting.codes import ResponseCode as RC
-from remoting.message_codec import HEADER_SIZE, decode, encode_record, host_bytes
+from remoting.message_codec import HEADER_SIZE, decode, host_bytes
+from tests.stored_records import stored_record
 from tests.integration.broker.rpc import message
 
 pytestmark = pytest.mark.integration
@@ -23,10 +24,9 @@ GROUP = "g-read-by-offset"
 
 def inner_record(physical_offset: int) -> bytes:
     """A well-formed record (magic, sizes, CRC) that a producer can put inside a message body."""
-    return encode_record(
-        topic_bytes=b"Forged", queue_id=0, flag=0, queue_offset=0, physical_offset=physical_offset, sys_flag=0,
-        born_timestamp=1, born_host=host_bytes("1.2.3.4", 5), store_timestamp=1, store_host=host_bytes("1.2.3.4", 6),
-        reconsume_times=0, body=b"not yours", properties=b"",
+    return stored_record(
+        topic_bytes=b"Forged", physical_offset=physical_offset, born_timestamp=1, born_host=host_bytes("1.2.3.4", 5),
+        store_timestamp=1, store_host=host_bytes("1.2.3.4", 6), body=b"not yours",
     )
 
 

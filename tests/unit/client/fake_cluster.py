@@ -14,7 +14,8 @@ from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
 from remoting.connection import Connection
 from remoting.frame_codec import RemotingCommand, response_to
-from remoting.message_codec import decode_batch, encode_properties, encode_record, host_bytes
+from remoting.message_codec import decode_batch, encode_properties, host_bytes
+from tests.stored_records import stored_record
 from remoting.server import RemotingServer
 
 PULL_HOLD_S = 0.2  # how long the fake holds a pull that finds nothing (a short long-poll)
@@ -66,20 +67,10 @@ class FakeCluster:
         self, topic: str, queue_id: int, offset: int, body: bytes, *, sys_flag: int = 0, **props: str
     ) -> None:
         now = int(time.time() * 1000)
-        self.records.setdefault((topic, queue_id), {})[offset] = encode_record(
-            topic_bytes=topic.encode(),
-            queue_id=queue_id,
-            flag=0,
-            queue_offset=offset,
-            physical_offset=1000 + offset,
-            sys_flag=sys_flag,
-            born_timestamp=now,
-            born_host=host_bytes("127.0.0.1", 1),
-            store_timestamp=now,
-            store_host=host_bytes("127.0.0.1", 10911),
-            reconsume_times=0,
-            body=body,
-            properties=encode_properties(props),
+        self.records.setdefault((topic, queue_id), {})[offset] = stored_record(
+            topic_bytes=topic.encode(), queue_id=queue_id, queue_offset=offset, physical_offset=1000 + offset,
+            sys_flag=sys_flag, born_timestamp=now, born_host=host_bytes("127.0.0.1", 1), store_timestamp=now,
+            body=body, properties=encode_properties(props),
         )
 
     # nameserver -----------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from client.records import decode_records
 from remoting.message_codec import RecordError, StoredMessage, encode_record, host_bytes, iter_records
+from tests.stored_records import stored_record
 
 _topic = st.text(alphabet="abcXYZ019_-%|", min_size=1, max_size=40)
 _prop_text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=12)
@@ -91,21 +92,7 @@ def test_empty_response_has_no_message():
 
 
 def test_a_torn_tail_is_an_error_not_a_short_list():
-    buf = encode_record(
-        topic_bytes=b"T",
-        queue_id=0,
-        flag=0,
-        queue_offset=0,
-        physical_offset=0,
-        sys_flag=0,
-        born_timestamp=1,
-        born_host=host_bytes("1.2.3.4", 5),
-        store_timestamp=2,
-        store_host=host_bytes("127.0.0.1", 10911),
-        reconsume_times=0,
-        body=b"hello",
-        properties=b"UNIQ_KEY\x01abc\x02",
-    )
+    buf = stored_record(body=b"hello", properties=b"UNIQ_KEY\x01abc\x02")
     assert decode_records(buf)[0].properties == {"UNIQ_KEY": "abc"}
     with pytest.raises(RecordError):
         decode_records(buf + buf[:50])

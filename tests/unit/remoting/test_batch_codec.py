@@ -18,9 +18,8 @@ from remoting.message_codec import (
     decode_batch,
     decode_properties,
     encode_batch,
-    encode_record,
-    host_bytes,
 )
+from tests.stored_records import stored_record
 
 # Two messages, one field per line. TOTALSIZE counts the five i32 fields (20), PROPLEN's 2 bytes, body and
 # properties: what Java's MessageDecoder.encodeMessage, Go and C++ write (the spec's "20 + ..." omits PROPLEN).
@@ -107,21 +106,7 @@ def test_damaged_batches_say_which_message_where_and_why(data, index, offset, te
 
 
 def test_a_stored_record_is_refused_as_a_batch():
-    record = encode_record(
-        topic_bytes=b"T",
-        queue_id=0,
-        flag=0,
-        queue_offset=0,
-        physical_offset=0,
-        sys_flag=0,
-        born_timestamp=0,
-        born_host=host_bytes("127.0.0.1", 1),
-        store_timestamp=0,
-        store_host=host_bytes("127.0.0.1", 1),
-        reconsume_times=0,
-        body=b"abc",
-        properties=b"",
-    )
+    record = stored_record(body=b"abc")
     with pytest.raises(BatchError, match="MAGICCODE"):
         decode_batch(record, 32, 4096)
 

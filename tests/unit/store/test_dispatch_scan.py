@@ -22,6 +22,7 @@ from remoting.message_codec import (
     host_bytes,
     property_value,
 )
+from tests.stored_records import stored_record
 
 DELAY_MS = [1000, 5000, 10000]
 MAX_SIZE = 1 << 16
@@ -167,42 +168,14 @@ def test_scan_in_chunks_and_budgets_matches_one_pass(buf, cuts, budget):
 
 def test_tags_found_only_as_a_key():
     props = b"XTAGS\x01no\x02K\x01TAGS\x01\x02TAGS\x01yes\x02"
-    rec = encode_record(
-        topic_bytes=b"T",
-        queue_id=0,
-        flag=0,
-        queue_offset=0,
-        physical_offset=0,
-        sys_flag=0,
-        born_timestamp=0,
-        born_host=HOST,
-        store_timestamp=0,
-        store_host=HOST,
-        reconsume_times=0,
-        body=b"b",
-        properties=props,
-    )
+    rec = stored_record(born_host=HOST, store_host=HOST, body=b"b", properties=props)
     res = scan(rec, 0, len(rec), max_size=MAX_SIZE, delay_ms=DELAY_MS)
     assert flatten(res) == {("T", 0): [(0, 0, len(rec), tags_hash("yes"))]}
 
 
 def test_budget_stops_at_a_record_boundary_and_never_cuts_a_big_record():
     recs = [
-        encode_record(
-            topic_bytes=b"T",
-            queue_id=0,
-            flag=0,
-            queue_offset=i,
-            physical_offset=0,
-            sys_flag=0,
-            born_timestamp=0,
-            born_host=HOST,
-            store_timestamp=i,
-            store_host=HOST,
-            reconsume_times=0,
-            body=b"x" * 500,
-            properties=b"",
-        )
+        stored_record(queue_offset=i, born_host=HOST, store_timestamp=i, store_host=HOST, body=b"x" * 500)
         for i in range(3)
     ]
     buf = b"".join(recs)
