@@ -109,7 +109,7 @@ async def _send_sample(ctx, variant: str, frames: list[bytes]) -> float:
     for frame in frames:
         request = decode(frame)
         if variant == "processor":
-            encode(await send._send(ctx, conn, request))
+            encode(await send.serve_send(ctx, conn, request))
             continue
         entries = decode_batch(request.body, 65536, 4 << 20)
         if variant == "raw":
@@ -154,7 +154,7 @@ def _pull_sample(ctx, frames: list[bytes]) -> tuple[float, int]:
     pulled = 0
     cpu0 = time.thread_time()
     for frame in frames:
-        response = pull._pull(ctx, conn, decode(frame))
+        response = pull.serve_pull(ctx, conn, decode(frame))
         parts = encode(response)
         assert response.code == 0, response.remark
         pulled += PULL

@@ -18,10 +18,10 @@ FORMAT = "%(asctime)s %(levelname)-5s %(name)s: %(message)s"
 def setup_logging(level: str | int = "INFO") -> None:
     """Route the root logger to stdout; safe to call twice (the second call only changes the level)."""
     root = logging.getLogger()
-    if not any(getattr(h, "_pyrmq", False) for h in root.handlers):
+    if not any(getattr(h, "pyrmq_handler", False) for h in root.handlers):
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(logging.Formatter(FORMAT))
-        handler._pyrmq = True  # type: ignore[attr-defined]
+        handler.pyrmq_handler = True  # type: ignore[attr-defined]  # marks the one handler this function adds
         root.addHandler(handler)
     root.setLevel(level)
 

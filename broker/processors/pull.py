@@ -211,7 +211,7 @@ def _read(
     return answer, count, result.total_bytes, suggest
 
 
-def _pull(ctx: BrokerContext, conn: Connection, request: RemotingCommand):
+def serve_pull(ctx: BrokerContext, conn: Connection, request: RemotingCommand):
     h = PullHeader.parse(request.ext)
     admitted = _admit(ctx, h, request)
     if isinstance(admitted, RemotingCommand):
@@ -263,4 +263,4 @@ def _count(ctx: BrokerContext, h: PullHeader, count: int, size: int, suggest: in
 
 
 def register(server, ctx: BrokerContext) -> None:
-    server.register(RequestCode.PULL_MESSAGE, lambda conn, request: _pull(ctx, conn, request))
+    server.register(RequestCode.PULL_MESSAGE, lambda conn, request: serve_pull(ctx, conn, request))

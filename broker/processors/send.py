@@ -201,7 +201,7 @@ def _batch(ctx: BrokerContext, conn: Connection, h: SendHeader, body: bytes) -> 
     return _Batch(sizes, wait, keys, drafts=drafts)
 
 
-async def _send(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+async def serve_send(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -> RemotingCommand:
     h = SendHeader.parse(request.code, request.ext)
     deadline = answer_deadline(h.timeout_millis)
     admitted = admit(ctx, h)
@@ -300,7 +300,7 @@ def _count(ctx: BrokerContext, topic: str, count: int, status: PutStatus | str |
 
 def register(server, ctx: BrokerContext) -> None:
     def processor(conn: Connection, request: RemotingCommand):
-        return _send(ctx, conn, request)
+        return serve_send(ctx, conn, request)
 
     for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
         server.register(code, processor)
