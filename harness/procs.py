@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Self
 
 from harness.waiting import wait_until
 
@@ -76,6 +77,15 @@ class ServerProcess:
                     raise
                 self.reassign_ports()
         raise AssertionError("unreachable")
+
+    def __enter__(self) -> Self:
+        """``with Broker(...) as b:`` starts it (unless running) and stops it on the way out, as a fixture's yield."""
+        if not self.running():
+            self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def reassign_ports(self) -> None:
         """Pick fresh ports and rewrite the conf file (subclasses know their port keys)."""

@@ -49,19 +49,17 @@ def spark(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def namesrv(tmp_path_factory):
-    ns = Namesrv(tmp_path_factory.mktemp("spark-namesrv")).start()
-    yield ns
-    ns.stop()
+    with Namesrv(tmp_path_factory.mktemp("spark-namesrv")) as ns:
+        yield ns
 
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory, namesrv):
-    b = Broker(
+    with Broker(
         tmp_path_factory.mktemp("spark-broker"),
         name="broker-s",
         namesrv_addr=namesrv.addr,
         maxTransferCountOnMessageInMemory=1024,
         maxTransferBytesOnMessageInMemory=4 * 1024 * 1024,
-    ).start()
-    yield b
-    b.stop()
+    ) as b:
+        yield b

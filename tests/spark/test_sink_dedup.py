@@ -15,11 +15,8 @@ ROWS = 300
 
 @pytest.fixture(scope="module")
 def own_broker(tmp_path_factory, namesrv):
-    b = Broker(
-        tmp_path_factory.mktemp("spark-dedup"), name="broker-d", namesrv_addr=namesrv.addr
-    ).start()
-    yield b
-    b.stop()
+    with Broker(tmp_path_factory.mktemp("spark-dedup"), name="broker-d", namesrv_addr=namesrv.addr) as b:
+        yield b
 
 
 def write(spark, namesrv, topic: str, sink_id: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from remoting import fastjson
 from remoting.client import RemotingClient
@@ -176,6 +176,12 @@ class BrokerClient:
 
     async def close(self) -> None:
         await self.remoting.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
     async def request(
         self, code: int, ext: dict[str, str] | None = None, body: bytes = b"", timeout: float = 10

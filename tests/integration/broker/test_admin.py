@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-from client import AdminClient
 from client.errors import BrokerError
 from remoting import fastjson
 from remoting.codes import RequestCode
@@ -18,13 +17,6 @@ from tests.integration.broker.rpc import BrokerClient, group_config, message
 from harness.waiting import async_wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def admin(namesrv):
-    a = AdminClient(namesrv.addr)
-    yield a
-    await a.stop()
 
 
 def body(resp) -> dict:

@@ -24,8 +24,8 @@ def slave(tmp_path_factory, namesrv):
         tmp_path_factory.mktemp("slave"), name="broker-s", namesrv_addr=namesrv.addr, role="SLAVE", broker_id=1
     )
     seed_synced_metadata(broker.store_dir / "config")
-    yield broker.start()
-    broker.stop()
+    with broker:
+        yield broker
 
 
 def seed_synced_metadata(config_dir: Path) -> None:
@@ -44,9 +44,8 @@ def seed_synced_metadata(config_dir: Path) -> None:
 
 @pytest.fixture
 async def slave_client(slave):
-    c = BrokerClient(slave.addr)
-    yield c
-    await c.close()
+    async with BrokerClient(slave.addr) as c:
+        yield c
 
 
 async def test_a_slave_refuses_sends_and_says_to_send_to_the_master(slave_client):

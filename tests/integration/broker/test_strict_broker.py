@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def strict(tmp_path_factory, namesrv):
-    broker = make_broker(
+    with make_broker(
         tmp_path_factory.mktemp("strict"),
         name="broker-strict",
         namesrv_addr=namesrv.addr,
@@ -33,16 +33,14 @@ def strict(tmp_path_factory, namesrv):
         longPollingEnable=False,
         shortPollingTimeMills=300,
         slaveReadEnable=True,
-    ).start()
-    yield broker
-    broker.stop()
+    ) as broker:
+        yield broker
 
 
 @pytest.fixture
 async def sc(strict):
-    c = BrokerClient(strict.addr)
-    yield c
-    await c.close()
+    async with BrokerClient(strict.addr) as c:
+        yield c
 
 
 async def test_sending_to_a_missing_topic_says_to_create_it(sc):

@@ -1,4 +1,5 @@
-"""Fixtures: one real nameserver and one real master broker per test module; helpers to run SDK clients."""
+"""Fixtures: one real master broker per test module (the nameserver is tests/integration/conftest.py's); helpers
+to run SDK clients."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections import Counter
 import pytest
 
 from client import AdminClient, ConsumeStatus, MessageExt
-from harness.procs import Broker, Namesrv
+from harness.procs import Broker
 
 # Level 1 = 1 s, level 2 = 2 s; retries (level 3 + reconsumeTimes, capped at the top level) wait 1 s.
 SHORT_DELAY_LEVELS = "1s 2s 1s"
@@ -21,30 +22,15 @@ def unique(prefix: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def namesrv(tmp_path_factory):
-    ns = Namesrv(tmp_path_factory.mktemp("namesrv")).start()
-    yield ns
-    ns.stop()
-
-
-@pytest.fixture(scope="module")
 def broker(tmp_path_factory, namesrv):
-    b = Broker(
+    with Broker(
         tmp_path_factory.mktemp("broker"),
         name="broker-a",
         namesrv_addr=namesrv.addr,
         messageDelayLevel=SHORT_DELAY_LEVELS,
         mappedFileSizeCommitLog=64 * 1024 * 1024,
-    ).start()
-    yield b
-    b.stop()
-
-
-@pytest.fixture
-async def admin(namesrv):
-    a = AdminClient(namesrv.addr)
-    yield a
-    await a.stop()
+    ) as b:
+        yield b
 
 
 async def create_topic(admin: AdminClient, broker: Broker, topic: str, queues: int = 4) -> None:

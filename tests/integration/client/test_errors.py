@@ -23,15 +23,14 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def strict_broker(tmp_path_factory, namesrv):
-    b = Broker(
+    with Broker(
         tmp_path_factory.mktemp("strict"),
         name="broker-strict",
         namesrv_addr=namesrv.addr,
         autoCreateTopicEnable=False,
         maxMessageSize=1024,
-    ).start()
-    yield b
-    b.stop()
+    ) as b:
+        yield b
 
 
 async def test_sending_to_an_unknown_topic_without_auto_create_says_how_to_create_it(namesrv, strict_broker):

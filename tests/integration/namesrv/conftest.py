@@ -1,7 +1,7 @@
-"""Fixtures for nameserver integration tests: a real ``python -m namesrv`` process and raw remoting peers that
-register like a broker does (REGISTER_BROKER with a RegisterBrokerBody, over one connection kept open) or ask like a
-client. Tests that share the module-scoped nameserver use unique broker names, addresses and topics (``Names``), so
-they never see each other's registrations."""
+"""Fixtures for nameserver integration tests: raw remoting peers that register like a broker does (REGISTER_BROKER
+with a RegisterBrokerBody, over one connection kept open) or ask like a client, against the real ``python -m namesrv``
+process of tests/integration/conftest.py. Tests that share the module-scoped nameserver use unique broker names,
+addresses and topics (``Names``), so they never see each other's registrations."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from remoting import fastjson
 from remoting.client import RemotingClient
 from remoting.codes import CURRENT_VERSION, RequestCode
 from remoting.frame_codec import RemotingCommand
-from harness.procs import Namesrv
+
 
 _unique = itertools.count(1)
 TIMEOUT_S = 5.0
@@ -98,14 +98,6 @@ async def cluster_info(client: RemotingClient, addr: str) -> dict[str, Any]:
     resp = await request(client, addr, RequestCode.GET_BROKER_CLUSTER_INFO)
     assert resp.code == 0, resp.remark
     return fastjson.loads(resp.body_bytes())
-
-
-@pytest.fixture(scope="module")
-def namesrv(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("namesrv")
-    ns = Namesrv(workdir, kvConfigPath=workdir / "kvConfig.json").start()
-    yield ns
-    ns.stop()
 
 
 @pytest.fixture

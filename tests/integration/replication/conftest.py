@@ -1,4 +1,4 @@
-"""One nameserver per test for the replication process tests (test_master_kill.py keeps its own fixture)."""
+"""One nameserver per test for the replication process tests."""
 
 from __future__ import annotations
 
@@ -18,14 +18,5 @@ def stop_leftover_brokers():
 
 @pytest.fixture
 def namesrv(tmp_path):
-    for attempt in range(3):  # a port from free_port() may be taken meanwhile by another test run on the box
-        ns = Namesrv(tmp_path / f"ns{attempt}")
-        try:
-            ns.start()
-            break
-        except Exception:
-            ns.stop()
-            if attempt == 2 or "already in use" not in ns.output():
-                raise
-    yield ns
-    ns.stop()
+    with Namesrv(tmp_path / "ns") as ns:  # start() retries a port taken meanwhile with fresh ones
+        yield ns

@@ -19,7 +19,7 @@ import pytest
 from remoting.errors import RemotingError
 from tests.integration.broker.rpc import BrokerClient, message
 from tests.integration.replication.helpers import ha
-from harness.procs import Broker, Namesrv
+from harness.procs import Broker
 from harness.waiting import async_wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
@@ -41,13 +41,6 @@ def assert_ha_listening(master: Broker) -> None:
     if refused:
         master.stop()
         raise AssertionError(f"nothing listens on the master's haListenPort {master.ha_port}:\n{master.log_tail()}")
-
-
-@pytest.fixture
-def namesrv(tmp_path):
-    ns = Namesrv(tmp_path / "ns").start()
-    yield ns
-    ns.stop()
 
 
 def start_pair(tmp_path, namesrv, role: str) -> tuple[Broker, Broker]:
