@@ -23,32 +23,22 @@ BOOT_S = 30.0  # broker boot on a loaded box
 STARTED: list[Broker] = []  # every broker a test started here; conftest stops them all at teardown
 
 
-def start_fresh(make) -> Broker:
-    """Start ``make()``; when a port picked by free_port() was taken meanwhile (other test runs share the box),
-    try again with new ports."""
-    for attempt in range(3):
-        broker = make()
-        STARTED.append(broker)
-        try:
-            return broker.start(BOOT_S)
-        except Exception:
-            broker.stop()
-            if attempt == 2 or "already in use" not in broker.output():
-                raise
-            broker.log_path.rename(broker.log_path.with_suffix(f".bind-failed-{attempt}.log"))
-    raise AssertionError("unreachable")
+def started(broker: Broker) -> Broker:
+    """Start ``broker`` (start() itself retries a port taken meanwhile) and leave its stop to the conftest."""
+    STARTED.append(broker)
+    return broker.start(BOOT_S)
 
 
 def master(tmp_path: Path, ns: Namesrv, name: str, role: str = "SYNC_MASTER", sub: str = "m", **conf) -> Broker:
     conf.setdefault("mappedFileSizeCommitLog", SMALL_FILE)
-    return start_fresh(lambda: Broker(tmp_path / sub, name=name, namesrv_addr=ns.addr, role=role, **conf))
+    return started(Broker(tmp_path / sub, name=name, namesrv_addr=ns.addr, role=role, **conf))
 
 
 def slave(tmp_path: Path, ns: Namesrv, name: str, broker_id: int = 1, sub: str = "s", **conf) -> Broker:
     conf.setdefault("mappedFileSizeCommitLog", SMALL_FILE)
     conf.setdefault("slaveSynchronizeInterval", 1000)
-    return start_fresh(lambda: Broker(tmp_path / sub, name=name, namesrv_addr=ns.addr, role="SLAVE",
-                                      broker_id=broker_id, **conf))
+    return started(Broker(tmp_path / sub, name=name, namesrv_addr=ns.addr, role="SLAVE", broker_id=broker_id,
+                          **conf))
 
 
 async def ha(client: BrokerClient) -> HAStatus:

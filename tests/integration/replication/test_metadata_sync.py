@@ -30,8 +30,7 @@ async def _group(admin: AdminClient, addr: str, name: str):
 async def test_topics_and_groups_created_changed_and_deleted_on_the_master_follow_on_the_slave(tmp_path, namesrv):
     m = master(tmp_path, namesrv, "broker-md", "ASYNC_MASTER")
     s = slave(tmp_path, namesrv, "broker-md", haMasterAddress=m.ha_addr)
-    admin = AdminClient(namesrv.addr)
-    try:
+    async with AdminClient(namesrv.addr) as admin:
         await admin.update_topic(m.addr, "TMeta", read_queue_nums=3, write_queue_nums=3)
         await admin.update_subscription_group(m.addr, "GMeta", broker_id=1, retry_max_times=5)
 
@@ -63,76 +62,60 @@ async def test_topics_and_groups_created_changed_and_deleted_on_the_master_follo
             return await _topic(admin, s.addr, "TMeta") is None and await _group(admin, s.addr, "GMeta") is None
 
         await async_wait_until(slave_dropped_both, 20, "TMeta and GMeta gone from the slave", 0.2)
-    finally:
-        await admin.stop()
-        s.stop()
-        m.stop()
 
 
-async def test_consumer_offsets_reach_the_slave_and_never_move_back_there(tmp_path, namesrv):
+async def test_consumer_offsets_reach_the_slave_and_never_move_back_there(tmp_path, namesrv, connect):
     m = master(tmp_path, namesrv, "broker-mo", "ASYNC_MASTER")
     s = slave(tmp_path, namesrv, "broker-mo", haMasterAddress=m.ha_addr)
-    mc, sc = BrokerClient(m.addr), BrokerClient(s.addr)
-    try:
-        assert (await mc.create_topic("TOff", 2)).code == 0
-        await _messages_on_both(mc, sc, "GOff", "TOff", {0: 12, 1: 3})  # a commit is at most the queue's max
-        assert (await mc.commit_offset("GOff", "TOff", 0, 5)).code == 0
-        assert (await mc.commit_offset("GOff", "TOff", 1, 3)).code == 0
+    mc, sc = connect(m.addr), connect(s.addr)
+    assert (await mc.create_topic("TOff", 2)).code == 0
+    await _messages_on_both(mc, sc, "GOff", "TOff", {0: 12, 1: 3})  # a commit is at most the queue's max
+    assert (await mc.commit_offset("GOff", "TOff", 0, 5)).code == 0
+    assert (await mc.commit_offset("GOff", "TOff", 1, 3)).code == 0
 
-        async def slave_offset(q: int, want: int) -> bool:
-            return await sc.query_offset("GOff", "TOff", q) == (0, want)
+    async def slave_offset(q: int, want: int) -> bool:
+        return await sc.query_offset("GOff", "TOff", q) == (0, want)
 
-        await async_wait_until(lambda: slave_offset(0, 5), 20, "offset 5 of queue 0 on the slave", 0.2)
-        await async_wait_until(lambda: slave_offset(1, 3), 20, "offset 3 of queue 1 on the slave", 0.2)
+    await async_wait_until(lambda: slave_offset(0, 5), 20, "offset 5 of queue 0 on the slave", 0.2)
+    await async_wait_until(lambda: slave_offset(1, 3), 20, "offset 3 of queue 1 on the slave", 0.2)
 
-        # a consumer committed further on the slave (master unreachable for it): later rounds do not roll it back
-        assert (await sc.commit_offset("GOff", "TOff", 0, 9)).code == 0
-        await wait_sync_rounds(s, 2)  # two whole rounds with the master still at 5
-        assert await sc.query_offset("GOff", "TOff", 0) == (0, 9)
-        assert await mc.query_offset("GOff", "TOff", 0) == (0, 5)  # the slave never writes to a running master
+    # a consumer committed further on the slave (master unreachable for it): later rounds do not roll it back
+    assert (await sc.commit_offset("GOff", "TOff", 0, 9)).code == 0
+    await wait_sync_rounds(s, 2)  # two whole rounds with the master still at 5
+    assert await sc.query_offset("GOff", "TOff", 0) == (0, 9)
+    assert await mc.query_offset("GOff", "TOff", 0) == (0, 5)  # the slave never writes to a running master
 
-        # the master moves past the slave: the larger value wins again
-        assert (await mc.commit_offset("GOff", "TOff", 0, 12)).code == 0
-        await async_wait_until(lambda: slave_offset(0, 12), 20, "offset 12 of queue 0 on the slave", 0.2)
-        assert await sc.query_offset("GOff", "TOff", 1) == (0, 3)
-    finally:
-        await mc.close()
-        await sc.close()
-        s.stop()
-        m.stop()
+    # the master moves past the slave: the larger value wins again
+    assert (await mc.commit_offset("GOff", "TOff", 0, 12)).code == 0
+    await async_wait_until(lambda: slave_offset(0, 12), 20, "offset 12 of queue 0 on the slave", 0.2)
+    assert await sc.query_offset("GOff", "TOff", 1) == (0, 3)
 
 
-async def test_a_master_that_restarts_takes_the_offsets_its_slave_accepted_while_it_was_down(tmp_path, namesrv):
+async def test_a_master_that_restarts_takes_the_offsets_its_slave_accepted_while_it_was_down(
+        tmp_path, namesrv, connect):
     m = master(tmp_path, namesrv, "broker-mr", "ASYNC_MASTER")
     s = slave(tmp_path, namesrv, "broker-mr", haMasterAddress=m.ha_addr)
-    mc, sc = BrokerClient(m.addr), BrokerClient(s.addr)
-    try:
-        assert (await mc.create_topic("TRe", 2)).code == 0
-        await _messages_on_both(mc, sc, "GRe", "TRe", {0: 20, 1: 7})
-        assert (await mc.commit_offset("GRe", "TRe", 0, 4)).code == 0
-        await async_wait_until(lambda: _offset(sc, "GRe", "TRe", 0, 4), 20, "offset 4 on the slave", 0.2)
-        await async_wait_until(lambda: _persisted_offset(m, "TRe@GRe", 0) == 4, 20,
-                               "the master's consumerOffset.json to hold 4 before the crash (flushed every 5 s)", 0.2)
+    mc, sc = connect(m.addr), connect(s.addr)
+    assert (await mc.create_topic("TRe", 2)).code == 0
+    await _messages_on_both(mc, sc, "GRe", "TRe", {0: 20, 1: 7})
+    assert (await mc.commit_offset("GRe", "TRe", 0, 4)).code == 0
+    await async_wait_until(lambda: _offset(sc, "GRe", "TRe", 0, 4), 20, "offset 4 on the slave", 0.2)
+    await async_wait_until(lambda: _persisted_offset(m, "TRe@GRe", 0) == 4, 20,
+                           "the master's consumerOffset.json to hold 4 before the crash (flushed every 5 s)", 0.2)
 
-        m.kill()
-        await mc.close()
-        # while the master is down, consumers commit to the slave
-        assert (await sc.commit_offset("GRe", "TRe", 0, 20)).code == 0
-        assert (await sc.commit_offset("GRe", "TRe", 1, 7)).code == 0
+    m.kill()
+    # while the master is down, consumers commit to the slave
+    assert (await sc.commit_offset("GRe", "TRe", 0, 20)).code == 0
+    assert (await sc.commit_offset("GRe", "TRe", 1, 7)).code == 0
 
-        m.start(30)
-        mc = BrokerClient(m.addr)
-        # from its first answer on, the master has the slave's offsets (pulled before it registered)
-        assert await mc.query_offset("GRe", "TRe", 0) == (0, 20)
-        assert await mc.query_offset("GRe", "TRe", 1) == (0, 7)
-        await wait_sync_rounds(s, 2, 40)  # rounds from the returned master do not roll the slave back
-        assert await sc.query_offset("GRe", "TRe", 0) == (0, 20)
-        assert await sc.query_offset("GRe", "TRe", 1) == (0, 7)
-    finally:
-        await mc.close()
-        await sc.close()
-        s.stop()
-        m.stop()
+    m.start(30)
+    mc = connect(m.addr)
+    # from its first answer on, the master has the slave's offsets (pulled before it registered)
+    assert await mc.query_offset("GRe", "TRe", 0) == (0, 20)
+    assert await mc.query_offset("GRe", "TRe", 1) == (0, 7)
+    await wait_sync_rounds(s, 2, 40)  # rounds from the returned master do not roll the slave back
+    assert await sc.query_offset("GRe", "TRe", 0) == (0, 20)
+    assert await sc.query_offset("GRe", "TRe", 1) == (0, 7)
 
 
 async def _messages_on_both(mc: BrokerClient, sc: BrokerClient, group: str, topic: str, counts: dict[int, int]):
