@@ -40,3 +40,16 @@ async def connect(stop_brokers):
     yield open_client
     for client in opened:
         await client.close()
+
+
+@pytest.fixture
+def pair(tmp_path, namesrv, connect):
+    """``pair(name, role)`` -> (m, s, mc, sc): a master of brokerName ``name``, its slave (brokerId 1, pointed at the
+    master's HA port) and a client of each; ``master_conf`` and ``slave_conf`` add broker settings."""
+
+    def start(name: str, role: str = "SYNC_MASTER", master_conf: dict | None = None, slave_conf: dict | None = None):
+        m = helpers.master(tmp_path, namesrv, name, role, **(master_conf or {}))
+        s = helpers.slave(tmp_path, namesrv, name, haMasterAddress=m.ha_addr, **(slave_conf or {}))
+        return m, s, connect(m.addr), connect(s.addr)
+
+    return start

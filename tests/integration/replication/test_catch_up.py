@@ -76,10 +76,8 @@ async def test_an_empty_slave_copies_from_the_master_min_offset_after_old_files_
 
 
 async def test_a_slave_ahead_of_a_wiped_master_is_refused_with_an_explicit_error_and_keeps_its_data(
-        tmp_path, namesrv, connect):
-    m = master(tmp_path, namesrv, "broker-w", "ASYNC_MASTER")
-    s = slave(tmp_path, namesrv, "broker-w", haMasterAddress=m.ha_addr)
-    mc, sc = connect(m.addr), connect(s.addr)
+        tmp_path, namesrv, connect, pair):
+    m, s, mc, sc = pair("broker-w", "ASYNC_MASTER")
     assert (await mc.create_topic("TW", 1)).code == 0
     await send_batches(mc, "TW", 1, 10, 10, "w")
     end = await wait_caught_up(mc, sc)
@@ -98,11 +96,8 @@ async def test_a_slave_ahead_of_a_wiped_master_is_refused_with_an_explicit_error
     assert (await slave_states(mc)).get(1) != "OK"
 
 
-async def test_a_killed_slave_never_lets_a_sync_master_answer_send_ok_and_catches_up_after_restart(
-        tmp_path, namesrv, connect):
-    m = master(tmp_path, namesrv, "broker-k", "SYNC_MASTER")
-    s = slave(tmp_path, namesrv, "broker-k", haMasterAddress=m.ha_addr)
-    mc, sc = connect(m.addr), connect(s.addr)
+async def test_a_killed_slave_never_lets_a_sync_master_answer_send_ok_and_catches_up_after_restart(connect, pair):
+    m, s, mc, sc = pair("broker-k", "SYNC_MASTER")
     assert (await mc.create_topic("TK", 2)).code == 0
     await wait_slaves_ok(mc)
     before = await send_batches(mc, "TK", 2, 20, 10, "before")

@@ -8,6 +8,7 @@ count toward a SYNC_MASTER's SEND_OK, replace a live slave connection, learn the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 
 import pytest
@@ -19,7 +20,6 @@ from tests.integration.replication.helpers import (
     SEND_OK,
     ha,
     master,
-    slave,
     slave_states,
     wait_slaves_ok,
 )
@@ -65,7 +65,7 @@ class ForgedPeer:
 
 
 @pytest.fixture
-def forged():
+async def forged():
     """``await forged(addr)``: a ForgedPeer connected to ``addr``, closed at teardown."""
     peers: list[ForgedPeer] = []
 
@@ -76,6 +76,8 @@ def forged():
     yield connect_peer
     for peer in peers:
         peer.close()
+        with contextlib.suppress(ConnectionError):
+            await peer.writer.wait_closed()
 
 
 async def send_one(mc: BrokerClient, topic: str, tag: str):
@@ -83,11 +85,8 @@ async def send_one(mc: BrokerClient, topic: str, tag: str):
 
 
 @pytest.mark.parametrize("claimed_id", [1, 2])
-async def test_a_forged_peer_cannot_release_a_sync_send_while_the_real_slave_is_frozen(
-        tmp_path, namesrv, claimed_id, connect, forged):
-    m = master(tmp_path, namesrv, "broker-f", "SYNC_MASTER", slaveTimeout=4000)
-    s = slave(tmp_path, namesrv, "broker-f", haMasterAddress=m.ha_addr)
-    mc = connect(m.addr)
+async def test_a_forged_peer_cannot_release_a_sync_send_while_the_real_slave_is_frozen(claimed_id, forged, pair):
+    m, s, mc, _ = pair("broker-f", "SYNC_MASTER", master_conf={"slaveTimeout": 4000})
     assert (await mc.create_topic("TF", 1)).code == 0
     await wait_slaves_ok(mc)
     assert (await send_one(mc, "TF", "before")).code == SEND_OK
@@ -108,11 +107,8 @@ async def test_a_forged_peer_cannot_release_a_sync_send_while_the_real_slave_is_
     assert resp.code == FLUSH_SLAVE_TIMEOUT, f"forged ack released the send: code {resp.code} {resp.remark}"
 
 
-async def test_a_second_connection_claiming_broker_id_1_does_not_displace_the_live_authenticated_slave(
-        tmp_path, namesrv, connect, forged):
-    m = master(tmp_path, namesrv, "broker-d", "SYNC_MASTER")
-    s = slave(tmp_path, namesrv, "broker-d", haMasterAddress=m.ha_addr)
-    mc, sc = connect(m.addr), connect(s.addr)
+async def test_a_second_connection_claiming_broker_id_1_does_not_displace_the_live_authenticated_slave(forged, pair):
+    m, s, mc, sc = pair("broker-d", "SYNC_MASTER")
     assert (await mc.create_topic("TD", 1)).code == 0
     await wait_slaves_ok(mc)
     real = (await ha(mc)).slaves[0]
@@ -152,12 +148,9 @@ async def test_an_unauthenticated_peer_learns_no_offsets(tmp_path, namesrv, conn
         assert all(e.master_min == e.master_max == e.phy_offset == -1 for e in errors), f"{what}: {errors}"
 
 
-async def test_refused_peers_never_show_in_ha_status_and_departed_slaves_leave_it_within_the_bound(
-        tmp_path, namesrv, connect, forged):
+async def test_refused_peers_never_show_in_ha_status_and_departed_slaves_leave_it_within_the_bound(forged, pair):
     keep_ms = 2000
-    m = master(tmp_path, namesrv, "broker-r", "ASYNC_MASTER", haDisconnectedSlaveKeepInterval=keep_ms)
-    s = slave(tmp_path, namesrv, "broker-r", haMasterAddress=m.ha_addr)
-    mc = connect(m.addr)
+    m, s, mc, _ = pair("broker-r", "ASYNC_MASTER", master_conf={"haDisconnectedSlaveKeepInterval": keep_ms})
     await wait_slaves_ok(mc)
     end = (await ha(mc)).commitlog_max_offset
     peers = [await forged(m.ha_addr) for _ in range(2, 12)]

@@ -27,47 +27,45 @@ async def _group(admin: AdminClient, addr: str, name: str):
     return next((g for g in (await admin.all_subscription_groups(addr)).groups if g.group_name == name), None)
 
 
-async def test_topics_and_groups_created_changed_and_deleted_on_the_master_follow_on_the_slave(tmp_path, namesrv):
+async def test_topics_and_groups_created_changed_and_deleted_on_the_master_follow_on_the_slave(
+        tmp_path, namesrv, admin):
     m = master(tmp_path, namesrv, "broker-md", "ASYNC_MASTER")
     s = slave(tmp_path, namesrv, "broker-md", haMasterAddress=m.ha_addr)
-    async with AdminClient(namesrv.addr) as admin:
-        await admin.update_topic(m.addr, "TMeta", read_queue_nums=3, write_queue_nums=3)
-        await admin.update_subscription_group(m.addr, "GMeta", broker_id=1, retry_max_times=5)
+    await admin.update_topic(m.addr, "TMeta", read_queue_nums=3, write_queue_nums=3)
+    await admin.update_subscription_group(m.addr, "GMeta", broker_id=1, retry_max_times=5)
 
-        async def slave_has_both() -> bool:
-            t, g = await _topic(admin, s.addr, "TMeta"), await _group(admin, s.addr, "GMeta")
-            return t is not None and t.read_queue_nums == 3 and g is not None and g.broker_id == 1 \
-                and g.retry_max_times == 5
+    async def slave_has_both() -> bool:
+        t, g = await _topic(admin, s.addr, "TMeta"), await _group(admin, s.addr, "GMeta")
+        return t is not None and t.read_queue_nums == 3 and g is not None and g.broker_id == 1 \
+            and g.retry_max_times == 5
 
-        await async_wait_until(slave_has_both, 20, "topic TMeta and group GMeta on the slave", 0.2)
-        # the slave took the master's tables with their DataVersions (a later round compares them, RocketMQ's rule)
-        for read in (admin.all_topic_configs, admin.all_subscription_groups):
-            on_m, on_s = await read(m.addr), await read(s.addr)
-            assert on_s.data_version == on_m.data_version and on_m.data_version.counter > 0
+    await async_wait_until(slave_has_both, 20, "topic TMeta and group GMeta on the slave", 0.2)
+    # the slave took the master's tables with their DataVersions (a later round compares them, RocketMQ's rule)
+    for read in (admin.all_topic_configs, admin.all_subscription_groups):
+        on_m, on_s = await read(m.addr), await read(s.addr)
+        assert on_s.data_version == on_m.data_version and on_m.data_version.counter > 0
 
-        await admin.update_topic(m.addr, "TMeta", read_queue_nums=5, write_queue_nums=5)
-        await admin.update_subscription_group(m.addr, "GMeta", broker_id=0, retry_max_times=7)
+    await admin.update_topic(m.addr, "TMeta", read_queue_nums=5, write_queue_nums=5)
+    await admin.update_subscription_group(m.addr, "GMeta", broker_id=0, retry_max_times=7)
 
-        async def slave_has_changes() -> bool:
-            t, g = await _topic(admin, s.addr, "TMeta"), await _group(admin, s.addr, "GMeta")
-            return t is not None and t.read_queue_nums == 5 and g is not None and g.retry_max_times == 7 \
-                and g.broker_id == 0
+    async def slave_has_changes() -> bool:
+        t, g = await _topic(admin, s.addr, "TMeta"), await _group(admin, s.addr, "GMeta")
+        return t is not None and t.read_queue_nums == 5 and g is not None and g.retry_max_times == 7 \
+            and g.broker_id == 0
 
-        await async_wait_until(slave_has_changes, 20, "the changed TMeta and GMeta on the slave", 0.2)
+    await async_wait_until(slave_has_changes, 20, "the changed TMeta and GMeta on the slave", 0.2)
 
-        await admin.delete_topic(m.addr, "TMeta")
-        await admin.delete_subscription_group(m.addr, "GMeta")
+    await admin.delete_topic(m.addr, "TMeta")
+    await admin.delete_subscription_group(m.addr, "GMeta")
 
-        async def slave_dropped_both() -> bool:
-            return await _topic(admin, s.addr, "TMeta") is None and await _group(admin, s.addr, "GMeta") is None
+    async def slave_dropped_both() -> bool:
+        return await _topic(admin, s.addr, "TMeta") is None and await _group(admin, s.addr, "GMeta") is None
 
-        await async_wait_until(slave_dropped_both, 20, "TMeta and GMeta gone from the slave", 0.2)
+    await async_wait_until(slave_dropped_both, 20, "TMeta and GMeta gone from the slave", 0.2)
 
 
-async def test_consumer_offsets_reach_the_slave_and_never_move_back_there(tmp_path, namesrv, connect):
-    m = master(tmp_path, namesrv, "broker-mo", "ASYNC_MASTER")
-    s = slave(tmp_path, namesrv, "broker-mo", haMasterAddress=m.ha_addr)
-    mc, sc = connect(m.addr), connect(s.addr)
+async def test_consumer_offsets_reach_the_slave_and_never_move_back_there(pair):
+    m, s, mc, sc = pair("broker-mo", "ASYNC_MASTER")
     assert (await mc.create_topic("TOff", 2)).code == 0
     await _messages_on_both(mc, sc, "GOff", "TOff", {0: 12, 1: 3})  # a commit is at most the queue's max
     assert (await mc.commit_offset("GOff", "TOff", 0, 5)).code == 0
@@ -91,11 +89,8 @@ async def test_consumer_offsets_reach_the_slave_and_never_move_back_there(tmp_pa
     assert await sc.query_offset("GOff", "TOff", 1) == (0, 3)
 
 
-async def test_a_master_that_restarts_takes_the_offsets_its_slave_accepted_while_it_was_down(
-        tmp_path, namesrv, connect):
-    m = master(tmp_path, namesrv, "broker-mr", "ASYNC_MASTER")
-    s = slave(tmp_path, namesrv, "broker-mr", haMasterAddress=m.ha_addr)
-    mc, sc = connect(m.addr), connect(s.addr)
+async def test_a_master_that_restarts_takes_the_offsets_its_slave_accepted_while_it_was_down(connect, pair):
+    m, s, mc, sc = pair("broker-mr", "ASYNC_MASTER")
     assert (await mc.create_topic("TRe", 2)).code == 0
     await _messages_on_both(mc, sc, "GRe", "TRe", {0: 20, 1: 7})
     assert (await mc.commit_offset("GRe", "TRe", 0, 4)).code == 0

@@ -39,11 +39,8 @@ def phys_offsets(resp) -> list[int]:
     return [int(mid[-16:], 16) for mid in resp.msg_ids]  # an offsetMsgId ends with the physical offset
 
 
-async def test_after_a_sync_run_the_slave_commitlog_is_byte_identical_and_serves_the_same_messages_at_the_same_offsets(
-        tmp_path, namesrv, connect):
-    m = master(tmp_path, namesrv, "broker-b", "SYNC_MASTER")
-    s = slave(tmp_path, namesrv, "broker-b", haMasterAddress=m.ha_addr, slaveReadEnable=True)
-    mc, sc = connect(m.addr), connect(s.addr)
+async def test_after_a_sync_run_the_slave_commitlog_is_byte_identical_and_serves_the_same_messages_at_the_same_offsets(pair):
+    m, s, mc, sc = pair("broker-b", "SYNC_MASTER", slave_conf={"slaveReadEnable": True})
     assert (await mc.create_topic("TB", QUEUES)).code == 0
     await wait_slaves_ok(mc)
     await wait_slave_knows_topic(sc, "TB")
@@ -138,11 +135,8 @@ async def test_a_sync_master_answers_slave_not_available_then_send_ok_then_flush
     assert [x.body.decode() for x in await sc.pull_all("g-c", "TC", 0)] == bodies
 
 
-async def test_an_async_master_answers_at_once_even_with_a_frozen_slave_and_replication_follows_within_ms(
-        tmp_path, namesrv, connect):
-    m = master(tmp_path, namesrv, "broker-d", "ASYNC_MASTER")
-    s = slave(tmp_path, namesrv, "broker-d", haMasterAddress=m.ha_addr)
-    mc, sc = connect(m.addr), connect(s.addr)
+async def test_an_async_master_answers_at_once_even_with_a_frozen_slave_and_replication_follows_within_ms(pair):
+    m, s, mc, sc = pair("broker-d", "ASYNC_MASTER")
     assert (await mc.create_topic("TD", 1)).code == 0
     await wait_slaves_ok(mc)
     lags = []
