@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from client import AdminClient, ConsumeStatus, MessageExt
+from client import AdminClient, ConsumeFromWhere, ConsumeStatus, MessageExt, PushConsumer
 from harness.procs import Broker
 
 # Level 1 = 1 s, level 2 = 2 s; retries (level 3 + reconsumeTimes, capped at the top level) wait 1 s.
@@ -41,6 +41,17 @@ async def create_topic(admin: AdminClient, broker: Broker, topic: str, queues: i
         return len((await admin.topic_route(topic)).publish_queues) == queues
 
     await wait_for(routed, 15.0, f"the nameserver to route {topic}")
+
+
+def push_consumer(namesrv, group: str, topic: str, listener, expression: str = "*", **conf) -> PushConsumer:
+    """A PushConsumer of ``group`` subscribed to ``topic`` with ``listener``, not started. It reads a new group's
+    queues from the first offset and long-polls 1 s (not 15 s), so a test's messages arrive and a stop ends
+    soon; ``conf`` adds or overrides settings."""
+    conf = {"consume_from_where": ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, "suspend_ms": 1000, **conf}
+    consumer = PushConsumer(group, namesrv.addr, **conf)
+    consumer.subscribe(topic, expression)
+    consumer.register_message_listener(listener)
+    return consumer
 
 
 async def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.05):

@@ -4,24 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from client import ConsumeFromWhere, Message, Producer, PushConsumer, SendStatus
-from tests.integration.client.conftest import Recorder, create_topic, unique, wait_for
+from client import Message, Producer, SendStatus
+from tests.integration.client.conftest import Recorder, create_topic, push_consumer, unique, wait_for
 from harness.procs import Broker
 
 pytestmark = pytest.mark.integration
-
-
-def make_consumer(namesrv, group: str, topic: str, rec: Recorder) -> PushConsumer:
-    c = PushConsumer(
-        group,
-        namesrv.addr,
-        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-        suspend_ms=1000,
-        persist_interval_s=1.0,
-    )
-    c.subscribe(topic)
-    c.register_message_listener(rec)
-    return c
 
 
 async def test_consumer_resumes_from_its_committed_offset_after_a_broker_restart(tmp_path, namesrv, admin):
@@ -33,7 +20,7 @@ async def test_consumer_resumes_from_its_committed_offset_after_a_broker_restart
             for i in range(100):
                 await producer.send(Message(topic, f"before-{i}".encode()))
             first = Recorder()
-            async with make_consumer(namesrv, group, topic, first):
+            async with push_consumer(namesrv, group, topic, first, persist_interval_s=1.0):
                 await wait_for(lambda: first.unique_count() >= 100, 20, "the first 100 messages")
             # stop() committed the offsets; the broker persists them on its graceful stop.
             broker.stop()
@@ -45,7 +32,7 @@ async def test_consumer_resumes_from_its_committed_offset_after_a_broker_restart
             for i in range(1, 50):
                 await producer.send(Message(topic, f"after-{i}".encode()))
         second = Recorder()
-        async with make_consumer(namesrv, group, topic, second):
+        async with push_consumer(namesrv, group, topic, second, persist_interval_s=1.0):
             await wait_for(lambda: second.unique_count() >= 50, 30, "the 50 messages sent after the restart")
         assert sorted(second.bodies) == sorted(f"after-{i}".encode() for i in range(50))
     finally:

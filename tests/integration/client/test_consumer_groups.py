@@ -7,26 +7,16 @@ from collections import Counter
 
 import pytest
 
-from client import ConsumeFromWhere, Message, MessageModel, Producer, PushConsumer
-from tests.integration.client.conftest import Recorder, create_topic, unique, wait_for
+from client import Message, MessageModel, Producer, PushConsumer
+from tests.integration.client.conftest import Recorder, create_topic, push_consumer, unique, wait_for
 
 pytestmark = pytest.mark.integration
 
 
 def make_consumer(namesrv, group: str, topic: str, listener, **kw) -> PushConsumer:
-    c = PushConsumer(
-        group,
-        namesrv.addr,
-        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-        suspend_ms=1000,
-        persist_interval_s=1.0,
-        membership_poll_interval_s=0.5,
-        takeover_delay_s=1.5,
-        **kw,
-    )
-    c.subscribe(topic)
-    c.register_message_listener(listener)
-    return c
+    """Commits every second and notices members joining and leaving within a second or two."""
+    return push_consumer(namesrv, group, topic, listener, persist_interval_s=1.0, membership_poll_interval_s=0.5,
+                         takeover_delay_s=1.5, **kw)
 
 
 def owned(c: PushConsumer, topic: str) -> list:

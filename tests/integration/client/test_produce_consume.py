@@ -8,20 +8,15 @@ from collections import Counter
 
 import pytest
 
-from client import ConsumeFromWhere, Message, MessageQueue, Producer, PushConsumer, SendStatus
+from client import Message, MessageQueue, Producer, PushConsumer, SendStatus
 from client.pull_consumer import PullConsumer
-from tests.integration.client.conftest import Recorder, create_topic, unique, wait_for
+from tests.integration.client.conftest import Recorder, create_topic, push_consumer, unique, wait_for
 
 pytestmark = pytest.mark.integration
 
-FROM_FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
-
 
 def consumer(namesrv, group: str, topic: str, listener, expression: str = "*", **kw) -> PushConsumer:
-    c = PushConsumer(group, namesrv.addr, consume_from_where=FROM_FIRST, suspend_ms=2000, **kw)
-    c.subscribe(topic, expression)
-    c.register_message_listener(listener)
-    return c
+    return push_consumer(namesrv, group, topic, listener, expression, suspend_ms=2000, **kw)
 
 
 async def test_concurrent_senders_are_batched_and_every_message_is_consumed_once(namesrv, broker, admin):

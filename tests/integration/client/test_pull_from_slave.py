@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from client import (
-    ConsumeFromWhere,
-    Message,
-    MessageQueue,
-    Producer,
-    PullConsumer,
-    PullStatus,
-    PushConsumer,
-)
-from tests.integration.client.conftest import Recorder, create_topic, unique, wait_for
+from client import Message, MessageQueue, Producer, PullConsumer, PullStatus
+from tests.integration.client.conftest import Recorder, create_topic, push_consumer, unique, wait_for
 from harness.procs import Broker
 
 pytestmark = pytest.mark.integration
+
+FAST_FAILOVER = {"persist_interval_s": 0.5, "pull_retry_delay_s": 0.5}  # commits and retries soon after the kill
 
 
 @pytest.fixture
@@ -100,17 +94,7 @@ async def test_a_push_consumer_consumes_from_the_slave_while_the_master_is_down(
     group = unique("G_push_failover")
     master.kill()
     rec = Recorder()
-    consumer = PushConsumer(
-        group,
-        namesrv.addr,
-        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-        suspend_ms=1000,
-        persist_interval_s=0.5,
-        pull_retry_delay_s=0.5,
-    )
-    consumer.subscribe(topic)
-    consumer.register_message_listener(rec)
-    async with consumer:
+    async with push_consumer(namesrv, group, topic, rec, **FAST_FAILOVER):
         await wait_for(lambda: rec.unique_count() >= 20, 30, "the 20 replicated messages, read from the slave")
     assert sorted(rec.bodies) == sorted(f"s-{i}".encode() for i in range(20))
     assert await admin.query_consumer_offset(slave.addr, group, topic, mq.queue_id) == 20
@@ -121,18 +105,7 @@ async def test_a_push_consumer_rides_out_a_master_restart_and_commits_to_the_mas
     topic, _ = await fill_topic(namesrv, admin, master, slave, 20)
     group = unique("G_push_return")
     rec = Recorder()
-    consumer = PushConsumer(
-        group,
-        namesrv.addr,
-        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-        suspend_ms=1000,
-        pull_timeout_s=3.0,
-        persist_interval_s=0.5,
-        pull_retry_delay_s=0.5,
-    )
-    consumer.subscribe(topic)
-    consumer.register_message_listener(rec)
-    async with consumer:
+    async with push_consumer(namesrv, group, topic, rec, pull_timeout_s=3.0, **FAST_FAILOVER):
         await wait_for(lambda: rec.unique_count() >= 20, 20, "the first 20 messages")
         master.kill()
         await wait_for(

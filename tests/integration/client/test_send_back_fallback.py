@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from client import ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
-from tests.integration.client.conftest import SHORT_DELAY_LEVELS, unique, wait_for
+from client import ConsumeStatus, Message, Producer
+from tests.integration.client.conftest import SHORT_DELAY_LEVELS, push_consumer, unique, wait_for
 from harness.procs import Broker
 
 pytestmark = pytest.mark.integration
@@ -51,11 +51,11 @@ async def test_a_message_failed_while_its_master_is_down_is_retried_through_anot
         await master_killed.wait()
         return ConsumeStatus.RECONSUME_LATER
 
-    consumer = PushConsumer(
+    consumer = push_consumer(
+        namesrv,
         group,
-        namesrv.addr,
-        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-        suspend_ms=1000,
+        topic,
+        listener,
         pull_retry_delay_s=0.5,
         local_retry_delay_s=0.5,
         membership_poll_interval_s=0.5,
@@ -63,8 +63,6 @@ async def test_a_message_failed_while_its_master_is_down_is_retried_through_anot
         # look-up; the default 30 s refresh would then be this test's whole wait.
         poll_name_server_interval_s=1.0,
     )
-    consumer.subscribe(topic)
-    consumer.register_message_listener(listener)
     retry_topic = f"%RETRY%{group}"
     async with consumer:
         await wait_for(
