@@ -46,6 +46,8 @@ def settings(root: Path, role: BrokerRole, *, broker_id: int = 0, ha_port: int =
 
 
 class Node:
+    RUNNING: list[Node] = []  # started, not stopped; tests/unit/ha/conftest.py stops the rest after each test
+
     def __init__(self, s: BrokerSettings) -> None:
         self.settings = s
         self.store = MessageStore(s.store, store_host=("127.0.0.1", s.broker.listen_port))
@@ -58,9 +60,12 @@ class Node:
     async def start(self) -> Node:
         await self.store.start()
         await self.ha.start()
+        Node.RUNNING.append(self)
         return self
 
     async def stop(self) -> None:
+        if self in Node.RUNNING:
+            Node.RUNNING.remove(self)
         await self.ha.stop()
         await self.store.stop()
 
