@@ -169,6 +169,40 @@ def send_ext(
     return ext
 
 
+def heartbeat_data(
+    client_id: str, consumers: dict[str, dict[str, str]] | None = None, producers: list[str] = (), *, sub_version: int = 1
+) -> bytes:
+    """HeartbeatData as a Java client sends it (CLUSTERING, TAG expressions): ``consumers`` maps group ->
+    {topic: expression}."""
+    data = {
+        "clientID": client_id,
+        "consumerDataSet": [
+            {
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "consumeType": "CONSUME_PASSIVELY",
+                "groupName": group,
+                "messageModel": "CLUSTERING",
+                "subscriptionDataSet": [
+                    {
+                        "classFilterMode": False,
+                        "codeSet": [],
+                        "expressionType": "TAG",
+                        "subString": expr,
+                        "subVersion": sub_version,
+                        "tagsSet": [],
+                        "topic": topic,
+                    }
+                    for topic, expr in subs.items()
+                ],
+                "unitMode": False,
+            }
+            for group, subs in (consumers or {}).items()
+        ],
+        "producerDataSet": [{"groupName": g} for g in producers],
+    }
+    return fastjson.dumps(data)
+
+
 class BrokerClient:
     def __init__(self, addr: str) -> None:
         self.addr = addr
@@ -271,33 +305,8 @@ class BrokerClient:
         sub_version: int = 1,
     ) -> RemotingCommand:
         """HEART_BEAT with HeartbeatData: ``consumers`` maps group -> {topic: expression}."""
-        data = {
-            "clientID": client_id,
-            "consumerDataSet": [
-                {
-                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-                    "consumeType": "CONSUME_PASSIVELY",
-                    "groupName": group,
-                    "messageModel": "CLUSTERING",
-                    "subscriptionDataSet": [
-                        {
-                            "classFilterMode": False,
-                            "codeSet": [],
-                            "expressionType": "TAG",
-                            "subString": expr,
-                            "subVersion": sub_version,
-                            "tagsSet": [],
-                            "topic": topic,
-                        }
-                        for topic, expr in subs.items()
-                    ],
-                    "unitMode": False,
-                }
-                for group, subs in (consumers or {}).items()
-            ],
-            "producerDataSet": [{"groupName": g} for g in producers],
-        }
-        return await self.request(RequestCode.HEART_BEAT, body=fastjson.dumps(data))
+        return await self.request(RequestCode.HEART_BEAT,
+                                  body=heartbeat_data(client_id, consumers, producers, sub_version=sub_version))
 
     async def consumer_ids(self, group: str) -> RemotingCommand:
         return await self.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})

@@ -250,42 +250,19 @@ async def _rocketmq_like_consumer(cluster, group: str, topic: str, commit: dict[
     """A connection that behaves like a Java RocketMQ push consumer: HEART_BEAT with its HeartbeatData (language
     JAVA, no subscription group created beforehand), then UPDATE_CONSUMER_OFFSET per queue. Returns the client,
     whose open connection keeps the consumer registered."""
-    from remoting import fastjson
     from remoting.client import RemotingClient
     from remoting.codes import LanguageCode, RequestCode
     from remoting.frame_codec import RemotingCommand
+    from tests.integration.broker.rpc import heartbeat_data
 
     java_version = 393  # MQVersion V4_9_0
     client_id = "127.0.0.1@4242#9876543210"
-    heartbeat = {
-        "clientID": client_id,
-        "consumerDataSet": [
-            {
-                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-                "consumeType": "CONSUME_PASSIVELY",
-                "groupName": group,
-                "messageModel": "CLUSTERING",
-                "subscriptionDataSet": [
-                    {
-                        "classFilterMode": False,
-                        "codeSet": [],
-                        "expressionType": "TAG",
-                        "subString": "*",
-                        "subVersion": 1700000000000,
-                        "tagsSet": [],
-                        "topic": t,
-                    }
-                    for t in (topic, f"%RETRY%{group}")
-                ],
-                "unitMode": False,
-            }
-        ],
-        "producerDataSet": [{"groupName": "CLIENT_INNER_PRODUCER"}],
-    }
+    subscriptions = {topic: "*", f"%RETRY%{group}": "*"}
+    heartbeat = heartbeat_data(client_id, {group: subscriptions}, ["CLIENT_INNER_PRODUCER"], sub_version=1700000000000)
     client = RemotingClient(name="java-like")
     for name in ("broker-a", "broker-b"):
         cmd = RemotingCommand(
-            RequestCode.HEART_BEAT, body=fastjson.dumps(heartbeat), language=LanguageCode.JAVA, version=java_version
+            RequestCode.HEART_BEAT, body=heartbeat, language=LanguageCode.JAVA, version=java_version
         )
         answer = await client.invoke(cluster.addr(name), cmd, 5.0)
         assert answer.code == 0, answer.remark
