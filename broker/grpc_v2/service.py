@@ -89,6 +89,20 @@ def _guarded(response_cls):
     return wrap
 
 
+_USE_POP = "use a SimpleConsumer or PushConsumer, or the remoting protocol"
+
+
+def _unsupported(rpc: str, feature: str, what_to_do: str):
+    """The unary handler of an RPC pyrmq does not serve: UNSUPPORTED naming the feature, never a gRPC UNKNOWN."""
+    response_cls = getattr(spb, f"{rpc}Response")
+
+    async def handler(self, request, context):
+        return response_cls(status=codes.unsupported(feature, what_to_do))
+
+    handler.__name__ = handler.__qualname__ = rpc  # what _guarded logs and counts the RPC as
+    return _guarded(response_cls)(handler)
+
+
 class MessagingService(sgrpc.MessagingServiceServicer):
     def __init__(self, ctx: BrokerContext, pop=None, metrics: V2Metrics | None = None) -> None:
         self.ctx = ctx
@@ -242,31 +256,13 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         return await self.pop.forward_to_dlq(request)
 
     # not supported ------------------------------------------------------------------------------------------
-    @_guarded(spb.EndTransactionResponse)
-    async def EndTransaction(self, request, context):
-        return spb.EndTransactionResponse(status=codes.unsupported(
-            "transactional messages (EndTransaction)", "pyrmq has no transactions yet; send NORMAL messages"))
-
-    @_guarded(spb.RecallMessageResponse)
-    async def RecallMessage(self, request, context):
-        return spb.RecallMessageResponse(status=codes.unsupported(
-            "RecallMessage (cancelling a delay message)", "consumers must skip a message they no longer want"))
-
-    @_guarded(spb.UpdateOffsetResponse)
-    async def UpdateOffset(self, request, context):
-        return spb.UpdateOffsetResponse(status=codes.unsupported(
-            "UpdateOffset (the v2 pull consumer)", "use a SimpleConsumer or PushConsumer, or the remoting protocol"))
-
-    @_guarded(spb.GetOffsetResponse)
-    async def GetOffset(self, request, context):
-        return spb.GetOffsetResponse(status=codes.unsupported(
-            "GetOffset (the v2 pull consumer)", "use a SimpleConsumer or PushConsumer, or the remoting protocol"))
-
-    @_guarded(spb.QueryOffsetResponse)
-    async def QueryOffset(self, request, context):
-        return spb.QueryOffsetResponse(status=codes.unsupported(
-            "QueryOffset (the v2 pull consumer)", "use a SimpleConsumer or PushConsumer, or the remoting protocol"))
+    EndTransaction = _unsupported("EndTransaction", "transactional messages (EndTransaction)",
+                                  "pyrmq has no transactions yet; send NORMAL messages")
+    RecallMessage = _unsupported("RecallMessage", "RecallMessage (cancelling a delay message)",
+                                 "consumers must skip a message they no longer want")
+    UpdateOffset = _unsupported("UpdateOffset", "UpdateOffset (the v2 pull consumer)", _USE_POP)
+    GetOffset = _unsupported("GetOffset", "GetOffset (the v2 pull consumer)", _USE_POP)
+    QueryOffset = _unsupported("QueryOffset", "QueryOffset (the v2 pull consumer)", _USE_POP)
 
     async def PullMessage(self, request, context):
-        yield spb.PullMessageResponse(status=codes.unsupported(
-            "PullMessage (the v2 pull consumer)", "use a SimpleConsumer or PushConsumer, or the remoting protocol"))
+        yield spb.PullMessageResponse(status=codes.unsupported("PullMessage (the v2 pull consumer)", _USE_POP))
