@@ -126,8 +126,7 @@ def _queue_max_offsets(group, topic: str, broker_name: str = harness.BROKER_NAME
 def test_producer_send_and_send_async_get_receipts_and_the_messages_are_stored(group, client):
     topic = harness.unique("v2send")
     harness.create_topic(group, topic, 4)
-    producer = client()
-    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    producer = _producer(client, group, topic)
     sync = producer.call(op="send", topic=topic, body="one", tag="TagA", keys=["k1", "k2"], props={"p": "v"})
     asynchronous = producer.call(op="send", topic=topic, body="two", **{"async": True})
     fifo = producer.call(op="send", topic=topic, body="three", group="order-1")
@@ -150,6 +149,29 @@ def test_a_call_without_client_id_and_an_unknown_topic_get_v2_codes(group, stub)
     assert answer.status.code == pb.Code.TOPIC_NOT_FOUND and "mqctl updateTopic" in answer.status.message
 
 
+def _producer(client, group, topic: str):
+    p = client()
+    p.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    return p
+
+
+def _push_until(client, group, topic: str, cgroup: str, fail_once: list[str], consumed) -> list[dict]:
+    """A PushConsumer whose listener answers FAILURE once for the bodies in ``fail_once``: waits until
+    ``consumed(seen)`` holds and its acks cleared the group's in-flight count; returns what the listener saw."""
+    pusher = client()
+    pusher.call(op="push_consumer", endpoint=group.master.grpc_addr, group=cgroup, topic=topic, fail_once=fail_once)
+    seen: list[dict] = []
+
+    def done() -> bool:
+        seen[:] = pusher.call(op="pushed")
+        return consumed(seen)
+
+    wait_until(done, 60, lambda: f"the push listener saw {seen}")
+    wait_until(lambda: harness.progress(group, cgroup)["inflightTotal"] == 0, 30,
+               lambda: f"the push consumer's acks never cleared the in-flight count: {harness.progress(group, cgroup)}")
+    return seen
+
+
 def _consumer(client, group, topic: str, cgroup: str, await_s: int = 3):
     c = client()
     c.call(op="simple_consumer", endpoint=group.master.grpc_addr, group=cgroup, topic=topic, await_s=await_s)
@@ -170,8 +192,7 @@ def _receive_until(consumer, count: int, invisible_s: int, timeout_s: float = 30
 def test_simple_consumer_receives_acks_and_an_unacked_message_comes_back_with_attempt_2(group, client):
     topic, cgroup = harness.unique("v2pop"), harness.unique("v2group")
     harness.create_topic(group, topic, 2)
-    producer = client()
-    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    producer = _producer(client, group, topic)
     sent = {producer.call(op="send", topic=topic, body=f"m{i}", tag="TagA", keys=[f"k{i}"],
                           props={"i": str(i)})["message_id"]: f"m{i}" for i in range(3)}
     consumer = _consumer(client, group, topic, cgroup)
@@ -194,8 +215,7 @@ def test_a_delayed_message_is_received_after_its_delivery_timestamp_and_not_befo
     consumer only once due; a message sent after it without a delay arrives first."""
     topic, cgroup = harness.unique("v2delay"), harness.unique("v2group")
     harness.create_topic(group, topic, 1)
-    producer = client()
-    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    producer = _producer(client, group, topic)
     due_s = producer.call(op="send", topic=topic, body="later", delay_s=5)["due_s"]
     producer.call(op="send", topic=topic, body="now")
     consumer = _consumer(client, group, topic, cgroup)
@@ -218,8 +238,7 @@ def test_a_delayed_message_is_received_after_its_delivery_timestamp_and_not_befo
 def test_change_invisible_duration_gives_a_handle_that_acks(group, client):
     topic, cgroup = harness.unique("v2chg"), harness.unique("v2group")
     harness.create_topic(group, topic, 1)
-    producer = client()
-    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    producer = _producer(client, group, topic)
     producer.call(op="send", topic=topic, body="slow")
     consumer = _consumer(client, group, topic, cgroup)
     [m] = _receive_until(consumer, 1, invisible_s=10)
@@ -242,8 +261,7 @@ def test_a_message_never_acked_goes_to_the_dlq_after_retry_max_times(group, clie
     topic, cgroup = harness.unique("v2dlq"), harness.unique("v2group")
     harness.create_topic(group, topic, 1)
     ok_json("updateSubGroup", "-n", group.namesrv_addr, "-c", harness.CLUSTER, "-g", cgroup, "-r", "1")
-    producer = client()
-    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    producer = _producer(client, group, topic)
     sent = producer.call(op="send", topic=topic, body="poison")["message_id"]
     consumer = _consumer(client, group, topic, cgroup)
     by_group = {"topic": topic, "consumer_group": cgroup}
@@ -289,8 +307,7 @@ def test_route_from_any_broker_names_every_group_master_with_its_own_endpoint(gr
 def test_official_client_sends_to_and_receives_from_both_broker_groups(group, group_b, client):
     topic, cgroup = harness.unique("v2both"), harness.unique("v2group")
     _create_on_both(group, group_b, topic, 2)
-    producer = client()
-    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    producer = _producer(client, group, topic)
     sent = {producer.call(op="send", topic=topic, body=f"m{i}")["message_id"] for i in range(24)}
     assert len(sent) == 24
     on_a, on_b = _queue_max_offsets(group, topic), _queue_max_offsets(group, topic, BROKER_B)
@@ -313,8 +330,7 @@ def test_official_client_sends_to_and_receives_from_both_broker_groups(group, gr
 def test_consumer_progress_shows_a_pop_groups_messages_in_flight(group, client):
     topic, cgroup = harness.unique("v2prog"), harness.unique("v2group")
     harness.create_topic(group, topic, 1)
-    producer = client()
-    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    producer = _producer(client, group, topic)
     for i in range(3):
         producer.call(op="send", topic=topic, body=f"m{i}")
     consumer = _consumer(client, group, topic, cgroup)
@@ -336,8 +352,7 @@ def test_rocketmq5_consumers_and_producers_show_in_the_brokers_connection_lists(
     a producer is listed under its topic; a terminated client leaves the list."""
     topic, cgroup = harness.unique("v2conn"), harness.unique("v2group")
     harness.create_topic(group, topic, 1)
-    producer = client()
-    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    producer = _producer(client, group, topic)
     producer.call(op="send", topic=topic, body="m")
     consumer = _consumer(client, group, topic, cgroup)
     [m] = _receive_until(consumer, 1, invisible_s=30)
@@ -370,8 +385,7 @@ SHARED_MESSAGES = 10_000  # the issue's figure: 0 lost and 0 delivered twice amo
 def test_two_simple_consumers_of_a_group_share_10000_messages_and_never_get_one_twice(group, client):
     topic, cgroup = harness.unique("v2share"), harness.unique("v2group")
     harness.create_topic(group, topic, 4)
-    producer = client()
-    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    producer = _producer(client, group, topic)
     sent = producer.call(timeout_s=600, op="send_many", topic=topic, count=SHARED_MESSAGES, prefix="m")
     consumers = [_consumer(client, group, topic, cgroup, await_s=1) for _ in range(2)]
     # both drain at once, each acking what it got at once (well within the 60 s invisible time)
@@ -387,22 +401,12 @@ def test_two_simple_consumers_of_a_group_share_10000_messages_and_never_get_one_
 def test_push_consumer_receives_acks_and_a_failed_message_comes_back_with_attempt_2(group, client):
     topic, cgroup = harness.unique("v2push"), harness.unique("v2group")
     harness.create_topic(group, topic, 2)
-    producer = client()
-    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    producer = _producer(client, group, topic)
     sent = {producer.call(op="send", topic=topic, body=f"p{i}")["message_id"]: f"p{i}" for i in range(5)}
-    pusher = client()
-    pusher.call(op="push_consumer", endpoint=group.master.grpc_addr, group=cgroup, topic=topic, fail_once=["p2"])
-    seen: list[dict] = []
-
-    def all_consumed() -> bool:
-        seen[:] = pusher.call(op="pushed")
-        return {m["id"] for m in seen if m["result"] == "SUCCESS"} == set(sent)
-
-    wait_until(all_consumed, 60, lambda: f"the push listener saw {seen}")
+    seen = _push_until(client, group, topic, cgroup, ["p2"],
+                       lambda seen: {m["id"] for m in seen if m["result"] == "SUCCESS"} == set(sent))
     assert [(m["attempt"], m["result"]) for m in seen if m["body"] == "p2"] == [(1, "FAILURE"), (2, "SUCCESS")]
     assert all(m["attempt"] == 1 for m in seen if m["body"] != "p2")
-    wait_until(lambda: harness.progress(group, cgroup)["inflightTotal"] == 0, 30,
-               lambda: f"the push consumer's acks never cleared the in-flight count: {harness.progress(group, cgroup)}")
 
 
 def _orderly_group(group, cgroup: str, **overrides) -> None:
@@ -425,8 +429,7 @@ def test_fifo_simple_consumer_gets_a_message_group_in_send_order_across_a_redeli
     topic, cgroup = harness.unique("v2fifo"), harness.unique("v2group")
     harness.create_topic(group, topic, 2)
     _orderly_group(group, cgroup)
-    producer = client()
-    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    producer = _producer(client, group, topic)
     bodies = [f"o{i}" for i in range(6)]
     for body in bodies:
         producer.call(op="send", topic=topic, body=body, group="order-1")
@@ -447,8 +450,7 @@ def test_fifo_message_never_acked_goes_to_the_dlq_and_its_queue_moves_on(group, 
     topic, cgroup = harness.unique("v2fifodlq"), harness.unique("v2group")
     harness.create_topic(group, topic, 1)
     _orderly_group(group, cgroup, retryMaxTimes=1)
-    producer = client()
-    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    producer = _producer(client, group, topic)
     for body in ("poison", "next"):
         producer.call(op="send", topic=topic, body=body, group="order-1")
     consumer = _consumer(client, group, topic, cgroup)
@@ -466,25 +468,15 @@ def test_fifo_push_consumer_retries_a_failed_message_before_the_next_of_its_grou
     topic, cgroup = harness.unique("v2fifopush"), harness.unique("v2group")
     harness.create_topic(group, topic, 2)
     _orderly_group(group, cgroup)
-    producer = client()
-    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    producer = _producer(client, group, topic)
     bodies = [f"p{i}" for i in range(5)]
     for body in bodies:
         producer.call(op="send", topic=topic, body=body, group="order-1")
-    pusher = client()
-    pusher.call(op="push_consumer", endpoint=group.master.grpc_addr, group=cgroup, topic=topic, fail_once=["p2"])
-    seen: list[dict] = []
-
-    def all_consumed() -> bool:
-        seen[:] = pusher.call(op="pushed")
-        return {m["body"] for m in seen if m["result"] == "SUCCESS"} == set(bodies)
-
-    wait_until(all_consumed, 60, lambda: f"the push listener saw {seen}")
+    seen = _push_until(client, group, topic, cgroup, ["p2"],
+                       lambda seen: {m["body"] for m in seen if m["result"] == "SUCCESS"} == set(bodies))
     assert [(m["body"], m["result"]) for m in seen] == [
         ("p0", "SUCCESS"), ("p1", "SUCCESS"), ("p2", "FAILURE"), ("p2", "SUCCESS"), ("p3", "SUCCESS"),
         ("p4", "SUCCESS")]
-    wait_until(lambda: harness.progress(group, cgroup)["inflightTotal"] == 0, 30,
-               lambda: f"the push consumer's acks never cleared the in-flight count: {harness.progress(group, cgroup)}")
 
 
 def _revive_records(broker, cluster: str = harness.CLUSTER) -> list[tuple[int, str, bytes]]:
@@ -544,8 +536,7 @@ def test_a_crashed_master_loses_no_in_flight_message_and_its_slave_holds_the_sam
     g = crash_group
     topic, cgroup = harness.unique("v2crash"), harness.unique("v2group")
     harness.create_topic(g, topic, 2)
-    producer = client()
-    producer.call(op="producer", endpoint=g.master.grpc_addr, topics=[topic])
+    producer = _producer(client, g, topic)
     sent = {producer.call(op="send", topic=topic, body=f"m{i}")["message_id"] for i in range(20)}
     consumer = _consumer(client, g, topic, cgroup)
     first = _receive_until(consumer, 10, invisible_s=300, batch=5)
