@@ -8,6 +8,7 @@ Stop is TERM then KILL; ``kill()`` is SIGKILL (a crash); ``pause()``/``resume()`
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import secrets
@@ -30,10 +31,19 @@ TEST_HA_AUTH_SECRET = secrets.token_hex(32)
 HA_AUTH_KEYS = {"haAuthSecret", "haAuthSecretFile", "haUnsafeAllowUnauthenticatedSlaves"}
 
 
+_RECENT_PORTS: collections.deque[int] = collections.deque(maxlen=1024)
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and not among the last ports this process handed out: the OS may give the same ephemeral
+    port twice in a row, and a broker whose listenPort and haListenPort coincide does not boot."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _RECENT_PORTS:
+            _RECENT_PORTS.append(port)
+            return port
 
 
 class PortConflict(RuntimeError):
