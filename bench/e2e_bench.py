@@ -30,10 +30,8 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,7 +41,7 @@ sys.path.insert(0, str(REPO))
 from bench.report import print_table, write_json
 from common import event_loop
 from client import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
-from harness.procs import Broker, Namesrv
+from harness.procs import Broker, scratch_broker
 
 MiB = 1024 * 1024
 VARIANTS = {  # producer settings; "roundrobin" is the producer before pipelining and sticky queues
@@ -269,21 +267,16 @@ def median_rows(results: list[dict]) -> list[dict]:
 
 
 async def main_async(args) -> list[dict]:
-    work = Path(tempfile.mkdtemp(prefix="e2e-bench-"))
-    ns = Namesrv(work / "namesrv").start()
-    broker = Broker(
-        work / "broker",
-        name="broker-bench",
-        namesrv_addr=ns.addr,
+    results = []
+    with scratch_broker(
+        "e2e-bench-",
         role="ASYNC_MASTER",
         flushDiskType="ASYNC_FLUSH",
         mappedFileSizeCommitLog=1024 * MiB,
         # One pull may carry a whole --pull-batch (RocketMQ caps in-memory pulls at 32 messages / 256 KiB).
         maxTransferCountOnMessageInMemory=max(32, args.pull_batch),
         maxTransferBytesOnMessageInMemory=max(262_144, args.pull_batch * (args.body + 512)),
-    ).start()
-    results = []
-    try:
+    ) as (_, ns, broker):
         print(f"broker settled after {await settle(broker.pid):.1f} s (boot-time file warm-up excluded)", flush=True)
         names = [v.strip() for v in args.variants.split(",") if v.strip()]
         if args.warmup > 0:  # unmeasured: the first seconds of a fresh broker cost ~30% more CPU per message
@@ -297,10 +290,6 @@ async def main_async(args) -> list[dict]:
                 row["run"] = run
                 results.append(row)
                 print(json.dumps(row), flush=True)
-    finally:
-        broker.stop()
-        ns.stop()
-        shutil.rmtree(work, ignore_errors=True)
     return results
 
 

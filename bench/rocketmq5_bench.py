@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -42,7 +41,7 @@ from bench.report import print_table, write_json
 from client import AdminClient, Message, Producer
 from common import event_loop
 from harness.rocketmq5 import Rmq5Client, client_python
-from harness.procs import Broker, Namesrv
+from harness.procs import Broker, scratch_broker
 
 
 async def make_topic(ns_addr: str, broker: Broker, topic: str, queues: int) -> None:
@@ -121,13 +120,10 @@ def floor_send(count: int) -> dict:
 
 async def main_async(args) -> list[dict]:
     python = client_python()
-    work = Path(tempfile.mkdtemp(prefix="rmq5-bench-"))
-    ns = Namesrv(work / "namesrv").start()
-    broker = Broker(work / "broker", name="broker-bench", namesrv_addr=ns.addr, role="ASYNC_MASTER",
-                    flushDiskType="ASYNC_FLUSH", mappedFileSizeCommitLog=256 * 1024 * 1024).start()
     results: list[dict] = []
-    clients: list[Rmq5Client] = []
-    try:
+    with (scratch_broker("rmq5-bench-", role="ASYNC_MASTER", flushDiskType="ASYNC_FLUSH",
+                         mappedFileSizeCommitLog=256 * 1024 * 1024) as (work, ns, broker),
+          contextlib.ExitStack() as clients):  # the clients close before the broker stops
         print(f"broker settled after {await settle(broker.pid):.1f} s", flush=True)
         stamp = int(time.time() * 1000) % 10_000_000
         topic, sdk_topic = f"BenchRmq5_{stamp}", f"BenchRmq5Sdk_{stamp}"
@@ -135,7 +131,7 @@ async def main_async(args) -> list[dict]:
         await make_topic(ns.addr, broker, sdk_topic, args.queues)
 
         producer = Rmq5Client(python, work / "producer")
-        clients.append(producer)
+        clients.callback(producer.close)
         producer.call(timeout_s=60, op="producer", endpoint=broker.grpc_addr, topics=[topic])
         producer.call(op="send", topic=topic, body="warm")  # route and settings outside the window
         _, elapsed, c0, c1 = measure(broker, lambda: producer.call(timeout_s=600, op="send_many", topic=topic,
@@ -144,7 +140,7 @@ async def main_async(args) -> list[dict]:
         print(json.dumps(results[-1]), flush=True)
 
         consumer = Rmq5Client(python, work / "consumer")
-        clients.append(consumer)
+        clients.callback(consumer.close)
         consumer.call(timeout_s=60, op="simple_consumer", endpoint=broker.grpc_addr, group=f"BenchRmq5G_{stamp}",
                       topic=topic, await_s=1)
         got, elapsed, c0, c1 = measure(broker, lambda: consumer.call(timeout_s=600, op="drain", invisible_s=60,
@@ -160,12 +156,6 @@ async def main_async(args) -> list[dict]:
         print(json.dumps(results[-1]), flush=True)
         results.append(floor_send(args.count))
         print(json.dumps(results[-1]), flush=True)
-    finally:
-        for c in clients:
-            c.close()
-        broker.stop()
-        ns.stop()
-        shutil.rmtree(work, ignore_errors=True)
     return results
 
 

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.report import print_table, write_json
 from harness.spark_cluster import create_topic, read_topic, send
 from harness.spark_session import build_session
-from harness.procs import Broker, Namesrv
+from harness.procs import scratch_broker
 
 BODY = b"x" * 1024
 
@@ -78,19 +76,14 @@ def main() -> int:
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--name", default="spark_bench", help="results file: bench/results/<name>.json")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="pyrmq-spark-bench-"))
-    ns = Namesrv(work / "ns").start()
-    broker = Broker(
-        work / "b",
-        name="broker-bench",
-        namesrv_addr=ns.addr,
+    results: dict = {"messages": args.messages, "queues": args.queues, "body_bytes": len(BODY)}
+    with scratch_broker(
+        "pyrmq-spark-bench-",
         mappedFileSizeCommitLog=256 * 1024 * 1024,
         mappedFileSizeConsumeQueue=20 * 300_000,
         maxTransferCountOnMessageInMemory=1024,
         maxTransferBytesOnMessageInMemory=4 * 1024 * 1024,
-    ).start()
-    results: dict = {"messages": args.messages, "queues": args.queues, "body_bytes": len(BODY)}
-    try:
+    ) as (work, ns, broker):
         create_topic(broker.addr, ns.addr, "BenchIn", args.queues)
         create_topic(broker.addr, ns.addr, "BenchWarm", 1)
         create_topic(broker.addr, ns.addr, "BenchOut", args.queues)
@@ -111,10 +104,6 @@ def main() -> int:
         results["sink"] = sink_run(spark, ns.addr, "BenchOut", args.messages)
         results["sink_stored"] = len(read_topic(broker.addr, "BenchOut", args.queues)) - 2_000
         spark.stop()
-    finally:
-        broker.stop()
-        ns.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
     src, snk = results["source"], results["sink"]
     print_table(

@@ -9,6 +9,7 @@ Stop is TERM then KILL; ``kill()`` is SIGKILL (a crash); ``pause()``/``resume()`
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import re
 import secrets
@@ -16,7 +17,9 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Self
 
@@ -271,6 +274,18 @@ class Broker(ServerProcess):
         self._values.update(listenPort=self.port, haListenPort=self.ha_port, metricsPromExporterPort=self.metrics_port,
                             grpcServerPort=self.grpc_port)
         write_conf(self.conf_path, self._values)
+
+
+@contextlib.contextmanager
+def scratch_broker(prefix: str, **broker_conf: object) -> Iterator[tuple[Path, Namesrv, Broker]]:
+    """A nameserver and one broker (``broker-bench``) in a new temporary directory, what a benchmark measures
+    against: yields (directory, nameserver, broker); afterwards the broker, then the nameserver stop and the
+    directory is removed."""
+    with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as tmp:
+        work = Path(tmp)
+        with Namesrv(work / "namesrv") as ns:
+            with Broker(work / "broker", name="broker-bench", namesrv_addr=ns.addr, **broker_conf) as broker:
+                yield work, ns, broker
 
 
 def wait_port_closed(port: int, timeout_s: float = 10.0) -> None:
