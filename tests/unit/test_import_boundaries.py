@@ -67,20 +67,29 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports_of(path: Path, module: str) -> set[str]:
-    """Every module the file at ``path`` (the module ``module``) imports: ``from pkg import name`` counts as
-    ``pkg`` and ``pkg.name`` (the graph keeps the names that are modules); relative imports are made absolute."""
+def _import_statements(path: Path, module: str) -> list[tuple[str, list[str]]]:
+    """(module, names) per import in the file at ``path`` (the module ``module``): ``import a.b`` is ("a.b", []),
+    ``from pkg import x, y`` is ("pkg", ["x", "y"]); relative imports are made absolute."""
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-    out: set[str] = set()
+    out: list[tuple[str, list[str]]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
         if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
+            out.extend((alias.name, []) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
-            out.add(base)
-            out.update(f"{base}.{alias.name}" for alias in node.names)
+            out.append((base, [alias.name for alias in node.names]))
+    return out
+
+
+def _imports_of(path: Path, module: str) -> set[str]:
+    """Every module the file imports: ``from pkg import name`` counts as ``pkg`` and ``pkg.name`` (the graph keeps
+    the names that are modules)."""
+    out: set[str] = set()
+    for base, names in _import_statements(path, module):
+        out.add(base)
+        out.update(f"{base}.{name}" for name in names)
     return out
 
 
@@ -131,17 +140,9 @@ def package_import_graph() -> dict[str, set[str]]:
     modules = {_module_name(p): p for p in _all_sources() if "/pb/" not in p.as_posix()}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-            if isinstance(node, ast.Import):
-                deps.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
-                for alias in node.names:
-                    deps.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+        for base, names in _import_statements(path, name):
+            deps.update([f"{base}.{n}" if f"{base}.{n}" in modules else base for n in names] or [base])
         graph[name] = {m for m in deps if m in modules and m != name}
     return graph
 
