@@ -110,3 +110,20 @@ def assert_queues_match_commitlog(store: MessageStore) -> None:
 
 def replace(cfg: MessageStoreConfig, **kw) -> MessageStoreConfig:
     return dataclasses.replace(cfg, **kw)
+
+
+@pytest.fixture
+async def open_store():
+    """``await open_store(config)``: a started MessageStore, stopped at teardown (newest first) unless the test
+    stopped or killed it, so a test that opens stores of its own needs no try/finally."""
+    opened: list[MessageStore] = []
+
+    async def start(config: MessageStoreConfig) -> MessageStore:
+        s = MessageStore(config)
+        await s.start()
+        opened.append(s)
+        return s
+
+    yield start
+    for s in reversed(opened):
+        await s.stop()  # a no-op for a stopped or killed store

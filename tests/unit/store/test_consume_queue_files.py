@@ -41,80 +41,64 @@ async def put_one_per_topic(store: MessageStore, count: int) -> None:
         assert res.status is PutStatus.PUT_OK and res.queue_offset == 0
 
 
-async def test_many_one_message_topics_cost_a_block_each_and_a_bounded_number_of_descriptors(tmp_path):
+async def test_many_one_message_topics_cost_a_block_each_and_a_bounded_number_of_descriptors(tmp_path, open_store):
     fds_before = open_fds()
-    store = MessageStore(many_queue_config(tmp_path / "store"))
-    await store.start()
-    try:
-        await put_one_per_topic(store, TOPICS)
-        # Preallocated, this was TOPICS x 6 MB = 3 GB; sparse with a one-page reservation it is one block each.
-        cq_bytes = allocated_bytes(store.config.consume_queue_dir)
-        assert cq_bytes <= TOPICS * 2 * 4096, cq_bytes
-        # Two descriptors per open consume-queue file, at most OPEN_LIMIT of them (was 2 x TOPICS).
-        assert int(store.runtime_info()["consumeQueueOpenFiles"]) <= OPEN_LIMIT
-        assert open_fds() - fds_before <= 2 * OPEN_LIMIT + 16
-        for i in range(TOPICS):  # every queue still reads back, reopening its file on demand
-            got = store.get_message("g", f"auto-{i}", i % 8, 0, 4)
-            assert got.status is GetStatus.FOUND
-            assert [m.body for m in iter_records(b"".join(got.records))] == [b"only %d" % i]
-        assert open_fds() - fds_before <= 2 * OPEN_LIMIT + 16
-    finally:
-        await store.stop()
+    store = await open_store(many_queue_config(tmp_path / "store"))
+    await put_one_per_topic(store, TOPICS)
+    # Preallocated, this was TOPICS x 6 MB = 3 GB; sparse with a one-page reservation it is one block each.
+    cq_bytes = allocated_bytes(store.config.consume_queue_dir)
+    assert cq_bytes <= TOPICS * 2 * 4096, cq_bytes
+    # Two descriptors per open consume-queue file, at most OPEN_LIMIT of them (was 2 x TOPICS).
+    assert int(store.runtime_info()["consumeQueueOpenFiles"]) <= OPEN_LIMIT
+    assert open_fds() - fds_before <= 2 * OPEN_LIMIT + 16
+    for i in range(TOPICS):  # every queue still reads back, reopening its file on demand
+        got = store.get_message("g", f"auto-{i}", i % 8, 0, 4)
+        assert got.status is GetStatus.FOUND
+        assert [m.body for m in iter_records(b"".join(got.records))] == [b"only %d" % i]
+    assert open_fds() - fds_before <= 2 * OPEN_LIMIT + 16
 
 
-async def test_a_restart_with_many_queues_opens_them_lazily_and_recovers_every_one(tmp_path):
+async def test_a_restart_with_many_queues_opens_them_lazily_and_recovers_every_one(tmp_path, open_store):
     config = many_queue_config(tmp_path / "store")
-    store = MessageStore(config)
-    await store.start()
+    store = await open_store(config)
     await put_one_per_topic(store, 200)
     await store.kill()  # crash: recovery reads and truncates the queues, within the bound
     fds_before = open_fds()
-    store = MessageStore(config)
-    await store.start()
-    try:
-        assert open_fds() - fds_before <= 2 * OPEN_LIMIT + 16
-        assert_queues_match_commitlog(store)
-        res = await store.put_messages("auto-7", 7, [draft(b"second")])
-        assert (res.status, res.queue_offset) == (PutStatus.PUT_OK, 1)
-        assert open_fds() - fds_before <= 2 * OPEN_LIMIT + 16
-    finally:
-        await store.stop()
+    store = await open_store(config)
+    assert open_fds() - fds_before <= 2 * OPEN_LIMIT + 16
+    assert_queues_match_commitlog(store)
+    res = await store.put_messages("auto-7", 7, [draft(b"second")])
+    assert (res.status, res.queue_offset) == (PutStatus.PUT_OK, 1)
+    assert open_fds() - fds_before <= 2 * OPEN_LIMIT + 16
 
 
-async def test_parking_a_consume_queue_file_never_invalidates_a_view_already_handed_out(tmp_path):
-    store = MessageStore(small_config(tmp_path / "store", max_open_consume_queue_files=1))
-    await store.start()
-    try:
-        await store.put_messages("A", 0, [draft(b"a0"), draft(b"a1")])
-        cq = store.consume_queues.find("A", 0)
-        units = cq.read_units(0, 2)  # a view of A's consume-queue mapping
-        before = bytes(units)
-        await store.put_messages("B", 0, [draft(b"b0")])  # opening B's file parks A's (limit 1)
-        assert cq.files.last.parked
-        assert bytes(units) == before and UNIT.unpack_from(units, UNIT_SIZE)[1] > 0
-        got = store.get_message("g", "A", 0, 0, 8)  # and A reopens on the next read
-        assert [m.body for m in iter_records(b"".join(got.records))] == [b"a0", b"a1"]
-    finally:
-        await store.stop()
+async def test_parking_a_consume_queue_file_never_invalidates_a_view_already_handed_out(tmp_path, open_store):
+    store = await open_store(small_config(tmp_path / "store", max_open_consume_queue_files=1))
+    await store.put_messages("A", 0, [draft(b"a0"), draft(b"a1")])
+    cq = store.consume_queues.find("A", 0)
+    units = cq.read_units(0, 2)  # a view of A's consume-queue mapping
+    before = bytes(units)
+    await store.put_messages("B", 0, [draft(b"b0")])  # opening B's file parks A's (limit 1)
+    assert cq.files.last.parked
+    assert bytes(units) == before and UNIT.unpack_from(units, UNIT_SIZE)[1] > 0
+    got = store.get_message("g", "A", 0, 0, 8)  # and A reopens on the next read
+    assert [m.body for m in iter_records(b"".join(got.records))] == [b"a0", b"a1"]
 
 
-async def test_a_parked_file_with_unflushed_units_is_flushed_through_a_temporary_descriptor(tmp_path):
-    store = MessageStore(small_config(tmp_path / "store", max_open_consume_queue_files=1))
-    await store.start()
-    try:
-        await store.put_messages("A", 0, [draft()])
-        await store.put_messages("B", 0, [draft()])
-        cq = store.consume_queues.find("A", 0)
-        assert cq.files.last.parked and cq.dirty_bytes() == UNIT_SIZE
-        cq.flush_sync()
-        assert cq.dirty_bytes() == 0 and cq.files.last.parked  # flushing did not reopen it
-    finally:
-        await store.stop()
+async def test_a_parked_file_with_unflushed_units_is_flushed_through_a_temporary_descriptor(tmp_path, open_store):
+    store = await open_store(small_config(tmp_path / "store", max_open_consume_queue_files=1))
+    await store.put_messages("A", 0, [draft()])
+    await store.put_messages("B", 0, [draft()])
+    cq = store.consume_queues.find("A", 0)
+    assert cq.files.last.parked and cq.dirty_bytes() == UNIT_SIZE
+    cq.flush_sync()
+    assert cq.dirty_bytes() == 0 and cq.files.last.parked  # flushing did not reopen it
 
 
-async def test_no_space_for_a_consume_queue_block_refuses_the_put_before_any_byte_is_written(tmp_path, monkeypatch):
-    store = MessageStore(small_config(tmp_path / "store"))
-    await store.start()
+async def test_no_space_for_a_consume_queue_block_refuses_the_put_before_any_byte_is_written(
+    tmp_path, monkeypatch, open_store
+):
+    store = await open_store(small_config(tmp_path / "store"))
     try:
         end = store.max_phy_offset
 
@@ -127,22 +111,17 @@ async def test_no_space_for_a_consume_queue_block_refuses_the_put_before_any_byt
         assert store.max_phy_offset == end and store.max_offset_in_queue("Fresh", 0) == 0
     finally:
         monkeypatch.undo()
-        await store.stop()
 
 
 @pytest.mark.parametrize("units", [1, 204, 205, 5000])
-async def test_blocks_are_reserved_ahead_of_the_writes_in_growing_steps(tmp_path, units):
-    store = MessageStore(small_config(tmp_path / "store", mapped_file_size_consume_queue=CQ_FILE))
-    await store.start()
-    try:
-        for start in range(0, units, 100):
-            n = min(100, units - start)
-            assert (await store.put_messages("T", 0, [draft()] * n)).status is PutStatus.PUT_OK
-        mf = store.consume_queues.find("T", 0).files.last
-        assert mf.wrote_position == units * UNIT_SIZE <= mf.allocated_position
-        assert os.stat(mf.path).st_blocks * 512 >= mf.allocated_position
-        # Never more than one step ahead: the data, doubled, rounded to a page (min 4 KiB, max 1 MiB).
-        assert mf.allocated_position <= max(2 * units * UNIT_SIZE + 2 * 4096, 4096)
-        assert_queues_match_commitlog(store)
-    finally:
-        await store.stop()
+async def test_blocks_are_reserved_ahead_of_the_writes_in_growing_steps(tmp_path, units, open_store):
+    store = await open_store(small_config(tmp_path / "store", mapped_file_size_consume_queue=CQ_FILE))
+    for start in range(0, units, 100):
+        n = min(100, units - start)
+        assert (await store.put_messages("T", 0, [draft()] * n)).status is PutStatus.PUT_OK
+    mf = store.consume_queues.find("T", 0).files.last
+    assert mf.wrote_position == units * UNIT_SIZE <= mf.allocated_position
+    assert os.stat(mf.path).st_blocks * 512 >= mf.allocated_position
+    # Never more than one step ahead: the data, doubled, rounded to a page (min 4 KiB, max 1 MiB).
+    assert mf.allocated_position <= max(2 * units * UNIT_SIZE + 2 * 4096, 4096)
+    assert_queues_match_commitlog(store)

@@ -8,14 +8,13 @@ import threading
 
 from broker.config import FlushDiskType
 from broker.store.flush import GroupCommitService
-from broker.store.message_store import MessageStore
 from broker.store.types import PutStatus
 from harness.waiting import async_wait_until
 
 from .conftest import draft, small_config
 
 
-async def test_sync_flush_group_commit_shares_fdatasync_between_concurrent_puts(tmp_path, monkeypatch):
+async def test_sync_flush_group_commit_shares_fdatasync_between_concurrent_puts(tmp_path, monkeypatch, open_store):
     calls = []
     real = os.fdatasync
 
@@ -24,25 +23,21 @@ async def test_sync_flush_group_commit_shares_fdatasync_between_concurrent_puts(
         real(fd)
 
     monkeypatch.setattr(os, "fdatasync", counting)
-    s = MessageStore(
+    s = await open_store(
         small_config(tmp_path / "s", flush_disk_type=FlushDiskType.SYNC_FLUSH, mapped_file_size_commit_log=4 << 20)
     )
-    await s.start()
-    try:
-        calls.clear()
-        puts = 400
-        results = await asyncio.gather(*(s.put_messages("T", i % 4, [draft(b"x" * 200)]) for i in range(puts)))
-        assert all(r.status is PutStatus.PUT_OK for r in results)
-        assert s.flushed_phy_offset >= max(r.next_offset for r in results)
-        commitlog_syncs = s.group_commit.syncs
-        assert 0 < commitlog_syncs < puts / 2, f"{commitlog_syncs} group commits for {puts} puts"
-        assert len(calls) < puts
-    finally:
-        await s.stop()
+    calls.clear()
+    puts = 400
+    results = await asyncio.gather(*(s.put_messages("T", i % 4, [draft(b"x" * 200)]) for i in range(puts)))
+    assert all(r.status is PutStatus.PUT_OK for r in results)
+    assert s.flushed_phy_offset >= max(r.next_offset for r in results)
+    commitlog_syncs = s.group_commit.syncs
+    assert 0 < commitlog_syncs < puts / 2, f"{commitlog_syncs} group commits for {puts} puts"
+    assert len(calls) < puts
 
 
-async def test_sync_flush_times_out_with_flush_disk_timeout_but_keeps_the_message(tmp_path, monkeypatch):
-    s = MessageStore(
+async def test_sync_flush_times_out_with_flush_disk_timeout_but_keeps_the_message(tmp_path, monkeypatch, open_store):
+    s = await open_store(
         small_config(
             tmp_path / "s",
             flush_disk_type=FlushDiskType.SYNC_FLUSH,
@@ -50,7 +45,6 @@ async def test_sync_flush_times_out_with_flush_disk_timeout_but_keeps_the_messag
             flush_interval_consume_queue=60_000,
         )
     )
-    await s.start()
     await s.put_messages("T", 0, [draft(b"warm-up")])  # files exist: only the disk sync is slow below
     release = threading.Event()
     real = os.fdatasync
@@ -68,28 +62,24 @@ async def test_sync_flush_times_out_with_flush_disk_timeout_but_keeps_the_messag
         assert skip.status is PutStatus.PUT_OK
     finally:
         release.set()
-        await s.stop()
 
 
-async def test_async_flush_reaches_the_write_offset_in_the_background(tmp_path):
-    s = MessageStore(small_config(tmp_path / "s", flush_interval_commit_log=10, flush_commit_log_thorough_interval=20))
-    await s.start()
-    try:
-        await s.put_messages("T", 0, [draft(b"x" * 100)])
-        assert s.flushed_phy_offset < s.max_phy_offset  # below the least-pages threshold: not flushed at once
-        await async_wait_until(
-            lambda: s.flushed_phy_offset == s.max_phy_offset,
-            5.0,
-            lambda: f"flushed {s.flushed_phy_offset} of {s.max_phy_offset}",
-            interval_s=0.01,
-        )
-    finally:
-        await s.stop()
+async def test_async_flush_reaches_the_write_offset_in_the_background(tmp_path, open_store):
+    s = await open_store(
+        small_config(tmp_path / "s", flush_interval_commit_log=10, flush_commit_log_thorough_interval=20)
+    )
+    await s.put_messages("T", 0, [draft(b"x" * 100)])
+    assert s.flushed_phy_offset < s.max_phy_offset  # below the least-pages threshold: not flushed at once
+    await async_wait_until(
+        lambda: s.flushed_phy_offset == s.max_phy_offset,
+        5.0,
+        lambda: f"flushed {s.flushed_phy_offset} of {s.max_phy_offset}",
+        interval_s=0.01,
+    )
 
 
-async def test_stop_flushes_everything_and_writes_the_checkpoint(tmp_path):
-    s = MessageStore(small_config(tmp_path / "s", flush_interval_commit_log=60_000))
-    await s.start()
+async def test_stop_flushes_everything_and_writes_the_checkpoint(tmp_path, open_store):
+    s = await open_store(small_config(tmp_path / "s", flush_interval_commit_log=60_000))
     res = await s.put_messages("T", 0, [draft()])
     await s.stop()
     assert s.flushed_phy_offset == s.max_phy_offset
@@ -98,9 +88,8 @@ async def test_stop_flushes_everything_and_writes_the_checkpoint(tmp_path):
     assert int.from_bytes(data[8:16], "big") == res.store_timestamp
 
 
-async def test_sync_flush_and_replica_wait_run_together_and_the_replica_status_wins(tmp_path):
-    s = MessageStore(small_config(tmp_path / "s", flush_disk_type=FlushDiskType.SYNC_FLUSH))
-    await s.start()
+async def test_sync_flush_and_replica_wait_run_together_and_the_replica_status_wins(tmp_path, open_store):
+    s = await open_store(small_config(tmp_path / "s", flush_disk_type=FlushDiskType.SYNC_FLUSH))
     seen = []
 
     async def waiter(next_offset):
@@ -108,12 +97,9 @@ async def test_sync_flush_and_replica_wait_run_together_and_the_replica_status_w
         return PutStatus.SLAVE_NOT_AVAILABLE, "no slave connected"
 
     s.set_replica_waiter(waiter)
-    try:
-        res = await s.put_messages("T", 0, [draft()])
-        assert res.status is PutStatus.SLAVE_NOT_AVAILABLE and res.remark == "no slave connected"
-        assert s.flushed_phy_offset >= res.next_offset and seen[0][0] == res.next_offset
-    finally:
-        await s.stop()
+    res = await s.put_messages("T", 0, [draft()])
+    assert res.status is PutStatus.SLAVE_NOT_AVAILABLE and res.remark == "no slave connected"
+    assert s.flushed_phy_offset >= res.next_offset and seen[0][0] == res.next_offset
 
 
 async def test_a_senders_deadline_before_sync_flush_timeout_answers_flush_disk_timeout_then():
@@ -131,4 +117,3 @@ async def test_a_senders_deadline_before_sync_flush_timeout_answers_flush_disk_t
         assert status is PutStatus.FLUSH_DISK_TIMEOUT and "the sender's deadline" in remark
     finally:
         release.set()
-        await gc.stop()

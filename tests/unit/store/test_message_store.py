@@ -72,30 +72,23 @@ async def test_tag_filter_checks_code_then_string(store):
     assert none.status is GetStatus.NO_MATCHED_MESSAGE and none.next_begin_offset == 3
 
 
-async def test_transfer_caps_pick_memory_or_disk_limits_and_max_total_bytes(tmp_path):
-    s = MessageStore(
+async def test_transfer_caps_pick_memory_or_disk_limits_and_max_total_bytes(tmp_path, open_store):
+    s = await open_store(
         small_config(tmp_path / "s", max_transfer_count_on_message_in_memory=4, max_transfer_count_on_message_in_disk=2)
     )
-    await s.start()
-    try:
-        await s.put_messages("T", 0, [draft(b"x" * 100) for _ in range(10)])
-        hot = s.get_message("g", "T", 0, 0, 32)
-        assert len(hot.records) == 4 and not hot.suggest_pulling_from_slave
-        capped = s.get_message("g", "T", 0, 0, 32, max_total_bytes=1)
-        assert len(capped.records) == 1  # always at least one message
-    finally:
-        await s.stop()
-    cold = MessageStore(
+    await s.put_messages("T", 0, [draft(b"x" * 100) for _ in range(10)])
+    hot = s.get_message("g", "T", 0, 0, 32)
+    assert len(hot.records) == 4 and not hot.suggest_pulling_from_slave
+    capped = s.get_message("g", "T", 0, 0, 32, max_total_bytes=1)
+    assert len(capped.records) == 1  # always at least one message
+    await s.stop()
+    cold = await open_store(
         small_config(tmp_path / "s", access_message_in_memory_max_ratio=0, max_transfer_count_on_message_in_disk=2)
     )
-    await cold.start()
-    try:
-        got = cold.get_message("g", "T", 0, 0, 32)
-        assert len(got.records) == 2 and got.suggest_pulling_from_slave and got.next_begin_offset == 2
-        last = cold.get_message("g", "T", 0, 9, 32)
-        assert last.suggest_pulling_from_slave  # RocketMQ measures from the last unit start, so still "behind"
-    finally:
-        await cold.stop()
+    got = cold.get_message("g", "T", 0, 0, 32)
+    assert len(got.records) == 2 and got.suggest_pulling_from_slave and got.next_begin_offset == 2
+    last = cold.get_message("g", "T", 0, 9, 32)
+    assert last.suggest_pulling_from_slave  # RocketMQ measures from the last unit start, so still "behind"
 
 
 @pytest.mark.parametrize(
@@ -116,43 +109,33 @@ async def test_transfer_caps_pick_memory_or_disk_limits_and_max_total_bytes(tmp_
         ("T", 0, [MessageDraft("text")], PutStatus.MESSAGE_ILLEGAL, "bytes"),
     ],
 )
-async def test_bad_input_gets_its_status_and_writes_nothing(tmp_path, topic, queue_id, drafts, status, words):
-    s = MessageStore(small_config(tmp_path / "s", max_message_size=1024))
-    await s.start()
-    try:
-        await s.put_messages("T", 0, [draft(b"before")])
-        prefetched = tmp_path / "s" / "commitlog" / f"{SMALL_FILE:020d}"
-        await async_wait_until(prefetched.exists, 5.0, "the allocator to pre-create the next commitlog file")
-        await s.allocator.wait_idle()  # the file exists before it is sized and mapped: snapshot it once created
-        before = disk_snapshot(tmp_path / "s")
-        max_before = s.max_phy_offset
-        res = await s.put_messages(topic, queue_id, drafts)
-        assert res.status is status and words in res.remark
-        assert s.max_phy_offset == max_before and s.max_offset_in_queue("T", 0) == 1
-        assert disk_snapshot(tmp_path / "s") == before
-    finally:
-        await s.stop()
+async def test_bad_input_gets_its_status_and_writes_nothing(
+    tmp_path, topic, queue_id, drafts, status, words, open_store
+):
+    s = await open_store(small_config(tmp_path / "s", max_message_size=1024))
+    await s.put_messages("T", 0, [draft(b"before")])
+    prefetched = tmp_path / "s" / "commitlog" / f"{SMALL_FILE:020d}"
+    await async_wait_until(prefetched.exists, 5.0, "the allocator to pre-create the next commitlog file")
+    await s.allocator.wait_idle()  # the file exists before it is sized and mapped: snapshot it once created
+    before = disk_snapshot(tmp_path / "s")
+    max_before = s.max_phy_offset
+    res = await s.put_messages(topic, queue_id, drafts)
+    assert res.status is status and words in res.remark
+    assert s.max_phy_offset == max_before and s.max_offset_in_queue("T", 0) == 1
+    assert disk_snapshot(tmp_path / "s") == before
 
 
-async def test_record_larger_than_a_commitlog_file_is_illegal(tmp_path):
-    s = MessageStore(small_config(tmp_path / "s", mapped_file_size_commit_log=4096))
-    await s.start()
-    try:
-        res = await s.put_messages("T", 0, [draft(b"x" * 4096)])
-        assert res.status is PutStatus.MESSAGE_ILLEGAL and "mappedFileSizeCommitLog=4096" in res.remark
-        assert s.max_phy_offset == 0
-    finally:
-        await s.stop()
+async def test_record_larger_than_a_commitlog_file_is_illegal(tmp_path, open_store):
+    s = await open_store(small_config(tmp_path / "s", mapped_file_size_commit_log=4096))
+    res = await s.put_messages("T", 0, [draft(b"x" * 4096)])
+    assert res.status is PutStatus.MESSAGE_ILLEGAL and "mappedFileSizeCommitLog=4096" in res.remark
+    assert s.max_phy_offset == 0
 
 
-async def test_slave_refuses_puts_and_names_the_master(tmp_path):
-    s = MessageStore(small_config(tmp_path / "s", broker_role=BrokerRole.SLAVE))
-    await s.start()
-    try:
-        res = await s.put_messages("T", 0, [draft()])
-        assert res.status is PutStatus.SERVICE_NOT_AVAILABLE and "SLAVE" in res.remark and "master" in res.remark
-    finally:
-        await s.stop()
+async def test_slave_refuses_puts_and_names_the_master(tmp_path, open_store):
+    s = await open_store(small_config(tmp_path / "s", broker_role=BrokerRole.SLAVE))
+    res = await s.put_messages("T", 0, [draft()])
+    assert res.status is PutStatus.SERVICE_NOT_AVAILABLE and "SLAVE" in res.remark and "master" in res.remark
 
 
 async def test_stopped_store_refuses_puts(store):
@@ -269,19 +252,15 @@ async def test_runtime_info_has_broker_status_keys(store):
     assert info["putMessageTimesTotal"] == "1" and info["commitLogMaxOffset"] == str(store.max_phy_offset)
 
 
-async def test_clean_restart_keeps_everything(config, store):
+async def test_clean_restart_keeps_everything(config, store, open_store):
     await store.put_messages("T", 0, [draft(b"a"), draft(b"b")])
     end = store.max_phy_offset
     await store.stop()
-    again = MessageStore(config)
-    await again.start()
-    try:
-        assert again.max_phy_offset == end and again.max_offset_in_queue("T", 0) == 2
-        res = await again.put_messages("T", 0, [draft(b"c")])
-        assert res.queue_offset == 2 and res.wrote_offset == end
-        assert_queues_match_commitlog(again)
-    finally:
-        await again.stop()
+    again = await open_store(config)
+    assert again.max_phy_offset == end and again.max_offset_in_queue("T", 0) == 2
+    res = await again.put_messages("T", 0, [draft(b"c")])
+    assert res.queue_offset == 2 and res.wrote_offset == end
+    assert_queues_match_commitlog(again)
 
 
 def test_store_refuses_files_of_another_size(tmp_path):
@@ -307,16 +286,12 @@ async def test_scan_commitlog_yields_every_record_across_files(store):
     assert [o for o, _ in scanned] == offsets and [q for _, q in scanned] == list(range(80))
 
 
-async def test_warm_mapped_files_are_pretouched_in_the_background_and_work(tmp_path):
-    s = MessageStore(small_config(tmp_path / "s", warm_mapped_file_enable=True))
-    await s.start()
-    try:
-        for _ in range(70):  # past the first file: the second one was created (and warmed) by the allocator
-            assert (await s.put_messages("T", 0, [draft(b"w" * 1000)])).status is PutStatus.PUT_OK
-        assert len(s.commitlog.files.files) == 2 and s.allocator.created >= 2
-        assert_queues_match_commitlog(s)
-    finally:
-        await s.stop()
+async def test_warm_mapped_files_are_pretouched_in_the_background_and_work(tmp_path, open_store):
+    s = await open_store(small_config(tmp_path / "s", warm_mapped_file_enable=True))
+    for _ in range(70):  # past the first file: the second one was created (and warmed) by the allocator
+        assert (await s.put_messages("T", 0, [draft(b"w" * 1000)])).status is PutStatus.PUT_OK
+    assert len(s.commitlog.files.files) == 2 and s.allocator.created >= 2
+    assert_queues_match_commitlog(s)
 
 
 async def test_a_second_process_on_the_same_store_fails_with_a_clear_error(config, store):

@@ -94,10 +94,9 @@ async def test_garbage_over_the_last_record_or_after_the_end_is_cut_off(tmp_path
     await reopen_and_check(root, end, len(offsets))
 
 
-async def test_a_corrupt_record_in_an_older_file_drops_everything_after_it(tmp_path):
+async def test_a_corrupt_record_in_an_older_file_drops_everything_after_it(tmp_path, open_store):
     root = tmp_path / "s"
-    s = MessageStore(small_config(root))
-    await s.start()
+    s = await open_store(small_config(root))
     offsets = []
     for _ in range(100):  # ~1.6 files of 64 KiB
         offsets += (await s.put_messages("T", 0, [draft(b"x" * 1000)])).physical_offsets
@@ -123,33 +122,26 @@ async def test_consume_queue_ahead_of_a_cut_commitlog_is_truncated(tmp_path):
     await reopen_and_check(root, offsets[-3], len(offsets) - 3)
 
 
-async def test_abort_marker_exists_while_running_and_goes_on_clean_stop(tmp_path):
-    s = MessageStore(small_config(tmp_path / "s"))
-    await s.start()
+async def test_abort_marker_exists_while_running_and_goes_on_clean_stop(tmp_path, open_store):
+    s = await open_store(small_config(tmp_path / "s"))
     assert (tmp_path / "s" / "abort").exists()
     await s.stop()
     assert not (tmp_path / "s" / "abort").exists()
     assert (tmp_path / "s" / "checkpoint").stat().st_size == 4096
 
 
-async def test_recovery_after_crash_with_an_empty_commitlog(tmp_path):
-    s = MessageStore(small_config(tmp_path / "s"))
-    await s.start()
+async def test_recovery_after_crash_with_an_empty_commitlog(tmp_path, open_store):
+    s = await open_store(small_config(tmp_path / "s"))
     await s.kill()
-    again = MessageStore(small_config(tmp_path / "s"))
-    await again.start()
-    try:
-        assert again.max_phy_offset == 0
-        assert (await again.put_messages("T", 0, [draft()])).status is PutStatus.PUT_OK
-    finally:
-        await again.stop()
+    again = await open_store(small_config(tmp_path / "s"))
+    assert again.max_phy_offset == 0
+    assert (await again.put_messages("T", 0, [draft()])).status is PutStatus.PUT_OK
 
 
-async def test_files_prepared_for_a_batch_that_never_came_are_dropped_on_recovery(tmp_path):
+async def test_files_prepared_for_a_batch_that_never_came_are_dropped_on_recovery(tmp_path, open_store):
     root = tmp_path / "s"
     cfg = small_config(root)
-    s = MessageStore(cfg)
-    await s.start()
+    s = await open_store(cfg)
     await s.put_messages("T", 0, [draft()])
     cq = s.consume_queues.find("T", 0)
     # A crash between preparing consume-queue files for a huge batch and writing it.
@@ -159,18 +151,14 @@ async def test_files_prepared_for_a_batch_that_never_came_are_dropped_on_recover
     end = s.max_phy_offset
     await s.kill()
     assert all(mf.path.exists() for mf in ready)
-    again = MessageStore(cfg)
-    await again.start()
-    try:
-        assert again.max_phy_offset == end and again.max_offset_in_queue("T", 0) == 1
-        res = await again.put_messages("T", 0, [draft(b"next")])
-        assert res.queue_offset == 1
-        assert_queues_match_commitlog(again)
-    finally:
-        await again.stop()
+    again = await open_store(cfg)
+    assert again.max_phy_offset == end and again.max_offset_in_queue("T", 0) == 1
+    res = await again.put_messages("T", 0, [draft(b"next")])
+    assert res.queue_offset == 1
+    assert_queues_match_commitlog(again)
 
 
-async def test_crash_recovery_starts_at_the_file_the_checkpoint_vouches_for(tmp_path, monkeypatch):
+async def test_crash_recovery_starts_at_the_file_the_checkpoint_vouches_for(tmp_path, monkeypatch, open_store):
     from broker.store import put as put_path
     from broker.store.dispatcher import Dispatcher
 
@@ -178,15 +166,13 @@ async def test_crash_recovery_starts_at_the_file_the_checkpoint_vouches_for(tmp_
     monkeypatch.setattr(put_path, "now_ms", lambda: clock[0])
     root = tmp_path / "s"
     cfg = small_config(root)
-    s = MessageStore(cfg)
-    await s.start()
+    s = await open_store(cfg)
     for _ in range(3):  # three files, 10 s of store time apart
         for _ in range(55):
             await s.put_messages("T", 0, [draft(b"x" * 1000)])
         clock[0] += 10_000
     await s.stop()  # checkpoint: last store time
-    s = MessageStore(cfg)
-    await s.start()
+    s = await open_store(cfg)
     clock[0] += 10_000
     for _ in range(60):  # a fourth file, newer than the checkpoint
         await s.put_messages("T", 0, [draft(b"y" * 1000)])
@@ -201,13 +187,9 @@ async def test_crash_recovery_starts_at_the_file_the_checkpoint_vouches_for(tmp_
         return await real(self, begin, stop)
 
     monkeypatch.setattr(Dispatcher, "dispatch", spy)
-    again = MessageStore(cfg)
-    await again.start()
-    try:
-        # 60 records fill a file, so file 1 starts with store time +10 s and file 2 with +20 s, the checkpoint's
-        # time. min = checkpoint - 3 s: the newest file whose first record is that old is file 1.
-        assert len(files) == 4 and begins == [files[1]]
-        assert again.max_phy_offset == end
-        assert_queues_match_commitlog(again)
-    finally:
-        await again.stop()
+    again = await open_store(cfg)
+    # 60 records fill a file, so file 1 starts with store time +10 s and file 2 with +20 s, the checkpoint's
+    # time. min = checkpoint - 3 s: the newest file whose first record is that old is file 1.
+    assert len(files) == 4 and begins == [files[1]]
+    assert again.max_phy_offset == end
+    assert_queues_match_commitlog(again)
