@@ -86,6 +86,15 @@ async def watch_commits(nodes: dict[str, Broker], h: History, stop: asyncio.Even
             await c.close()
 
 
+async def commits_at_queue_ends(admin: AdminClient, addr: str) -> bool:
+    """The group's committed offset on ``addr`` is the end of each of the topic's queues there."""
+    for q in range(QUEUES):
+        end = (await admin.queue_offsets(addr, TOPIC, q)).max_offset
+        if await admin.query_consumer_offset(addr, GROUP, TOPIC, q) != end:
+            return False
+    return True
+
+
 async def test_with_the_master_down_consumers_read_the_slave_producers_use_the_other_group_and_nothing_rolls_back(
         tmp_path, namesrv):
     ma = master(tmp_path, namesrv, "broker-a", "SYNC_MASTER", sub="a0", slaveReadEnable=True)
@@ -159,14 +168,8 @@ async def test_with_the_master_down_consumers_read_the_slave_producers_use_the_o
         assert all(st is SendStatus.SEND_OK for st, _, _ in late.values())
         # the SDK commits to the slave while the master is unreachable: its offsets reach the queues' ends
         async with AdminClient(namesrv.addr) as a2:
-            async def slave_has_final_commits() -> bool:
-                for q in range(QUEUES):
-                    end = (await a2.queue_offsets(sa.addr, TOPIC, q)).max_offset
-                    if await a2.query_consumer_offset(sa.addr, GROUP, TOPIC, q) != end:
-                        return False
-                return True
-
-            await async_wait_until(slave_has_final_commits, 20, "the consumer's commits on the slave", 0.2)
+            await async_wait_until(lambda: commits_at_queue_ends(a2, sa.addr), 20,
+                                   "the consumer's commits on the slave", 0.2)
             slave_commits = {q: await a2.query_consumer_offset(sa.addr, GROUP, TOPIC, q) for q in range(QUEUES)}
 
         # --- it comes back ------------------------------------------------------------------------------------
@@ -205,11 +208,7 @@ async def test_with_the_master_down_consumers_read_the_slave_producers_use_the_o
 
         async def master_has_all_commits() -> bool:
             async with AdminClient(namesrv.addr) as a3:
-                for q in range(QUEUES):
-                    mx = (await a3.queue_offsets(ma.addr, TOPIC, q)).max_offset
-                    if await a3.query_consumer_offset(ma.addr, GROUP, TOPIC, q) != mx:
-                        return False
-            return True
+                return await commits_at_queue_ends(a3, ma.addr)
 
         await async_wait_until(master_has_all_commits, 30, "the consumer's final commits on the returned master", 0.3)
         served_by_master = int((await admin.broker_runtime_info(ma.addr)).get("msgGetTotal", "0"))
