@@ -67,8 +67,8 @@ def group_config(name: str, **overrides: Any) -> dict[str, Any]:
 
 
 @dataclass
-class Sent:
-    """A send answer: the response command and its header fields (spec §3.6)."""
+class Answer:
+    """A broker's response command, with its code and remark at hand."""
 
     command: RemotingCommand
 
@@ -79,6 +79,11 @@ class Sent:
     @property
     def remark(self) -> str:
         return self.command.remark or ""
+
+
+@dataclass
+class Sent(Answer):
+    """A send answer: the response command and its header fields (spec §3.6)."""
 
     @property
     def ext(self) -> dict[str, str]:
@@ -103,17 +108,8 @@ class Sent:
 
 
 @dataclass
-class Pulled:
-    command: RemotingCommand
+class Pulled(Answer):
     messages: list[StoredMessage]
-
-    @property
-    def code(self) -> int:
-        return self.command.code
-
-    @property
-    def remark(self) -> str:
-        return self.command.remark or ""
 
     def _long(self, name: str) -> int:
         return int((self.command.ext or {})[name])
