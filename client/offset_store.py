@@ -7,7 +7,10 @@ RemoteBrokerOffsetStore: QUERY_CONSUMER_OFFSET (14; QUERY_NOT_FOUND 22 = nothing
 UPDATE_CONSUMER_OFFSET (15), sent two-way so the store knows which node took a commit. Target (spec §6.2): the
 group's master while it is in the route and reachable, else another node of the group (the slave, which accepts
 and persists commits). "Reachable" uses the shared HealthTracker, so commits move to the slave as soon as the
-master fails a call, not after a route refresh.
+master fails a call, not after a route refresh. ``persist_all`` skips an offset only when the node it would go
+to now already took it: an offset the master took just before it died is committed again to the slave, whose
+copy (synced from the master every few seconds) may be older. RocketMQ's client re-sends every offset on each
+persist; this sends one commit per queue per change of node.
 
 LocalFileOffsetStore: ``<base_dir>/<group>/offsets.json`` written atomically (common/persist.py), keys
 ``topic@brokerName@queueId``.
@@ -55,7 +58,7 @@ class RemoteBrokerOffsetStore(_InMemoryOffsets):
         self.routes = routes
         self.remoting = remoting
         self.timeout_s = timeout_s
-        self._persisted: dict[MessageQueue, int] = {}
+        self._persisted: dict[MessageQueue, tuple[str, int]] = {}  # the node that took each offset, and the offset
 
     def remove(self, mq: MessageQueue) -> None:
         super().remove(mq)
@@ -80,6 +83,13 @@ class RemoteBrokerOffsetStore(_InMemoryOffsets):
             raise BrokerNotFoundError(mq.broker_name)
         return out
 
+    async def _preferred(self, mq: MessageQueue) -> str | None:
+        """The node a commit of ``mq`` would go to first now; None when no node is known (the commit will say so)."""
+        try:
+            return (await self._targets(mq))[0]
+        except MQClientError:
+            return None
+
     def _ext(self, mq: MessageQueue) -> dict[str, str]:
         return {"consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id)}
 
@@ -99,7 +109,7 @@ class RemoteBrokerOffsetStore(_InMemoryOffsets):
                 continue
             if resp.code != ResponseCode.SUCCESS:
                 raise BrokerError(resp.code, resp.remark or "", addr, request=what)
-            self._persisted[mq] = offset
+            self._persisted[mq] = (addr, offset)
             return addr
         assert last is not None
         raise last
@@ -133,12 +143,15 @@ class RemoteBrokerOffsetStore(_InMemoryOffsets):
             await self.commit(mq, offset)
 
     async def persist_all(self, mqs: list[MessageQueue] | None = None) -> int:
-        """Commit every changed offset (of ``mqs`` if given); failures are logged. Returns the commits made."""
-        todo = [
-            (mq, off)
-            for mq, off in self._offsets.items()
-            if (mqs is None or mq in mqs) and off >= 0 and self._persisted.get(mq) != off
-        ]
+        """Commit each offset (of ``mqs`` if given) that the node it would go to now has not taken yet; failures are
+        logged. Returns the commits made."""
+        todo = []
+        for mq, off in list(self._offsets.items()):
+            if (mqs is not None and mq not in mqs) or off < 0:
+                continue
+            if self._persisted.get(mq) == (await self._preferred(mq), off):
+                continue
+            todo.append((mq, off))
         if not todo:
             return 0
         results = await asyncio.gather(*(self.commit(mq, off) for mq, off in todo), return_exceptions=True)

@@ -88,6 +88,23 @@ async def test_with_the_master_down_pulls_and_offset_commits_go_to_the_slave(nam
     assert await admin.query_consumer_offset(slave.addr, group, topic, 0) == 20
 
 
+async def test_an_offset_the_master_took_before_it_died_is_committed_again_to_the_slave(namesrv, admin, group_pair):
+    # The slave copies offsets from its master every few seconds: what the master took last may never reach it.
+    master, slave = group_pair
+    topic, mq = await fill_topic(namesrv, admin, master, slave, 20)
+    group = unique("G_recommit")
+    async with PullConsumer(group, namesrv.addr) as puller:
+        got = await puller.pull(mq, 0, max_nums=10)
+        assert await puller.commit_offset(mq, got.next_begin_offset) == master.addr
+        assert await puller.offsets.persist_all() == 0  # the node it would go to has it already
+        master.kill()
+        after = await puller.pull(mq, got.next_begin_offset, max_nums=1, timeout_s=5.0)  # finds the master down
+        assert after.broker_addr == slave.addr
+        assert await puller.offsets.persist_all() == 1
+        assert await puller.offsets.persist_all() == 0
+    assert await admin.query_consumer_offset(slave.addr, group, topic, 0) == got.next_begin_offset
+
+
 async def test_a_push_consumer_consumes_from_the_slave_while_the_master_is_down(namesrv, admin, group_pair):
     master, slave = group_pair
     topic, mq = await fill_topic(namesrv, admin, master, slave, 20)
