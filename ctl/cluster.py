@@ -117,7 +117,7 @@ def broker_status(
     out = Output(json)
 
     def report(cluster: Cluster) -> list[str]:
-        addrs = [broker_addr] if broker_addr else [r.addr for r in cluster.brokers(cluster_name)]
+        addrs = cluster.target_addrs(broker_addr, cluster_name, masters_only=False)
         tables = {addr: cluster.run(cluster.client.broker_runtime_info(addr)) for addr in addrs}
         lines: list[str] = []
         for addr, table in tables.items():

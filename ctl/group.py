@@ -119,7 +119,7 @@ def update_sub_group(
     out = Output(json)
     done, failed = [], []
     with Cluster(namesrv) as cluster:
-        addrs = [broker_addr] if broker_addr else [r.addr for r in cluster.masters(cluster_name)]
+        addrs = cluster.target_addrs(broker_addr, cluster_name)
         for addr in addrs:
             try:
                 cluster.run(cluster.client.update_subscription_group(addr, group, **_fields(cfg)))
@@ -153,7 +153,7 @@ def delete_sub_group(
 
     out = Output(json)
     with Cluster(namesrv) as cluster:
-        addrs = [broker_addr] if broker_addr else [r.addr for r in cluster.masters(cluster_name)]
+        addrs = cluster.target_addrs(broker_addr, cluster_name)
         for addr in addrs:
             cluster.run(cluster.client.delete_subscription_group(addr, group, remove_offset=truthy(remove_offset)))
             where = f" in cluster [{cluster_name}]" if cluster_name else ""

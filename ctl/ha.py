@@ -124,7 +124,7 @@ def ha_status(
     out = Output(json)
 
     def report(cluster: Cluster) -> list[str]:
-        addrs = [broker_addr] if broker_addr else [r.addr for r in cluster.masters(cluster_name)]
+        addrs = cluster.target_addrs(broker_addr, cluster_name)
         reports = [ha_report(addr, cluster.run(cluster.client.ha_status(addr))) for addr in addrs]
         lines: list[str] = []
         for i, one in enumerate(reports):

@@ -111,6 +111,14 @@ class Cluster:
             raise UnknownName("cluster", cluster, [], hint="no master of it is registered; check `mqctl clusterList`")
         return masters
 
+    def target_addrs(self, broker_addr: str | None, cluster: str | None, *, masters_only: bool = True) -> list[str]:
+        """The addresses a ``-b | -c`` command acts on (after ``one_target``): -b's, else every master of -c, or
+        every broker of it with ``masters_only=False``."""
+        if broker_addr:
+            return [broker_addr]
+        assert cluster is not None, "one_target lets exactly one of -b and -c through"
+        return [r.addr for r in (self.masters(cluster) if masters_only else self.brokers(cluster))]
+
     def broker_names(self) -> list[str]:
         return sorted(self.cluster_info().broker_addr_table)
 
