@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from client.message import local_ip
-from client.rpc import ClientRemoting
+from client.rpc import ClientRemoting, best_effort
 from remoting import fastjson
 from remoting.codes import RequestCode
 from remoting.message_codec import TagFilter, java_string_hash
@@ -91,7 +91,7 @@ def heartbeat_body(
 async def send_heartbeats(remoting: ClientRemoting, addrs: Iterable[str], body: bytes, timeout_s: float) -> int:
     """HEART_BEAT to every address at once; returns how many answered SUCCESS (failures are logged)."""
     results = await asyncio.gather(
-        *(remoting.call_quietly(addr, RequestCode.HEART_BEAT, None, body, timeout_s=timeout_s) for addr in addrs)
+        *(best_effort(remoting.call(addr, RequestCode.HEART_BEAT, None, body, timeout_s=timeout_s)) for addr in addrs)
     )
     return sum(results)
 
@@ -112,5 +112,5 @@ async def unregister(
     if consumer_group:
         ext["consumerGroup"] = consumer_group
     await asyncio.gather(
-        *(remoting.call_quietly(addr, RequestCode.UNREGISTER_CLIENT, ext, timeout_s=timeout_s) for addr in addrs)
+        *(best_effort(remoting.call(addr, RequestCode.UNREGISTER_CLIENT, ext, timeout_s=timeout_s)) for addr in addrs)
     )

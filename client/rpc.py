@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 
 from client.errors import BrokerError, BrokerUnreachableError, MQClientError, RequestTimeout
 from remoting.client import RemotingClient
@@ -95,6 +95,20 @@ def command(code: int, ext: Mapping[str, str] | None = None, body: Body = b"") -
     return RemotingCommand(code, ext=dict(ext) if ext is not None else None, body=body)
 
 
+async def best_effort(call: Awaitable[RemotingCommand]) -> bool:
+    """Await a ``ClientRemoting.call`` of a best-effort request (heartbeat, unregister): True on SUCCESS; a refusal
+    is logged as a warning, a transport failure at debug level."""
+    try:
+        await call
+    except BrokerError as exc:
+        log.warning("%s", exc)
+        return False
+    except MQClientError as exc:
+        log.debug("%s", exc)
+        return False
+    return True
+
+
 class ClientRemoting:
     """The remoting side of one SDK instance: its RemotingClient and the HealthTracker its route choices use."""
 
@@ -142,28 +156,6 @@ class ClientRemoting:
         if response.code != ResponseCode.SUCCESS:
             raise BrokerError(response.code, response.remark or "", addr, request=name)
         return response
-
-    async def call_quietly(
-        self,
-        addr: str,
-        code: int,
-        ext: Mapping[str, str] | None = None,
-        body: Body = b"",
-        *,
-        timeout_s: float,
-        what: str = "",
-    ) -> bool:
-        """``call`` for best-effort requests (heartbeat, unregister): True on SUCCESS; failures are logged. Its
-        parameters are ``call``'s, spelled out so both signatures stay typed."""
-        try:
-            await self.call(addr, code, ext, body, timeout_s=timeout_s, what=what)
-        except BrokerError as exc:
-            log.warning("%s", exc)
-            return False
-        except MQClientError as exc:
-            log.debug("%s", exc)
-            return False
-        return True
 
     async def oneway(self, addr: str, code: int, ext: Mapping[str, str] | None = None, body: Body = b"") -> bool:
         """Send without waiting for an answer (RocketMQ's invokeOneway); False when the connection failed."""
