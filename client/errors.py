@@ -1,8 +1,8 @@
 """Errors the SDK raises: each carries the values involved, a hint (the next step) and ``retriable``.
 
 Retry logic asks the error (``err.retriable``), never a list of types (aiokafka's KafkaError habit).
-Transport failures (the peer did not answer) are ``BrokerUnreachableError`` / ``RequestTimeout``; answers
-with a non-success code are ``BrokerError``, whose ``retriable`` depends on the code.
+Transport failures (the peer did not answer) are ``NoAnswerError``: ``BrokerUnreachableError`` or
+``RequestTimeout``; answers with a non-success code are ``BrokerError``, whose ``retriable`` depends on the code.
 """
 
 from __future__ import annotations
@@ -108,34 +108,42 @@ def _hint_for(code: int) -> str:
     return "see the broker log for details"
 
 
-class BrokerUnreachableError(MQClientError):
-    """The transport failed: connection refused or lost before the answer, or too many requests waiting on it."""
+class NoAnswerError(MQClientError):
+    """No answer came from ``addr``: the transport failed or the deadline passed. Another broker, or this one a
+    little later, may answer."""
 
     retriable = True
 
-    def __init__(self, addr: str, status: str, details: str = "", *, request: str = "") -> None:
+    def __init__(self, addr: str, problem: str, *, request: str, hint: str) -> None:
         what = f"{request} to " if request else ""
+        super().__init__(f"{what}{addr} {problem}", hint=hint)
+        self.addr = addr
+
+
+class BrokerUnreachableError(NoAnswerError):
+    """The transport failed: connection refused or lost before the answer, or too many requests waiting on it."""
+
+    def __init__(self, addr: str, status: str, details: str = "", *, request: str = "") -> None:
         super().__init__(
-            f"{what}{addr} failed: {status}{': ' + details if details else ''}",
+            addr,
+            f"failed: {status}{': ' + details if details else ''}",
+            request=request,
             hint="the server is down or unreachable; the client avoids it for a few seconds and retries elsewhere",
         )
-        self.addr = addr
         self.status = status
         self.details = details
 
 
-class RequestTimeout(MQClientError):
+class RequestTimeout(NoAnswerError):
     """No answer within the deadline; the request may or may not have been applied."""
 
-    retriable = True
-
     def __init__(self, addr: str, timeout_s: float, *, request: str = "") -> None:
-        what = f"{request} to " if request else ""
         super().__init__(
-            f"{what}{addr} got no answer within {timeout_s:.1f}s",
+            addr,
+            f"got no answer within {timeout_s:.1f}s",
+            request=request,
             hint="the server is slow, paused or partitioned; a retried send may be stored twice",
         )
-        self.addr = addr
         self.timeout_s = timeout_s
 
 

@@ -56,7 +56,7 @@ def _role(cluster, ref, runtime: dict[str, str]) -> str:
 
 def cluster_rows(cluster, cluster_name: str | None = None) -> list[dict]:
     """One row per registered broker address; a broker that does not answer shows as UNREACHABLE."""
-    from client.errors import BrokerUnreachableError, RequestTimeout
+    from client.errors import NoAnswerError
 
     rows = []
     for ref in cluster.brokers(cluster_name):
@@ -68,7 +68,7 @@ def cluster_rows(cluster, cluster_name: str | None = None) -> list[dict]:
         }
         try:
             runtime = cluster.run(cluster.client.broker_runtime_info(ref.addr))
-        except (BrokerUnreachableError, RequestTimeout):
+        except NoAnswerError:
             row.update(role="UNREACHABLE", version=None, inTps=None, outTps=None, hour=None, space=None, activated=None)
             rows.append(row)
             continue
