@@ -75,6 +75,11 @@ def _mq(key: Any, what: str) -> dict[str, Any]:
     raise AdminBodyError(what, f"map key {key!r} is not a MessageQueue")
 
 
+def _queue_entries(obj: dict[str, Any], what: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """A stats answer's ``offsetTable`` ({MessageQueue: {...}}) as (queue, entry) pairs; a null entry is {}."""
+    return [(_mq(key, what), value or {}) for key, value in _table(obj, "offsetTable", what).items()]
+
+
 def _int(value: Any) -> int:
     """A number field: a JSON integer or its ASCII decimal text (``remoting.headers.parse_int``)."""
     try:
@@ -205,10 +210,8 @@ def parse_topic_stats(body: bytes, topic: str) -> TopicStats:
     what = f"GET_TOPIC_STATS_INFO {topic}"
     broker_name = ""
     queues = []
-    for key, value in _table(load_object(body, what), "offsetTable", what).items():
-        mq = _mq(key, what)
+    for mq, value in _queue_entries(load_object(body, what), what):
         broker_name = broker_name or str(mq.get("brokerName", ""))
-        value = value or {}
         queues.append(
             QueueStat(
                 _int(mq.get("queueId", 0)),
@@ -245,9 +248,7 @@ def parse_consume_stats(body: bytes, group: str) -> ConsumeStats:
     what = f"GET_CONSUME_STATS {group}"
     obj = load_object(body, what)
     queues = []
-    for key, value in _table(obj, "offsetTable", what).items():
-        mq = _mq(key, what)
-        value = value or {}
+    for mq, value in _queue_entries(obj, what):
         queues.append(
             QueueConsumeStat(
                 str(mq.get("topic", "")),
