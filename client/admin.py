@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any
 
 from client import admin_bodies as bodies
 from client.errors import BrokerError, NoRouteError
+from client.lifecycle import Lifecycle
 from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult
 from client.namesrv import NamesrvClient, parse_body
 from client.route_cache import TopicRoute, default_route_data, route_from_data
@@ -61,7 +62,7 @@ class QueueRange:
     max_offset: int  # the next offset to be written (0 for an empty queue)
 
 
-class AdminClient:
+class AdminClient(Lifecycle):
     def __init__(self, namesrv_addr: str, *, timeout_s: float = 5.0) -> None:
         self.timeout_s = timeout_s
         self.remoting = ClientRemoting(name="pyrmq-admin")
@@ -74,12 +75,6 @@ class AdminClient:
 
     async def stop(self) -> None:
         await self.remoting.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.stop()
 
     # helpers ------------------------------------------------------------------------------------------------
     def _ns(self) -> NamesrvClient:

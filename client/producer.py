@@ -53,7 +53,6 @@ import time
 from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Self
 
 from client.batch_policy import BatchPolicy
 from client.errors import (
@@ -65,6 +64,7 @@ from client.errors import (
     RequestTimeout,
 )
 from client.heartbeat import heartbeat_body, new_client_id, send_heartbeats, unregister
+from client.lifecycle import Lifecycle
 from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult
 from client.namesrv import NamesrvClient
 from client.queue_choice import QueueChoice
@@ -160,7 +160,7 @@ def _drop_exception(fut: asyncio.Future) -> None:
         fut.exception()
 
 
-class Producer:
+class Producer(Lifecycle):
     def __init__(
         self,
         group: str,
@@ -275,12 +275,6 @@ class Producer:
         )
         await self.routes.stop()
         await self.remoting.close()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(self, *exc) -> None:
-        await self.stop()
 
     # sending ----------------------------------------------------------------------------------------------
     def send(self, msg: Message) -> Awaitable[SendResult]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Self
 
 from client.errors import ClientStateError
 from client.heartbeat import (
@@ -24,6 +23,7 @@ from client.heartbeat import (
     subscription_data,
     unregister,
 )
+from client.lifecycle import Lifecycle
 from client.message import MessageQueue
 from client.namesrv import NamesrvClient
 from client.offset_store import RemoteBrokerOffsetStore
@@ -35,7 +35,7 @@ from common.service import Service
 __all__ = ["PullConsumer", "PullResult", "PullStatus"]
 
 
-class PullConsumer:
+class PullConsumer(Lifecycle):
     def __init__(
         self,
         group: str,
@@ -116,12 +116,6 @@ class PullConsumer:
             self._topics.add(topic)
             if self._heartbeat_task is None or self._heartbeat_task.done():
                 self._heartbeat_task = self._svc.spawn("heartbeat.now", self._heartbeat())
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(self, *exc) -> None:
-        await self.stop()
 
     def _check(self) -> None:
         if self._state != "started":

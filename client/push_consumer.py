@@ -35,7 +35,6 @@ import enum
 import logging
 import time
 from pathlib import Path
-from typing import Self
 
 from client.consume_service import ConsumeService, ConsumeStatus, Listener
 from client.errors import BrokerError, ClientStateError, MQClientError
@@ -47,6 +46,7 @@ from client.heartbeat import (
     subscription_data,
     unregister,
 )
+from client.lifecycle import Lifecycle
 from client.message import MessageQueue
 from client.namesrv import NamesrvClient, parse_body
 from client.offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
@@ -80,7 +80,7 @@ class ConsumeFromWhere(enum.Enum):
 MISSING_ROUTE_RETRY_S = 2.0  # how often a subscribed topic without a route (yet) is looked up again
 
 
-class PushConsumer:
+class PushConsumer(Lifecycle):
     def __init__(
         self,
         group: str,
@@ -232,12 +232,6 @@ class PushConsumer:
         self._state = "stopped"
         await self.routes.stop()
         await self.remoting.close()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(self, *exc) -> None:
-        await self.stop()
 
     # heartbeats -------------------------------------------------------------------------------------------
     def _all_broker_addrs(self) -> set[str]:
