@@ -233,10 +233,8 @@ class Producer(Lifecycle):
 
     async def stop(self, timeout_s: float | None = None) -> None:
         """Send everything already accepted (within ``timeout_s``, default send_timeout_s + 1), then close."""
-        if self._state != "started":
-            self._state = "stopped"
+        if not self._begin_stop():
             return
-        self._state = "stopping"
         deadline = time.monotonic() + (self.send_timeout_s + 1 if timeout_s is None else timeout_s)
         while True:  # parked first sends may open new batches once their route arrives: loop until quiet
             for ts in self._topics.values():

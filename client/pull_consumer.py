@@ -73,8 +73,7 @@ class PullConsumer(Lifecycle):
         return self
 
     async def stop(self) -> None:
-        if self._state != "started":
-            self._state = "stopped"
+        if not self._begin_stop():
             return
         self._state = "stopped"
         await self._svc.stop(timeout_s=1.0)

@@ -211,10 +211,8 @@ class PushConsumer(Lifecycle):
         return self
 
     async def stop(self) -> None:
-        if self._state != "started":
-            self._state = "stopped"
+        if not self._begin_stop():
             return
-        self._state = "stopping"
         self._rebalance_now.set()
         pqs = list(self._pqs.values())
         for pq in pqs:
