@@ -14,9 +14,7 @@ one more 1 KiB message in a request costs a few µs (spec/performance.md Part C)
   masters, staying on one queue for up to ``sticky_queue_bytes`` or ``sticky_queue_ms`` while requests to it
   are still in flight.
 - A sealed batch is one request on the broker's remoting connection (``client.rpc``; many requests in flight
-  on one connection): SEND_BATCH_MESSAGE (320) with the body from ``remoting.message_codec.encode_batch``, or
-  SEND_MESSAGE_V2 (310) when it holds one message. The V2 header carries the batch's WAIT (messages that differ
-  in ``wait_store_msg_ok`` go in different batches) and, for a dedup producer, pyrmq's ``dedup=true`` ext field.
+  on one connection), SEND_MESSAGE_V2 (310) or SEND_BATCH_MESSAGE (320) as ``client.send_batch`` builds it.
   At most ``max_inflight_per_queue`` requests run per queue; sealed batches beyond that wait in order and go out
   as earlier requests of that queue finish.
 
@@ -50,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
@@ -70,11 +67,11 @@ from client.namesrv import NamesrvClient
 from client.queue_choice import QueueChoice
 from client.route_cache import RouteCache, TopicRoute
 from client.rpc import ClientRemoting, command
+from client.send_batch import QueueSlot, SendBatch, fail_waiting
 from common.service import Service
-from remoting.codes import RequestCode, ResponseCode
-from remoting.headers import INT_MAX, INT_MIN, parse_int
-from remoting.message_codec import MessageCodecError, encode_batch
-from remoting.message_headers import TIMEOUT_FIELD, SendHeader
+from remoting.codes import ResponseCode
+from remoting.message_codec import MessageCodecError
+from remoting.message_headers import TIMEOUT_FIELD
 
 log = logging.getLogger(__name__)
 
@@ -101,46 +98,6 @@ RETRY_CODES = frozenset(
         ResponseCode.SYSTEM_BUSY,
     }
 )
-WAIT_FALSE = "WAIT\x01false"
-
-
-class _Batch:
-    __slots__ = (
-        "body",
-        "cap",
-        "code",
-        "deadline",
-        "entries",
-        "ext",
-        "futures",
-        "ids",
-        "mq",
-        "nbytes",
-        "sealed",
-        "wait",
-    )
-
-    def __init__(self, mq: MessageQueue, deadline: float, cap: int, wait: bool) -> None:
-        self.mq = mq
-        self.cap = cap  # most messages this batch takes (batch_policy.cap at opening)
-        self.wait = wait  # the request's WAIT: every message of a batch shares it
-        self.entries: list[tuple[int, bytes, bytes]] = []  # (flag, body, properties) for encode_batch
-        self.ids: list[str] = []
-        self.futures: list[asyncio.Future] = []
-        self.nbytes = 0
-        self.deadline = deadline
-        self.sealed = False
-        self.code = 0  # the request code and header, built once at the first attempt (retries change queueId)
-        self.ext: dict[str, str] | None = None
-        self.body: bytes = b""
-
-
-class _QueueSlot:
-    __slots__ = ("inflight", "waiting")
-
-    def __init__(self) -> None:
-        self.inflight = 0
-        self.waiting: deque[_Batch] = deque()
 
 
 class _TopicState:
@@ -150,9 +107,20 @@ class _TopicState:
         self.topic = topic
         self.route: TopicRoute | None = None
         self.choice = choice
-        self.open: _Batch | None = None
+        self.open: SendBatch | None = None
         self.parked: list[tuple[Message, asyncio.Future]] = []
         self.route_task: asyncio.Task | None = None
+
+    def use(self, route: TopicRoute) -> None:
+        """Send by ``route`` from now on; a new route starts the queue rotation over."""
+        if route is not self.route:
+            self.route = route
+            self.choice.reset()
+
+    def fail_parked(self, err: MQClientError) -> int:
+        """Fail the first sends still waiting for the route with ``err``; how many were."""
+        parked, self.parked = self.parked, []
+        return fail_waiting((fut for _, fut in parked), err)
 
 
 def _drop_exception(fut: asyncio.Future) -> None:
@@ -209,8 +177,8 @@ class Producer(Lifecycle):
             default_topic_queue_nums=default_topic_queue_nums,
         )
         self._topics: dict[str, _TopicState] = {}
-        self._slots: dict[MessageQueue, _QueueSlot] = {}
-        self._held: dict[str, list[tuple[_TopicState, _Batch]]] = {}  # broker name -> due batches waiting
+        self._slots: dict[MessageQueue, QueueSlot] = {}
+        self._held: dict[str, list[tuple[_TopicState, SendBatch]]] = {}  # broker name -> due batches waiting
         self._tasks: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._svc = Service(f"producer.{group}")
@@ -258,10 +226,7 @@ class Producer(Lifecycle):
             while slot.waiting:
                 self._fail(slot.waiting.popleft(), closed)
         for ts in self._topics.values():
-            for _, fut in ts.parked:
-                if not fut.done():
-                    fut.set_exception(closed)
-            ts.parked.clear()
+            ts.fail_parked(closed)
         self._state = "stopped"
         await self._svc.stop(timeout_s=1.0)
         await unregister(
@@ -334,17 +299,16 @@ class Producer(Lifecycle):
         return fut
 
     # batching ---------------------------------------------------------------------------------------------
-    def _open_batch(self, ts: _TopicState, wait: bool) -> _Batch:
+    def _open_batch(self, ts: _TopicState, wait: bool) -> SendBatch:
         cached = self.routes.cached(ts.topic)
-        if cached is not None and cached is not ts.route:
-            ts.route = cached
-            ts.choice.reset()
+        if cached is not None:
+            ts.use(cached)
         route = ts.route
         assert route is not None
         mq = ts.choice.pick(route.publish_queues, self._healthy, self._queue_in_flight, self.max_inflight_per_queue)
         if mq is None:
             raise NoRouteError(ts.topic, "no writable queue on a master broker")
-        batch = _Batch(mq, time.monotonic() + self.send_timeout_s, self.policy.cap(), wait)
+        batch = SendBatch(mq, time.monotonic() + self.send_timeout_s, self.policy.cap(), wait)
         ts.open = batch
         loop = self._loop
         assert loop is not None
@@ -362,7 +326,7 @@ class Producer(Lifecycle):
         slot = self._slots.get(mq)
         return 0 if slot is None else slot.inflight
 
-    def _due(self, ts: _TopicState, batch: _Batch) -> None:
+    def _due(self, ts: _TopicState, batch: SendBatch) -> None:
         """The batch's linger is over: seal it, unless the policy holds it until its broker answers a request."""
         if batch.sealed or ts.open is not batch:
             return  # sealed by size already
@@ -379,7 +343,7 @@ class Producer(Lifecycle):
             for ts, batch in held:
                 self._seal(ts, batch)
 
-    def _seal(self, ts: _TopicState, batch: _Batch) -> None:
+    def _seal(self, ts: _TopicState, batch: SendBatch) -> None:
         if ts.open is batch:
             ts.open = None
         if batch.sealed or not batch.futures:
@@ -390,13 +354,13 @@ class Producer(Lifecycle):
         self.policy.sealed(len(batch.futures))
         slot = self._slots.get(batch.mq)
         if slot is None:
-            slot = self._slots[batch.mq] = _QueueSlot()
+            slot = self._slots[batch.mq] = QueueSlot()
         if slot.inflight < self.max_inflight_per_queue:
             self._dispatch(slot, batch)
         else:
             slot.waiting.append(batch)
 
-    def _dispatch(self, slot: _QueueSlot, batch: _Batch) -> None:
+    def _dispatch(self, slot: QueueSlot, batch: SendBatch) -> None:
         slot.inflight += 1
         self.policy.sent(batch.mq.broker_name)
         loop = self._loop
@@ -405,7 +369,7 @@ class Producer(Lifecycle):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run_batch(self, slot: _QueueSlot, batch: _Batch) -> None:
+    async def _run_batch(self, slot: QueueSlot, batch: SendBatch) -> None:
         broker = batch.mq.broker_name  # a retry may move the batch; its request slot stays where it was taken
         try:
             await self._send_batch(batch)
@@ -424,36 +388,11 @@ class Producer(Lifecycle):
             if broker in self._held:  # after the senders this batch just completed had their turn to join
                 asyncio.get_running_loop().call_soon(self._release_held, broker)
 
-    def _build_request(self, batch: _Batch) -> None:
-        """The request of a sealed batch: 310 for one message, else 320 with the codec's batch body."""
-        entries = batch.entries
-        if len(entries) == 1:
-            flag, body, props = entries[0]
-            batch.code = RequestCode.SEND_MESSAGE_V2
-            batch.body = body
-            properties = props.decode() if batch.wait else f"{props.decode()}\x02{WAIT_FALSE}"
-        else:
-            flag = 0
-            batch.code = RequestCode.SEND_BATCH_MESSAGE
-            batch.body = encode_batch(entries)
-            properties = "" if batch.wait else WAIT_FALSE
-        batch.ext = SendHeader(
-            producer_group=self.group,
-            topic=batch.mq.topic,
-            default_topic_queue_nums=self.default_topic_queue_nums,
-            queue_id=batch.mq.queue_id,
-            flag=flag,
-            properties=properties,
-            batch=len(entries) > 1,
-            broker_name=batch.mq.broker_name,
-            dedup=self.dedup,
-        ).to_v2()
-
-    async def _send_batch(self, batch: _Batch) -> None:
+    async def _send_batch(self, batch: SendBatch) -> None:
         ts = self._topics[batch.mq.topic]
         mq = batch.mq
         try:
-            self._build_request(batch)
+            batch.build_request(self.group, self.default_topic_queue_nums, self.dedup)
         except MessageCodecError as exc:
             self._fail(batch, MQClientError(f"batch to {mq} cannot be encoded: {exc.message}", hint=exc.hint))
             return
@@ -489,7 +428,7 @@ class Producer(Lifecycle):
                 continue
             status = SEND_STATUS_BY_CODE.get(resp.code)
             if status is not None:
-                self._complete(batch, mq, resp.ext or {}, status)
+                batch.complete(mq, resp.ext or {}, status)
                 return
             last_error = BrokerError(resp.code, resp.remark or "", addr, request=request)
             if resp.code not in RETRY_CODES:
@@ -504,36 +443,11 @@ class Producer(Lifecycle):
         route = self.routes.cached(ts.topic) or ts.route
         if route is None or not route.publish_queues:
             return failed
-        if route is not ts.route:
-            ts.route = route
-            ts.choice.reset()
+        ts.use(route)
         return ts.choice.rotate(route.publish_queues, self._healthy, avoid_broker=failed.broker_name) or failed
 
-    def _complete(self, batch: _Batch, mq: MessageQueue, ext: dict[str, str], status) -> None:
-        """SendMessageResponseHeader (spec §3.6): ``msgId`` (offset ids, comma-joined), ``queueId``,
-        ``queueOffset`` (of the first message)."""
-        try:
-            queue_id = parse_int(ext.get("queueId", mq.queue_id), INT_MIN, INT_MAX)
-            base = parse_int(ext.get("queueOffset", -1))
-        except ValueError:
-            queue_id, base = mq.queue_id, -1
-        if queue_id != mq.queue_id:
-            mq = MessageQueue(mq.topic, mq.broker_name, queue_id)
-        raw_ids = ext.get("msgId")
-        offset_ids = raw_ids.split(",") if raw_ids else []
-        n_ids = len(offset_ids)
-        ids = batch.ids
-        for i, fut in enumerate(batch.futures):
-            if not fut.done():
-                fut.set_result(
-                    SendResult(status, ids[i], offset_ids[i] if i < n_ids else "", mq, base + i if base >= 0 else -1)
-                )
-
-    def _fail(self, batch: _Batch, err: MQClientError) -> None:
-        for fut in batch.futures:
-            if not fut.done():
-                self.stats.failed += 1
-                fut.set_exception(err)
+    def _fail(self, batch: SendBatch, err: MQClientError) -> None:
+        self.stats.failed += fail_waiting(batch.futures, err)
 
     # first send to a topic --------------------------------------------------------------------------------
     def _park(self, msg: Message, fut: asyncio.Future) -> None:
@@ -554,11 +468,7 @@ class Producer(Lifecycle):
                 raise NoRouteError(ts.topic, "no writable queue on a master broker")
         except Exception as exc:
             err = exc if isinstance(exc, MQClientError) else MQClientError(f"route lookup failed: {exc!r}")
-            parked, ts.parked = ts.parked, []
-            for _, fut in parked:
-                if not fut.done():
-                    self.stats.failed += 1
-                    fut.set_exception(err)
+            self.stats.failed += ts.fail_parked(err)
             self._topics.pop(ts.topic, None)  # the next send asks the nameserver again
             return
         finally:
