@@ -88,6 +88,28 @@ def heartbeat_body(
     )
 
 
+def consumer_heartbeat_body(
+    client_id: str,
+    group: str,
+    subscriptions: Iterable[tuple[str, str]],
+    sub_version: int,
+    *,
+    consume_type: str,
+    message_model: str,
+    consume_from_where: str,
+) -> bytes:
+    """HeartbeatData of a client that is one consumer of ``group``, subscribed to each (topic, tag expression)."""
+    subs = [subscription_data(topic, expression, sub_version) for topic, expression in subscriptions]
+    consumer = consumer_data(
+        group,
+        consume_type=consume_type,
+        message_model=message_model,
+        consume_from_where=consume_from_where,
+        subscriptions=subs,
+    )
+    return heartbeat_body(client_id, consumers=[consumer])
+
+
 async def send_heartbeats(remoting: ClientRemoting, addrs: Iterable[str], body: bytes, timeout_s: float) -> int:
     """HEART_BEAT to every address at once; returns how many answered SUCCESS (failures are logged)."""
     results = await asyncio.gather(

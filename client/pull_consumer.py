@@ -15,14 +15,7 @@ import asyncio
 import time
 
 from client.errors import ClientStateError
-from client.heartbeat import (
-    consumer_data,
-    heartbeat_body,
-    new_client_id,
-    send_heartbeats,
-    subscription_data,
-    unregister,
-)
+from client.heartbeat import consumer_heartbeat_body, new_client_id, send_heartbeats, unregister
 from client.lifecycle import Lifecycle
 from client.message import MessageQueue
 from client.namesrv import NamesrvClient
@@ -95,17 +88,16 @@ class PullConsumer(Lifecycle):
         addrs = self._broker_addrs()
         if not addrs:
             return
-        subs = [subscription_data(t, "*", self.sub_version) for t in sorted(self._topics)]
-        consumer = consumer_data(
+        body = consumer_heartbeat_body(
+            self.client_id,
             self.group,
+            [(topic, "*") for topic in sorted(self._topics)],
+            self.sub_version,
             consume_type="CONSUME_ACTIVELY",
             message_model="CLUSTERING",
             consume_from_where="CONSUME_FROM_LAST_OFFSET",
-            subscriptions=subs,
         )
-        await send_heartbeats(
-            self.remoting, addrs, heartbeat_body(self.client_id, consumers=[consumer]), self.request_timeout_s
-        )
+        await send_heartbeats(self.remoting, addrs, body, self.request_timeout_s)
 
     async def _use(self, topic: str) -> None:
         """Make sure ``topic`` has a route; the first use of a topic is announced with a heartbeat."""

@@ -38,14 +38,7 @@ from pathlib import Path
 
 from client.consume_service import ConsumeService, ConsumeStatus, Listener
 from client.errors import BrokerError, ClientStateError, MQClientError
-from client.heartbeat import (
-    consumer_data,
-    heartbeat_body,
-    new_client_id,
-    send_heartbeats,
-    subscription_data,
-    unregister,
-)
+from client.heartbeat import consumer_heartbeat_body, new_client_id, send_heartbeats, unregister
 from client.lifecycle import Lifecycle
 from client.message import MessageQueue
 from client.namesrv import NamesrvClient, parse_body
@@ -236,15 +229,15 @@ class PushConsumer(Lifecycle):
         return self.routes.addrs_of(self._subscriptions)
 
     def _heartbeat_body(self) -> bytes:
-        subs = [subscription_data(t, e, self.sub_version) for t, e in sorted(self._subscriptions.items())]
-        consumer = consumer_data(
+        return consumer_heartbeat_body(
+            self.client_id,
             self.group,
+            sorted(self._subscriptions.items()),
+            self.sub_version,
             consume_type="CONSUME_PASSIVELY",
             message_model=self.message_model.value,
             consume_from_where=self.consume_from_where.value,
-            subscriptions=subs,
         )
-        return heartbeat_body(self.client_id, consumers=[consumer])
 
     async def _heartbeat(self) -> None:
         addrs = self._all_broker_addrs()
