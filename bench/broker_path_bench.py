@@ -141,7 +141,16 @@ def _pull_frames(topic: str, count: int) -> list[bytes]:
 
     frames = []
     for n in range(count):
-        header = PullHeader("g-bench", topic, 0, n * PULL, PULL, PULL_SUBSCRIPTION, 0, 0, "*", 0, "TAG", None)
+        header = PullHeader(
+            consumer_group="g-bench",
+            topic=topic,
+            queue_id=0,
+            queue_offset=n * PULL,
+            max_msg_nums=PULL,
+            sys_flag=PULL_SUBSCRIPTION,
+            subscription="*",
+            expression_type="TAG",
+        )
         frames.append(encode_bytes(RemotingCommand(RequestCode.PULL_MESSAGE, ext=header.to_ext()))[4:])
     return frames
 

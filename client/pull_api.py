@@ -175,7 +175,6 @@ class PullAPI:
             subscription=subscription or "*",
             sub_version=self.sub_version,
             expression_type="TAG",
-            max_msg_bytes=None,
         )
         what = f"PULL_MESSAGE {mq}@{offset}"
         resp = await self.remoting.invoke(addr, command(RequestCode.PULL_MESSAGE, header.to_ext()), timeout_s, what)

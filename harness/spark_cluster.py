@@ -86,12 +86,8 @@ def read_topic(broker_addr: str, topic: str, queues: int) -> list[StoredMessage]
                     queue_offset=offset,
                     max_msg_nums=1024,
                     sys_flag=PULL_SUBSCRIPTION,
-                    commit_offset=0,
-                    suspend_timeout_millis=0,
                     subscription="*",
-                    sub_version=0,
                     expression_type="TAG",
-                    max_msg_bytes=None,
                 )
                 request = RemotingCommand(RequestCode.PULL_MESSAGE, ext=header.to_ext())
                 resp = await admin.remoting.invoke(broker_addr, request, 10.0)

@@ -125,20 +125,23 @@ class SendHeader:
         return ext
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class PullHeader:
+    """One pull request's header; pullers name what differs from RocketMQ's defaults (no flags, no commit, no
+    long polling, the broker's registered subscription, no byte cap)."""
+
     consumer_group: str
     topic: str
     queue_id: int
     queue_offset: int
     max_msg_nums: int
-    sys_flag: int
-    commit_offset: int
-    suspend_timeout_millis: int
-    subscription: str | None
-    sub_version: int
-    expression_type: str | None
-    max_msg_bytes: int | None
+    sys_flag: int = 0
+    commit_offset: int = 0
+    suspend_timeout_millis: int = 0
+    subscription: str | None = None
+    sub_version: int = 0
+    expression_type: str | None = None
+    max_msg_bytes: int | None = None
 
     @classmethod
     def parse(cls, ext: dict[str, str] | None) -> PullHeader:

@@ -175,12 +175,8 @@ def _pull(client: SyncClient, addr: str, settings: ReadSettings, rng: Range, off
         queue_offset=offset,
         max_msg_nums=min(settings.pull_batch_size, rng.until - offset),
         sys_flag=PULL_SUBSCRIPTION,
-        commit_offset=0,
-        suspend_timeout_millis=0,
         subscription="*",
-        sub_version=0,
         expression_type="TAG",
-        max_msg_bytes=None,
     )
     return client.submit(addr, RequestCode.PULL_MESSAGE, header.to_ext(), timeout_s=settings.request_timeout_s)
 

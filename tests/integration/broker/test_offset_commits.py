@@ -86,7 +86,17 @@ async def test_refused_oneway_commits_leave_one_rate_limited_line_and_nothing_st
 
 async def test_a_pulls_commit_offset_is_stored_only_when_possible_and_the_pull_is_answered(queue):
     async def pull_committing(commit_offset: int) -> RemotingCommand:
-        header = PullHeader(GROUP, TOPIC, 0, 0, 32, PULL_COMMIT_OFFSET | 0x4, commit_offset, 0, "*", 0, "TAG", None)
+        header = PullHeader(
+            consumer_group=GROUP,
+            topic=TOPIC,
+            queue_id=0,
+            queue_offset=0,
+            max_msg_nums=32,
+            sys_flag=PULL_COMMIT_OFFSET | 0x4,
+            commit_offset=commit_offset,
+            subscription="*",
+            expression_type="TAG",
+        )
         return await queue.request(RequestCode.PULL_MESSAGE, header.to_ext())
 
     resp = await pull_committing(2**63 - 1)

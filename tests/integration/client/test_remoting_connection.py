@@ -54,12 +54,9 @@ def pull_cmd(group: str, topic: str, queue_id: int, offset: int, *, max_nums: in
         queue_offset=offset,
         max_msg_nums=max_nums,
         sys_flag=PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms else 0),
-        commit_offset=0,
         suspend_timeout_millis=suspend_ms,
         subscription="*",
-        sub_version=0,
         expression_type="TAG",
-        max_msg_bytes=None,
     )
     return command(RequestCode.PULL_MESSAGE, header.to_ext())
 

@@ -61,7 +61,19 @@ def test_send_header_carries_the_senders_timeout_only_when_set():
 
 
 def test_pull_header_round_trip():
-    h = PullHeader("g", "T", 1, 10, 32, 0x6, 0, 15000, "a || b", 1, "TAG", 65536)
+    h = PullHeader(
+        consumer_group="g",
+        topic="T",
+        queue_id=1,
+        queue_offset=10,
+        max_msg_nums=32,
+        sys_flag=0x6,
+        suspend_timeout_millis=15000,
+        subscription="a || b",
+        sub_version=1,
+        expression_type="TAG",
+        max_msg_bytes=65536,
+    )
     assert PullHeader.parse(h.to_ext()) == h
 
 
