@@ -35,18 +35,23 @@ HA_AUTH_KEYS = {"haAuthSecret", "haAuthSecretFile", "haUnsafeAllowUnauthenticate
 
 
 _RECENT_PORTS: collections.deque[int] = collections.deque(maxlen=1024)
+FREE_PORT_TRIES = 100
 
 
 def free_port() -> int:
     """A port free now and not among the last ports this process handed out: the OS may give the same ephemeral
     port twice in a row, and a broker whose listenPort and haListenPort coincide does not boot."""
-    while True:
+    for _ in range(FREE_PORT_TRIES):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         if port not in _RECENT_PORTS:
             _RECENT_PORTS.append(port)
             return port
+    raise RuntimeError(
+        f"free_port: the OS offered {FREE_PORT_TRIES} ephemeral ports in a row that this process had already handed"
+        f" out (it remembers its last {_RECENT_PORTS.maxlen}); is the ephemeral port range nearly used up?"
+    )
 
 
 class PortConflict(RuntimeError):
