@@ -18,7 +18,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a rename, creation or removal in ``path`` durable (the directory entry, not the file's bytes)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -38,7 +39,7 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
     if path.exists():
         os.replace(path, path.with_name(path.name + ".bak"))
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def read_json(path: str | Path, default: Any = None) -> Any:

@@ -35,6 +35,7 @@ import struct
 from pathlib import Path
 
 from common.errors import PyrmqError
+from common.persist import fsync_dir
 
 FILE_SIZE = 4096
 _LAYOUT = struct.Struct(">qqq")
@@ -80,20 +81,12 @@ class AbortMarker:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         os.fsync(fd)
         os.close(fd)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
 
     def remove(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
-        _fsync_dir(self.path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_dir(self.path.parent)
 
 
 class StoreLockedError(PyrmqError):
