@@ -100,15 +100,7 @@ class RetryService:
             queue_id = random.randrange(max(1, cfg.write_queue_nums))
             level = req.delay_level if req.delay_level > 0 else FIRST_RETRY_LEVEL + original.reconsume_times
             props[PROPERTY_DELAY_TIME_LEVEL] = str(min(level, self.max_delay_level))
-        draft = MessageDraft(
-            body=original.body,
-            properties=props,
-            flag=original.flag,
-            born_timestamp=original.born_timestamp,
-            born_host=original.born_host,
-            reconsume_times=reconsume,
-            sys_flag=original.sys_flag,
-        )
+        draft = MessageDraft.stored_again(original, props, reconsume)
         result = await self.store.put_messages(target, queue_id, [draft])
         code, remark = put_code(result.status, result.remark)
         if target.startswith(DLQ_GROUP_TOPIC_PREFIX) and result.status.stored:

@@ -67,15 +67,7 @@ def runs_by_target(messages: list[StoredMessage]) -> list[tuple[str, int, list[S
 def redelivery_draft(msg: StoredMessage) -> MessageDraft:
     props = dict(msg.properties)
     props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-    return MessageDraft(
-        body=msg.body,
-        properties=props,
-        flag=msg.flag,
-        born_timestamp=msg.born_timestamp,
-        born_host=msg.born_host,
-        reconsume_times=msg.reconsume_times,
-        sys_flag=msg.sys_flag,
-    )
+    return MessageDraft.stored_again(msg, props, msg.reconsume_times)
 
 
 class ScheduleService(Service):

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from common.errors import PyrmqError
+
+if TYPE_CHECKING:
+    from remoting.message_codec import StoredMessage
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
@@ -60,6 +64,20 @@ class MessageDraft:
     born_host: tuple[str, int] = ("127.0.0.1", 0)
     reconsume_times: int = 0
     sys_flag: int = 0
+
+    @classmethod
+    def stored_again(cls, msg: StoredMessage, properties: dict[str, str], reconsume_times: int) -> MessageDraft:
+        """``msg`` put anew (a retry, the DLQ, a delay level's redelivery): its body, flags and birth kept, with
+        these properties and reconsume count."""
+        return cls(
+            body=msg.body,
+            properties=properties,
+            flag=msg.flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            reconsume_times=reconsume_times,
+            sys_flag=msg.sys_flag,
+        )
 
 
 @dataclass(slots=True)
