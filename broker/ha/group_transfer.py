@@ -97,12 +97,7 @@ class GroupTransfer:
         """The sender's deadline came before slaveTimeout (its entry stays in the heap until an ack pops it)."""
         if fut.done():
             return
-        self.timeouts += 1
-        self._stale += 1
-        fut.set_result((PutStatus.FLUSH_SLAVE_TIMEOUT, (
-            f"no slave of {self.broker_name} acknowledged offset {next_offset} before the sender's deadline "
-            f"(slaveTimeout={int(self.slave_timeout_s * 1000)} ms, highest slave ack {self.push2slave_max_offset});"
-            " the message is stored on the master and replicates when the slave catches up")))
+        self._time_out(fut, next_offset, senders_deadline=True)
         self._compact()
 
     def on_ack(self, offset: int) -> None:
@@ -131,15 +126,22 @@ class GroupTransfer:
         while dq and (dq[0][2].done() or dq[0][0] <= now):
             deadline, next_offset, fut = dq.popleft()
             if not fut.done():
-                self.timeouts += 1
-                self._stale += 1
-                fut.set_result((PutStatus.FLUSH_SLAVE_TIMEOUT, (
-                    f"no slave of {self.broker_name} acknowledged offset {next_offset} within slaveTimeout="
-                    f"{int(self.slave_timeout_s * 1000)} ms (highest slave ack {self.push2slave_max_offset}); the "
-                    "message is stored on the master and replicates when the slave catches up")))
+                self._time_out(fut, next_offset, senders_deadline=False)
         self._compact()
         if dq:
             self._arm(loop, dq[0][0])
+
+    def _time_out(self, fut: asyncio.Future, next_offset: int, *, senders_deadline: bool) -> None:
+        """Answer one waiter FLUSH_SLAVE_TIMEOUT, naming the limit that passed (the sender's deadline or
+        slaveTimeout); its heap entry turns stale until an ack pops it or ``_compact`` drops it."""
+        self.timeouts += 1
+        self._stale += 1
+        ms, ack = int(self.slave_timeout_s * 1000), self.push2slave_max_offset
+        when = (f"before the sender's deadline (slaveTimeout={ms} ms, highest slave ack {ack})" if senders_deadline
+                else f"within slaveTimeout={ms} ms (highest slave ack {ack})")
+        fut.set_result((PutStatus.FLUSH_SLAVE_TIMEOUT, (
+            f"no slave of {self.broker_name} acknowledged offset {next_offset} {when}; the message is stored on the "
+            "master and replicates when the slave catches up")))
 
     def _compact(self) -> None:
         if self._stale > 1024 and self._stale * 2 > len(self._heap):
