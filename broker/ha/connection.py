@@ -42,8 +42,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from broker.config import CatchUpFrom, MessageStoreConfig
-from broker.ha.state import CloseReason, ConnState, HACounters, SlaveLink, Verdict, choose_start, judge_report
-from remoting.ha_codec import ErrorCode, ProtocolError, ReportDecoder, encode_error, encode_header
+from broker.ha.state import (
+    CloseReason,
+    ConnState,
+    HACounters,
+    SlaveLink,
+    Verdict,
+    choose_start,
+    judge_report,
+    task_end,
+)
+from remoting.ha_codec import ErrorCode, ReportDecoder, encode_error, encode_header
 
 log = logging.getLogger(__name__)
 
@@ -146,21 +155,12 @@ class MasterConnection:
 
     # lifecycle -------------------------------------------------------------------------------------------
     def _on_task_done(self, task: asyncio.Task) -> None:
-        if task.cancelled():
-            self.close(CloseReason.SHUTDOWN)
-            return
-        exc = task.exception()
-        if exc is None:
-            reason = task.result() or CloseReason.PEER_CLOSED
-            self.close(reason)
-        elif isinstance(exc, ProtocolError):
+        reason, exc = task_end(task)
+        if reason is CloseReason.PROTOCOL_ERROR:
             log.warning("HA slave %s sent an invalid report: %s; closing", self.link.slave_addr, exc)
-            self.close(CloseReason.PROTOCOL_ERROR)
-        elif isinstance(exc, (ConnectionError, OSError)):
-            self.close(CloseReason.IO_ERROR, detail=repr(exc))
-        else:
+        elif exc is not None and not isinstance(exc, (ConnectionError, OSError)):
             log.error("HA connection task %s died: %r", task.get_name(), exc, exc_info=exc)
-            self.close(CloseReason.IO_ERROR, detail=repr(exc))
+        self.close(reason, detail=repr(exc) if reason is CloseReason.IO_ERROR else "")
 
     def close(self, reason: CloseReason, detail: str = "") -> None:
         if self._closed.is_set():

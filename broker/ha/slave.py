@@ -35,7 +35,7 @@ import os
 import time
 
 from broker.config import MessageStoreConfig
-from broker.ha.state import CloseReason, HACounters, proof_matches
+from broker.ha.state import CloseReason, HACounters, proof_matches, task_end
 from broker.store.types import StoreOffsetMismatch
 from common.service import Service
 from remoting.ha_codec import (
@@ -277,21 +277,14 @@ class _SlaveConnection:
             raise
 
     def _on_task_done(self, task: asyncio.Task) -> None:
-        if task.cancelled():
-            self.close(CloseReason.SHUTDOWN)
-            return
-        exc = task.exception()
-        if exc is None:
-            self.close(task.result() or CloseReason.PEER_CLOSED)
-        elif isinstance(exc, ProtocolError):
+        reason, exc = task_end(task)
+        if reason is CloseReason.PROTOCOL_ERROR:
             log.warning("%s: invalid frame from master %s: %s", self.owner.name, self.addr, exc)
-            self.close(CloseReason.PROTOCOL_ERROR)
         elif isinstance(exc, (ConnectionError, OSError)):
             log.info("%s: HA connection to %s broke: %r", self.owner.name, self.addr, exc)
-            self.close(CloseReason.IO_ERROR)
-        else:
+        elif exc is not None:
             log.error("%s: HA task %s died: %r", self.owner.name, task.get_name(), exc, exc_info=exc)
-            self.close(CloseReason.IO_ERROR)
+        self.close(reason)
 
     def close(self, reason: CloseReason) -> None:
         if self._done.done():

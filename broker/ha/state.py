@@ -7,19 +7,21 @@ Pure functions, no I/O and no clock reads, so they can be tested against a model
 - ``choose_start``: where the master starts streaming to a slave (DESIGN §3: MIN_OFFSET / LAST_FILE, explicit
   errors for a slave behind the master's min or ahead of its max);
 - ``judge_report``: what a slave's 8-byte report means on an established connection (RocketMQ #3015: an ack
-  beyond the master's max, or beyond what this connection was sent, closes it; acks never decrease).
+  beyond the master's max, or beyond what this connection was sent, closes it; acks never decrease);
+- ``task_end``: why a link closes when its reader or writer task ends (either end of the link).
 
 ``SlaveLink`` / ``SlaveClientInfo`` are plain records owned by the event loop (not thread-safe).
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import hmac as _hmac
 from dataclasses import dataclass
 
 from broker.config import CatchUpFrom
-from remoting.ha_codec import ErrorCode, Hello
+from remoting.ha_codec import ErrorCode, Hello, ProtocolError
 
 # What a peer that has not authenticated is told: enough for an operator to know where to look, nothing about
 # this master (no offsets, no names). The master's log says exactly what did not match.
@@ -56,6 +58,18 @@ class CloseReason(enum.Enum):
     SHUTDOWN = "service stopping"
     IO_ERROR = "socket error"
     ADDRESS_CHANGED = "master address changed"
+
+
+def task_end(task: asyncio.Task) -> tuple[CloseReason, BaseException | None]:
+    """Why an HA link closes when its finished reader or writer ``task`` ends it, and the error the task raised:
+    SHUTDOWN when cancelled, what it returned (PEER_CLOSED for None), PROTOCOL_ERROR for a ``ProtocolError``,
+    IO_ERROR for any other error. The caller logs the error as its end of the link sees it."""
+    if task.cancelled():
+        return CloseReason.SHUTDOWN, None
+    exc = task.exception()
+    if exc is None:
+        return task.result() or CloseReason.PEER_CLOSED, None
+    return (CloseReason.PROTOCOL_ERROR if isinstance(exc, ProtocolError) else CloseReason.IO_ERROR), exc
 
 
 @dataclass(frozen=True, slots=True)
