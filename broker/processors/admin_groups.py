@@ -24,7 +24,7 @@
   later is right). Connection = ``{"clientAddr":S,"clientId":S,"language":S,
   "version":I}`` (what the client said in its HEART_BEAT's command header).
 
-Group writes are refused on a slave with RocketMQ's remark and 16 NO_PERMISSION (``admin_topics.slave_refusal``).
+Group writes are refused on a slave with RocketMQ's remark and 16 NO_PERMISSION (``admin_topics.master_only``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from broker.context import BrokerContext
 from broker.metadata.subscription_groups import SubscriptionGroupConfig
 from broker.metadata.topics import retry_topic
 from broker.processors import validate
-from broker.processors.admin_topics import message_queue, slave_refusal
+from broker.processors.admin_topics import master_only, message_queue
 from common.conf import conf_key
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
@@ -73,10 +73,8 @@ def parse_group_config(body: bytes) -> SubscriptionGroupConfig | str:
     return SubscriptionGroupConfig(**kwargs)
 
 
+@master_only
 def update(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
-    refused = slave_refusal(ctx, request)
-    if refused is not None:
-        return refused
     cfg = parse_group_config(request.body_bytes())
     if isinstance(cfg, str):
         return response_to(request, ResponseCode.INVALID_PARAMETER, f"UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: {cfg}")
@@ -95,10 +93,8 @@ def update(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingComman
     return response_to(request, ResponseCode.SUCCESS, f"group {cfg.group_name} saved on {ctx.broker_name}")
 
 
+@master_only
 def delete(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
-    refused = slave_refusal(ctx, request)
-    if refused is not None:
-        return refused
     f = Fields(request.ext, "DELETE_SUBSCRIPTIONGROUP")
     group = f.req_str("groupName")
     bad = validate.group_name(group)

@@ -20,6 +20,10 @@ a pyrmq caller, like a RocketMQ producer, that retrying may help, which it never
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
 from broker.context import BrokerContext
 from broker.metadata.topics import TopicConfig
 from broker.processors import validate
@@ -33,14 +37,22 @@ from remoting.headers import Fields
 SLAVE_REFUSAL = "Can't modify topic or subscription group from slave broker, please execute it from master broker"
 
 
-def slave_refusal(ctx: BrokerContext, request: RemotingCommand) -> RemotingCommand | None:
-    """16 NO_PERMISSION for a topic or group write sent to a slave (RocketMQ's remark, RocketMQ's code is 1); None
-    on a master."""
-    if not ctx.is_slave:
-        return None
-    return response_to(
-        request, ResponseCode.NO_PERMISSION, f"{SLAVE_REFUSAL}; {ctx.slave_refusal('modify on the master')}"
-    )
+AdminHandler = Callable[[BrokerContext, Any, RemotingCommand], RemotingCommand]
+
+
+def master_only(handler: AdminHandler) -> AdminHandler:
+    """A topic or group write: on a slave it answers 16 NO_PERMISSION (RocketMQ's remark; RocketMQ's code is 1)
+    instead of running ``handler``."""
+
+    @functools.wraps(handler)
+    def guarded(ctx: BrokerContext, conn: Any, request: RemotingCommand) -> RemotingCommand:
+        if ctx.is_slave:
+            return response_to(
+                request, ResponseCode.NO_PERMISSION, f"{SLAVE_REFUSAL}; {ctx.slave_refusal('modify on the master')}"
+            )
+        return handler(ctx, conn, request)
+
+    return guarded
 
 
 def message_queue(topic: str, broker_name: str, queue_id: int) -> fastjson.FrozenObject:
@@ -48,10 +60,8 @@ def message_queue(topic: str, broker_name: str, queue_id: int) -> fastjson.Froze
     return fastjson.FrozenObject.of({"brokerName": broker_name, "queueId": queue_id, "topic": topic})
 
 
+@master_only
 def update(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
-    refused = slave_refusal(ctx, request)
-    if refused is not None:
-        return refused
     f = Fields(request.ext, "UPDATE_AND_CREATE_TOPIC")
     topic = f.req_str("topic")
     read_nums, write_nums, perm = f.req_int("readQueueNums"), f.req_int("writeQueueNums"), f.req_int("perm")
@@ -83,10 +93,8 @@ def update(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingComman
     return response_to(request, ResponseCode.SUCCESS, f"topic {topic} saved on {ctx.broker_name}")
 
 
+@master_only
 def delete(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
-    refused = slave_refusal(ctx, request)
-    if refused is not None:
-        return refused
     topic = Fields(request.ext, "DELETE_TOPIC_IN_BROKER").req_str("topic")
     bad = validate.admin_topic(topic)
     if bad:
