@@ -9,12 +9,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import sys
 
 import pytest
 
-from harness.procs import Broker, Namesrv
+from harness.procs import Namesrv
 from harness.spark_session import build_session
+from tests.brokers import broker_fixture
 
 
 def _missing() -> str | None:
@@ -55,11 +55,5 @@ def namesrv(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory, namesrv):
-    with Broker(
-        tmp_path_factory.mktemp("spark-broker"),
-        name="broker-s",
-        namesrv_addr=namesrv.addr,
-        maxTransferCountOnMessageInMemory=1024,
-        maxTransferBytesOnMessageInMemory=4 * 1024 * 1024,
-    ) as b:
-        yield b
+    yield from broker_fixture(tmp_path_factory, namesrv, "broker-s", maxTransferCountOnMessageInMemory=1024,
+                              maxTransferBytesOnMessageInMemory=4 * 1024 * 1024)

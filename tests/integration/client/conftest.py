@@ -11,6 +11,7 @@ import pytest
 
 from client import AdminClient, ConsumeFromWhere, ConsumeStatus, MessageExt, PushConsumer
 from harness.procs import Broker
+from tests.brokers import broker_fixture
 
 # Level 1 = 1 s, level 2 = 2 s; retries (level 3 + reconsumeTimes, capped at the top level) wait 1 s.
 SHORT_DELAY_LEVELS = "1s 2s 1s"
@@ -23,14 +24,8 @@ def unique(prefix: str) -> str:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory, namesrv):
-    with Broker(
-        tmp_path_factory.mktemp("broker"),
-        name="broker-a",
-        namesrv_addr=namesrv.addr,
-        messageDelayLevel=SHORT_DELAY_LEVELS,
-        mappedFileSizeCommitLog=64 * 1024 * 1024,
-    ) as b:
-        yield b
+    yield from broker_fixture(tmp_path_factory, namesrv, "broker-a", messageDelayLevel=SHORT_DELAY_LEVELS,
+                              mappedFileSizeCommitLog=64 * 1024 * 1024)
 
 
 async def create_topic(admin: AdminClient, broker: Broker, topic: str, queues: int = 4) -> None:

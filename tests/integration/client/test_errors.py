@@ -15,6 +15,7 @@ from client import (
     SendStatus,
 )
 from remoting.codes import ResponseCode
+from tests.brokers import broker_fixture
 from tests.integration.client.conftest import create_topic, unique
 from harness.procs import Broker, free_port
 
@@ -23,14 +24,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def strict_broker(tmp_path_factory, namesrv):
-    with Broker(
-        tmp_path_factory.mktemp("strict"),
-        name="broker-strict",
-        namesrv_addr=namesrv.addr,
-        autoCreateTopicEnable=False,
-        maxMessageSize=1024,
-    ) as b:
-        yield b
+    yield from broker_fixture(tmp_path_factory, namesrv, "broker-strict", autoCreateTopicEnable=False,
+                              maxMessageSize=1024)
 
 
 async def test_sending_to_an_unknown_topic_without_auto_create_says_how_to_create_it(namesrv, strict_broker):
