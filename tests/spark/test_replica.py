@@ -10,6 +10,7 @@ import pytest
 from harness.spark_cluster import create_topic, queue_max, send, topic_configs
 from harness.procs import Broker
 from harness.waiting import wait_until
+from tests.brokers import master_and_slave
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -29,28 +30,17 @@ GROUP_CONF = {
 
 @pytest.fixture(scope="module")
 def group(tmp_path_factory, namesrv):
-    root = tmp_path_factory.mktemp("spark-replica")
-    master = Broker(root / "m", name="broker-r", namesrv_addr=namesrv.addr, **GROUP_CONF).start()
-    slave = Broker(
-        root / "s",
-        name="broker-r",
-        namesrv_addr=namesrv.addr,
-        role="SLAVE",
-        broker_id=1,
-        haMasterAddress=master.ha_addr,
-        **GROUP_CONF,
-    ).start()
-    create_topic(master.addr, namesrv.addr, TOPIC, queues=QUEUES)
-    send(master.addr, TOPIC, {q: [f"r{q}-{i}".encode() for i in range(PER_QUEUE)] for q in range(QUEUES)})
-    wait_until(
-        lambda: all(queue_max(slave.addr, TOPIC, q) == PER_QUEUE for q in range(QUEUES)),
-        60,
-        "the slave did not replicate the topic",
-    )
-    wait_until(lambda: slave_knows_topic(slave.addr), 60, "the slave's metadata sync did not bring the topic")
-    yield master, slave
-    slave.stop()
-    master.stop()
+    with master_and_slave(tmp_path_factory.mktemp("spark-replica"), namesrv.addr, "broker-r", **GROUP_CONF) as pair:
+        master, slave = pair
+        create_topic(master.addr, namesrv.addr, TOPIC, queues=QUEUES)
+        send(master.addr, TOPIC, {q: [f"r{q}-{i}".encode() for i in range(PER_QUEUE)] for q in range(QUEUES)})
+        wait_until(
+            lambda: all(queue_max(slave.addr, TOPIC, q) == PER_QUEUE for q in range(QUEUES)),
+            60,
+            "the slave did not replicate the topic",
+        )
+        wait_until(lambda: slave_knows_topic(slave.addr), 60, "the slave's metadata sync did not bring the topic")
+        yield pair
 
 
 def slave_knows_topic(addr: str) -> bool:

@@ -3,9 +3,12 @@ from the slave and commits offsets there (spec §5.4, §6.2)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pytest
 
 from client import Message, MessageQueue, Producer, PullConsumer, PullStatus
+from tests.brokers import master_and_slave
 from tests.integration.client.conftest import Recorder, create_topic, push_consumer, unique, wait_for
 from harness.procs import Broker
 
@@ -16,25 +19,24 @@ FAST_FAILOVER = {"persist_interval_s": 0.5, "pull_retry_delay_s": 0.5}  # commit
 
 @pytest.fixture
 def group_pair(tmp_path, namesrv):
-    master = Broker(tmp_path / "m", name="broker-s", namesrv_addr=namesrv.addr, slaveReadEnable=True).start()
-    slave = Broker(
-        tmp_path / "s",
-        name="broker-s",
-        namesrv_addr=namesrv.addr,
-        role="SLAVE",
-        broker_id=1,
-        haMasterAddress=master.ha_addr,
-        slaveReadEnable=True,
-    ).start()
-    yield master, slave
-    slave.stop()
-    master.stop()
+    with master_and_slave(tmp_path, namesrv.addr, "broker-s", slaveReadEnable=True) as pair:
+        yield pair
 
 
-async def fill_topic(namesrv, admin, master, slave, n: int) -> tuple[str, MessageQueue]:
-    topic = unique("T_slave")
+class Replicated(NamedTuple):
+    master: Broker
+    slave: Broker
+    topic: str
+    mq: MessageQueue
+
+
+@pytest.fixture
+async def replicated(namesrv, admin, group_pair) -> Replicated:
+    """The group with a one-queue topic of 20 messages, s-0 to s-19, that the slave holds, knows and is routed
+    for."""
+    master, slave = group_pair
+    topic, n = unique("T_slave"), 20
     await create_topic(admin, master, topic, queues=1)
-    mq = MessageQueue(topic, "broker-s", 0)
     async with Producer(unique("P"), namesrv.addr) as producer:
         for i in range(n):
             await producer.send(Message(topic, f"s-{i}".encode()))
@@ -52,12 +54,11 @@ async def fill_topic(namesrv, admin, master, slave, n: int) -> tuple[str, Messag
     await wait_for(slave_has_all, 30, f"the slave to replicate {n} messages of {topic}", interval_s=0.2)
     await wait_for(slave_knows_topic, 30, f"the slave to sync the config of {topic}", interval_s=0.5)
     await wait_for(slave_routed, 40, "the slave in the topic's route", interval_s=0.5)
-    return topic, mq
+    return Replicated(master, slave, topic, MessageQueue(topic, "broker-s", 0))
 
 
-async def test_pull_consumer_follows_the_brokers_read_advice_to_the_slave(namesrv, admin, group_pair):
-    master, slave = group_pair
-    _, mq = await fill_topic(namesrv, admin, master, slave, 20)
+async def test_pull_consumer_follows_the_brokers_read_advice_to_the_slave(namesrv, admin, replicated):
+    master, slave, _, mq = replicated
     group = unique("G_advice")
     # The group reads from broker 1 when not lagging (slaveReadEnable=true on the master).
     await admin.update_subscription_group(master.addr, group, broker_id=1)
@@ -70,9 +71,8 @@ async def test_pull_consumer_follows_the_brokers_read_advice_to_the_slave(namesr
     assert [m.body for m in first.messages + second.messages] == [f"s-{i}".encode() for i in range(10)]
 
 
-async def test_with_the_master_down_pulls_and_offset_commits_go_to_the_slave(namesrv, admin, group_pair):
-    master, slave = group_pair
-    topic, mq = await fill_topic(namesrv, admin, master, slave, 20)
+async def test_with_the_master_down_pulls_and_offset_commits_go_to_the_slave(namesrv, admin, replicated):
+    master, slave, topic, mq = replicated
     group = unique("G_failover")
     async with PullConsumer(group, namesrv.addr) as puller:
         before = await puller.pull(mq, 0, max_nums=10)
@@ -88,10 +88,9 @@ async def test_with_the_master_down_pulls_and_offset_commits_go_to_the_slave(nam
     assert await admin.query_consumer_offset(slave.addr, group, topic, 0) == 20
 
 
-async def test_an_offset_the_master_took_before_it_died_is_committed_again_to_the_slave(namesrv, admin, group_pair):
+async def test_an_offset_the_master_took_before_it_died_is_committed_again_to_the_slave(namesrv, admin, replicated):
     # The slave copies offsets from its master every few seconds: what the master took last may never reach it.
-    master, slave = group_pair
-    topic, mq = await fill_topic(namesrv, admin, master, slave, 20)
+    master, slave, topic, mq = replicated
     group = unique("G_recommit")
     async with PullConsumer(group, namesrv.addr) as puller:
         got = await puller.pull(mq, 0, max_nums=10)
@@ -105,9 +104,8 @@ async def test_an_offset_the_master_took_before_it_died_is_committed_again_to_th
     assert await admin.query_consumer_offset(slave.addr, group, topic, 0) == got.next_begin_offset
 
 
-async def test_a_push_consumer_consumes_from_the_slave_while_the_master_is_down(namesrv, admin, group_pair):
-    master, slave = group_pair
-    topic, mq = await fill_topic(namesrv, admin, master, slave, 20)
+async def test_a_push_consumer_consumes_from_the_slave_while_the_master_is_down(namesrv, admin, replicated):
+    master, slave, topic, mq = replicated
     group = unique("G_push_failover")
     master.kill()
     rec = Recorder()
@@ -117,9 +115,8 @@ async def test_a_push_consumer_consumes_from_the_slave_while_the_master_is_down(
     assert await admin.query_consumer_offset(slave.addr, group, topic, mq.queue_id) == 20
 
 
-async def test_a_push_consumer_rides_out_a_master_restart_and_commits_to_the_master_again(namesrv, admin, group_pair):
-    master, slave = group_pair
-    topic, _ = await fill_topic(namesrv, admin, master, slave, 20)
+async def test_a_push_consumer_rides_out_a_master_restart_and_commits_to_the_master_again(namesrv, admin, replicated):
+    master, slave, topic, _ = replicated
     group = unique("G_push_return")
     rec = Recorder()
     async with push_consumer(namesrv, group, topic, rec, pull_timeout_s=3.0, **FAST_FAILOVER):

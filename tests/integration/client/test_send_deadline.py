@@ -12,21 +12,17 @@ import pytest
 
 from client import Message, Producer, SendStatus
 from remoting.codes import ResponseCode
+from tests.brokers import master_and_slave
 from tests.integration.broker.rpc import BrokerClient, message
 from tests.integration.client.conftest import create_topic, unique, wait_for
-from harness.procs import Broker
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def sync_group(tmp_path, namesrv):
-    master = Broker(tmp_path / "m", name="broker-dl", namesrv_addr=namesrv.addr, role="SYNC_MASTER").start()
-    slave = Broker(tmp_path / "s", name="broker-dl", namesrv_addr=namesrv.addr, role="SLAVE", broker_id=1,
-                   haMasterAddress=master.ha_addr).start()
-    yield master, slave
-    slave.stop()
-    master.stop()
+    with master_and_slave(tmp_path, namesrv.addr, "broker-dl", "SYNC_MASTER") as pair:
+        yield pair
 
 
 async def test_a_paused_slave_shows_as_flush_slave_timeout_not_as_a_request_timeout(namesrv, admin, sync_group):
