@@ -66,9 +66,14 @@ def group_config(name: str, **overrides: Any) -> dict[str, Any]:
     return values
 
 
+def _header_int(key: str) -> property:
+    """A read-only attribute: header field ``key`` of the answer as an int (KeyError if the broker left it out)."""
+    return property(lambda self: int(self.ext[key]))
+
+
 @dataclass
 class Answer:
-    """A broker's response command, with its code and remark at hand."""
+    """A broker's response command, with its code, remark and header fields at hand."""
 
     command: RemotingCommand
 
@@ -80,27 +85,22 @@ class Answer:
     def remark(self) -> str:
         return self.command.remark or ""
 
+    @property
+    def ext(self) -> dict[str, str]:
+        return self.command.ext or {}
+
 
 @dataclass
 class Sent(Answer):
     """A send answer: the response command and its header fields (spec §3.6)."""
 
-    @property
-    def ext(self) -> dict[str, str]:
-        return self.command.ext or {}
+    queue_id = _header_int("queueId")
+    queue_offset = _header_int("queueOffset")
 
     @property
     def msg_ids(self) -> list[str]:
         text = self.ext.get("msgId", "")
         return text.split(",") if text else []
-
-    @property
-    def queue_id(self) -> int:
-        return int(self.ext["queueId"])
-
-    @property
-    def queue_offset(self) -> int:
-        return int(self.ext["queueOffset"])
 
     @property
     def physical_offset(self) -> int:
@@ -111,24 +111,10 @@ class Sent(Answer):
 class Pulled(Answer):
     messages: list[StoredMessage]
 
-    def _long(self, name: str) -> int:
-        return int((self.command.ext or {})[name])
-
-    @property
-    def next_begin_offset(self) -> int:
-        return self._long("nextBeginOffset")
-
-    @property
-    def min_offset(self) -> int:
-        return self._long("minOffset")
-
-    @property
-    def max_offset(self) -> int:
-        return self._long("maxOffset")
-
-    @property
-    def suggest_which_broker_id(self) -> int:
-        return self._long("suggestWhichBrokerId")
+    next_begin_offset = _header_int("nextBeginOffset")
+    min_offset = _header_int("minOffset")
+    max_offset = _header_int("maxOffset")
+    suggest_which_broker_id = _header_int("suggestWhichBrokerId")
 
 
 def send_ext(
