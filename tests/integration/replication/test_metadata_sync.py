@@ -27,19 +27,27 @@ async def _group(admin: AdminClient, addr: str, name: str):
     return next((g for g in (await admin.all_subscription_groups(addr)).groups if g.group_name == name), None)
 
 
+async def _wait_slave_meta(admin: AdminClient, slave: Broker, queues: int | None,
+                           group: tuple[int, int] | None) -> None:
+    """Until the slave holds TMeta with ``queues`` read queues and GMeta with ``group`` = (brokerId,
+    retryMaxTimes), None for one it must not hold."""
+
+    async def holds() -> bool:
+        t, g = await _topic(admin, slave.addr, "TMeta"), await _group(admin, slave.addr, "GMeta")
+        got = (None if t is None else t.read_queue_nums, None if g is None else (g.broker_id, g.retry_max_times))
+        return got == (queues, group)
+
+    await async_wait_until(holds, 20, f"TMeta with {queues} queues, GMeta (brokerId, retryMaxTimes) {group} on the "
+                           "slave", 0.2)
+
+
 async def test_topics_and_groups_created_changed_and_deleted_on_the_master_follow_on_the_slave(
         tmp_path, namesrv, admin):
     m = master(tmp_path, namesrv, "broker-md", "ASYNC_MASTER")
     s = slave(tmp_path, namesrv, "broker-md", haMasterAddress=m.ha_addr)
     await admin.update_topic(m.addr, "TMeta", read_queue_nums=3, write_queue_nums=3)
     await admin.update_subscription_group(m.addr, "GMeta", broker_id=1, retry_max_times=5)
-
-    async def slave_has_both() -> bool:
-        t, g = await _topic(admin, s.addr, "TMeta"), await _group(admin, s.addr, "GMeta")
-        return t is not None and t.read_queue_nums == 3 and g is not None and g.broker_id == 1 \
-            and g.retry_max_times == 5
-
-    await async_wait_until(slave_has_both, 20, "topic TMeta and group GMeta on the slave", 0.2)
+    await _wait_slave_meta(admin, s, 3, (1, 5))
     # the slave took the master's tables with their DataVersions (a later round compares them, RocketMQ's rule)
     for read in (admin.all_topic_configs, admin.all_subscription_groups):
         on_m, on_s = await read(m.addr), await read(s.addr)
@@ -47,21 +55,11 @@ async def test_topics_and_groups_created_changed_and_deleted_on_the_master_follo
 
     await admin.update_topic(m.addr, "TMeta", read_queue_nums=5, write_queue_nums=5)
     await admin.update_subscription_group(m.addr, "GMeta", broker_id=0, retry_max_times=7)
-
-    async def slave_has_changes() -> bool:
-        t, g = await _topic(admin, s.addr, "TMeta"), await _group(admin, s.addr, "GMeta")
-        return t is not None and t.read_queue_nums == 5 and g is not None and g.retry_max_times == 7 \
-            and g.broker_id == 0
-
-    await async_wait_until(slave_has_changes, 20, "the changed TMeta and GMeta on the slave", 0.2)
+    await _wait_slave_meta(admin, s, 5, (0, 7))
 
     await admin.delete_topic(m.addr, "TMeta")
     await admin.delete_subscription_group(m.addr, "GMeta")
-
-    async def slave_dropped_both() -> bool:
-        return await _topic(admin, s.addr, "TMeta") is None and await _group(admin, s.addr, "GMeta") is None
-
-    await async_wait_until(slave_dropped_both, 20, "TMeta and GMeta gone from the slave", 0.2)
+    await _wait_slave_meta(admin, s, None, None)
 
 
 async def test_consumer_offsets_reach_the_slave_and_never_move_back_there(pair):
@@ -71,11 +69,8 @@ async def test_consumer_offsets_reach_the_slave_and_never_move_back_there(pair):
     assert (await mc.commit_offset("GOff", "TOff", 0, 5)).code == 0
     assert (await mc.commit_offset("GOff", "TOff", 1, 3)).code == 0
 
-    async def slave_offset(q: int, want: int) -> bool:
-        return await sc.query_offset("GOff", "TOff", q) == (0, want)
-
-    await async_wait_until(lambda: slave_offset(0, 5), 20, "offset 5 of queue 0 on the slave", 0.2)
-    await async_wait_until(lambda: slave_offset(1, 3), 20, "offset 3 of queue 1 on the slave", 0.2)
+    await async_wait_until(lambda: _offset(sc, "GOff", "TOff", 0, 5), 20, "offset 5 of queue 0 on the slave", 0.2)
+    await async_wait_until(lambda: _offset(sc, "GOff", "TOff", 1, 3), 20, "offset 3 of queue 1 on the slave", 0.2)
 
     # a consumer committed further on the slave (master unreachable for it): later rounds do not roll it back
     assert (await sc.commit_offset("GOff", "TOff", 0, 9)).code == 0
@@ -85,7 +80,7 @@ async def test_consumer_offsets_reach_the_slave_and_never_move_back_there(pair):
 
     # the master moves past the slave: the larger value wins again
     assert (await mc.commit_offset("GOff", "TOff", 0, 12)).code == 0
-    await async_wait_until(lambda: slave_offset(0, 12), 20, "offset 12 of queue 0 on the slave", 0.2)
+    await async_wait_until(lambda: _offset(sc, "GOff", "TOff", 0, 12), 20, "offset 12 of queue 0 on the slave", 0.2)
     assert await sc.query_offset("GOff", "TOff", 1) == (0, 3)
 
 
