@@ -6,24 +6,12 @@ import json
 
 import pytest
 
-from tests.integration.ctl.cli import CLUSTER, flat, mqctl, ok, ok_json, unique
+from tests.integration.ctl.cli import ROUTE_TIMEOUT_S, fails, flat, mqctl, ok, ok_json, routed_topic, unique
 from harness.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
-ROUTE_TIMEOUT_S = 10.0
 REPLICATION_TIMEOUT_S = 20.0
-
-
-def routed_topic(cluster, queues: int = 2) -> str:
-    topic = unique("t_msg")
-    ok("updateTopic", "-n", cluster.namesrv_addr, "-c", CLUSTER, "-t", topic, "-r", str(queues), "-w", str(queues))
-    wait_until(
-        lambda: mqctl("topicRoute", "-n", cluster.namesrv_addr, "-t", topic).exit_code == 0,
-        ROUTE_TIMEOUT_S,
-        f"route of {topic} never appeared",
-    )
-    return topic
 
 
 def test_send_message_prints_broker_queue_result_and_msg_id(cluster):
@@ -180,9 +168,7 @@ def test_consume_from_the_slave_returns_the_replicated_message(cluster):
 
 def test_send_to_an_unknown_broker_names_the_known_ones(cluster):
     topic = routed_topic(cluster)
-    result = mqctl("sendMessage", "-n", cluster.namesrv_addr, "-t", topic, "-p", "x", "-b", "broker-x")
-    assert result.exit_code == 1
-    assert result.stderr.strip() == (
+    assert fails("sendMessage", "-n", cluster.namesrv_addr, "-t", topic, "-p", "x", "-b", "broker-x") == (
         "error: unknown broker broker-x: known brokers are broker-a, broker-b; "
         "pass -b with a broker name of the topic's route"
     )
@@ -202,9 +188,7 @@ def test_consumer_progress_without_a_group_lists_each_group_with_its_diff_total(
 
 def test_consumer_progress_of_a_group_that_never_consumed_says_what_to_do(cluster):
     group = unique("g_never")
-    result = mqctl("consumerProgress", "-n", cluster.namesrv_addr, "-g", group)
-    assert result.exit_code == 1
-    assert result.stderr.strip() == (
+    assert fails("consumerProgress", "-n", cluster.namesrv_addr, "-g", group) == (
         f"error: no consume progress for group {group}; the group has committed no offset yet; "
         "consume first (mqctl consumeMessage -g ...) or check the name"
     )
@@ -311,9 +295,7 @@ def test_a_rocketmq_client_that_only_heartbeats_and_commits_shows_in_progress_an
 
 def test_consumer_connection_of_a_group_with_no_client_says_what_to_do(cluster):
     group = unique("g_offline")
-    result = mqctl("consumerConnection", "-n", cluster.namesrv_addr, "-g", group)
-    assert result.exit_code == 1
-    assert result.stderr.strip() == (
+    assert fails("consumerConnection", "-n", cluster.namesrv_addr, "-g", group) == (
         f"error: no consumer of group {group} is connected; start a consumer of the group, "
         "or check the name with `mqctl consumerProgress`"
     )

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.integration.ctl.cli import CLUSTER, mqctl, ok, ok_json, unique
+from tests.integration.ctl.cli import CLUSTER, fails, mqctl, ok, ok_json, routed_topic, unique
 from harness.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -37,9 +37,7 @@ def test_cluster_list_json_gives_one_object_per_broker_address_with_its_role(clu
 
 
 def test_cluster_list_filtered_by_an_unknown_cluster_names_the_known_ones(cluster):
-    result = mqctl("clusterList", "-n", cluster.namesrv_addr, "-c", "NoSuchCluster")
-    assert result.exit_code == 1
-    assert result.stderr.strip() == (
+    assert fails("clusterList", "-n", cluster.namesrv_addr, "-c", "NoSuchCluster") == (
         f"error: unknown cluster NoSuchCluster: known clusters are {CLUSTER}; "
         "pass -c with one of them (see `mqctl clusterList`)"
     )
@@ -63,13 +61,7 @@ def test_broker_status_for_a_cluster_covers_masters_and_slaves_prefixed_by_addre
 
 
 def test_ha_status_of_the_cluster_prints_a_block_per_master_with_its_slave_row_once_replicating(cluster):
-    topic = unique("ha_topic")
-    ok("updateTopic", "-n", cluster.namesrv_addr, "-c", CLUSTER, "-t", topic, "-r", "1", "-w", "1")
-    wait_until(
-        lambda: mqctl("topicRoute", "-n", cluster.namesrv_addr, "-t", topic).exit_code == 0,
-        10,
-        f"route of {topic} never appeared",
-    )
+    topic = routed_topic(cluster, queues=1, prefix="ha_topic")
     for broker in ("broker-a", "broker-b"):
         ok("sendMessage", "-n", cluster.namesrv_addr, "-t", topic, "-p", "replicate me", "-b", broker)
 

@@ -10,8 +10,7 @@ import sys
 
 import pytest
 
-from tests.integration.ctl.cli import CLUSTER, flat, mqctl, ok, ok_json, unique
-from tests.integration.ctl.test_messages import routed_topic
+from tests.integration.ctl.cli import CLUSTER, flat, mqctl, ok, ok_json, routed_topic, unique
 from harness.procs import REPO_ROOT
 
 pytestmark = pytest.mark.integration
