@@ -7,11 +7,13 @@ On x86_64 Linux a venv without the package fails these tests: ``make test`` inst
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
 
 from tests.compat import harness
+from tests.factories import closing_each
 
 HERE = Path(__file__).parent
 
@@ -57,27 +59,14 @@ def cpp_home(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def cpp_producer(cpp_home):
-    made: list[harness.CppProducer] = []
-
-    def make(namesrv_addr: str) -> harness.CppProducer:
-        p = harness.CppProducer(namesrv_addr, cpp_home)
-        made.append(p)
-        return p
-
-    yield make
-    for p in made:
-        p.shutdown()
+    """``cpp_producer(namesrv_addr)``: a started C++ producer, shut down at teardown."""
+    yield from closing_each(lambda namesrv_addr: harness.CppProducer(namesrv_addr, cpp_home),
+                            harness.CppProducer.shutdown)
 
 
 @pytest.fixture
 def cpp_consumer(tmp_path):
-    made: list[harness.CppConsumer] = []
-
-    def make(namesrv_addr: str, group: str, topic: str, expression: str) -> harness.CppConsumer:
-        c = harness.CppConsumer(tmp_path / f"consumer-{len(made)}", namesrv_addr, group, topic, expression)
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.stop()
+    """``cpp_consumer(namesrv_addr, group, topic, expression)``: a C++ push consumer process in a directory of its
+    own, stopped at teardown."""
+    workdirs = (tmp_path / f"consumer-{i}" for i in itertools.count())
+    yield from closing_each(lambda *args: harness.CppConsumer(next(workdirs), *args), harness.CppConsumer.stop)

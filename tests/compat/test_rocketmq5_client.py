@@ -9,7 +9,10 @@ topic.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import urllib.request
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import grpc
 import pytest
@@ -25,6 +28,7 @@ from broker.grpc_v2.pop.state import TAG_ACK, TAG_CK, Ack, Checkpoint, PopState
 from broker.grpc_v2.service import MAX_STREAMS_PER_CONNECTION, SETTINGS_WAIT_S
 from remoting.codes import RequestCode
 from tests.compat import harness
+from tests.factories import closing_each
 from harness.rocketmq5 import ClientError, Rmq5Client, client_python
 from tests.integration.broker.rpc import BrokerClient, group_config
 from tests.integration.ctl.cli import ok_json
@@ -34,6 +38,7 @@ from harness.waiting import async_wait_until, wait_until
 pytestmark = pytest.mark.integration
 
 CLIENT_ID = [("x-mq-client-id", "pytest@raw")]
+T = TypeVar("T")
 
 
 def _start_group(root, **conf) -> harness.Group:
@@ -99,16 +104,9 @@ def python5():
 
 @pytest.fixture
 def client(python5, tmp_path):
-    made: list[Rmq5Client] = []
-
-    def make() -> Rmq5Client:
-        c = Rmq5Client(python5, tmp_path / f"client-{len(made)}")
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.close()
+    """``client()``: an official client process with a HOME of its own, closed at teardown."""
+    homes = (tmp_path / f"client-{i}" for i in itertools.count())
+    yield from closing_each(lambda: Rmq5Client(python5, next(homes)), Rmq5Client.close)
 
 
 @pytest.fixture
@@ -116,6 +114,16 @@ def stub(group):
     channel = grpc.insecure_channel(group.master.grpc_addr)
     yield sgrpc.MessagingServiceStub(channel)
     channel.close()
+
+
+def _remoting(addr: str, call: Callable[[BrokerClient], Awaitable[T]]) -> T:
+    """What ``call`` returns, given a remoting client of the broker at ``addr``, run from a synchronous test."""
+
+    async def run() -> T:
+        async with BrokerClient(addr) as remoting:
+            return await call(remoting)
+
+    return asyncio.run(run())
 
 
 def _queue_max_offsets(group, topic: str, broker_name: str = harness.BROKER_NAME) -> int:
@@ -155,6 +163,14 @@ def _producer(client, group, topic: str):
     return p
 
 
+def _topic_and_producer(group, client, name: str, queues: int) -> tuple[str, str, Rmq5Client]:
+    """A new topic of ``queues`` queues on the group with a producer client of it, and a new consumer group's
+    name: (topic, consumer group, producer)."""
+    topic, cgroup = harness.unique(name), harness.unique("v2group")
+    harness.create_topic(group, topic, queues)
+    return topic, cgroup, _producer(client, group, topic)
+
+
 def _push_until(client, group, topic: str, cgroup: str, fail_once: list[str], consumed) -> list[dict]:
     """A PushConsumer whose listener answers FAILURE once for the bodies in ``fail_once``: waits until
     ``consumed(seen)`` holds and its acks cleared the group's in-flight count; returns what the listener saw."""
@@ -190,9 +206,7 @@ def _receive_until(consumer, count: int, invisible_s: int, timeout_s: float = 30
 
 
 def test_simple_consumer_receives_acks_and_an_unacked_message_comes_back_with_attempt_2(group, client):
-    topic, cgroup = harness.unique("v2pop"), harness.unique("v2group")
-    harness.create_topic(group, topic, 2)
-    producer = _producer(client, group, topic)
+    topic, cgroup, producer = _topic_and_producer(group, client, "v2pop", 2)
     sent = {producer.call(op="send", topic=topic, body=f"m{i}", tag="TagA", keys=[f"k{i}"],
                           props={"i": str(i)})["message_id"]: f"m{i}" for i in range(3)}
     consumer = _consumer(client, group, topic, cgroup)
@@ -213,9 +227,7 @@ def test_simple_consumer_receives_acks_and_an_unacked_message_comes_back_with_at
 def test_a_delayed_message_is_received_after_its_delivery_timestamp_and_not_before(group, client):
     """Producer delivery_timestamp (RocketMQ 5's delay): stored in the broker's schedule topic and handed to the
     consumer only once due; a message sent after it without a delay arrives first."""
-    topic, cgroup = harness.unique("v2delay"), harness.unique("v2group")
-    harness.create_topic(group, topic, 1)
-    producer = _producer(client, group, topic)
+    topic, cgroup, producer = _topic_and_producer(group, client, "v2delay", 1)
     due_s = producer.call(op="send", topic=topic, body="later", delay_s=5)["due_s"]
     producer.call(op="send", topic=topic, body="now")
     consumer = _consumer(client, group, topic, cgroup)
@@ -236,9 +248,7 @@ def test_a_delayed_message_is_received_after_its_delivery_timestamp_and_not_befo
 
 
 def test_change_invisible_duration_gives_a_handle_that_acks(group, client):
-    topic, cgroup = harness.unique("v2chg"), harness.unique("v2group")
-    harness.create_topic(group, topic, 1)
-    producer = _producer(client, group, topic)
+    topic, cgroup, producer = _topic_and_producer(group, client, "v2chg", 1)
     producer.call(op="send", topic=topic, body="slow")
     consumer = _consumer(client, group, topic, cgroup)
     [m] = _receive_until(consumer, 1, invisible_s=10)
@@ -258,10 +268,8 @@ def _metric(broker, name: str, **labels: str) -> float:
 
 def test_a_message_never_acked_goes_to_the_dlq_after_retry_max_times(group, client):
     """...and /metrics follows it: in flight while invisible, revived once, then dead-lettered."""
-    topic, cgroup = harness.unique("v2dlq"), harness.unique("v2group")
-    harness.create_topic(group, topic, 1)
+    topic, cgroup, producer = _topic_and_producer(group, client, "v2dlq", 1)
     ok_json("updateSubGroup", "-n", group.namesrv_addr, "-c", harness.CLUSTER, "-g", cgroup, "-r", "1")
-    producer = _producer(client, group, topic)
     sent = producer.call(op="send", topic=topic, body="poison")["message_id"]
     consumer = _consumer(client, group, topic, cgroup)
     by_group = {"topic": topic, "consumer_group": cgroup}
@@ -328,9 +336,7 @@ def test_official_client_sends_to_and_receives_from_both_broker_groups(group, gr
 
 
 def test_consumer_progress_shows_a_pop_groups_messages_in_flight(group, client):
-    topic, cgroup = harness.unique("v2prog"), harness.unique("v2group")
-    harness.create_topic(group, topic, 1)
-    producer = _producer(client, group, topic)
+    topic, cgroup, producer = _topic_and_producer(group, client, "v2prog", 1)
     for i in range(3):
         producer.call(op="send", topic=topic, body=f"m{i}")
     consumer = _consumer(client, group, topic, cgroup)
@@ -350,9 +356,7 @@ def test_rocketmq5_consumers_and_producers_show_in_the_brokers_connection_lists(
     """Operators see RocketMQ 5 clients as RocketMQ's proxy registers them: consumerConnection lists the client
     (language PYTHON from x-mq-language, the broker's version), the group is online in consumerProgress, and
     a producer is listed under its topic; a terminated client leaves the list."""
-    topic, cgroup = harness.unique("v2conn"), harness.unique("v2group")
-    harness.create_topic(group, topic, 1)
-    producer = _producer(client, group, topic)
+    topic, cgroup, producer = _topic_and_producer(group, client, "v2conn", 1)
     producer.call(op="send", topic=topic, body="m")
     consumer = _consumer(client, group, topic, cgroup)
     [m] = _receive_until(consumer, 1, invisible_s=30)
@@ -365,14 +369,8 @@ def test_rocketmq5_consumers_and_producers_show_in_the_brokers_connection_lists(
     [row] = [r for r in harness.progress(group, None) if r["group"] == cgroup]
     assert (row["count"], row["version"]) == (1, "PYTHON:407")
 
-    async def producers():
-        remoting = BrokerClient(group.master.addr)
-        try:
-            return await remoting.request(RequestCode.GET_PRODUCER_CONNECTION_LIST, ext={"producerGroup": topic})
-        finally:
-            await remoting.close()
-
-    answer = asyncio.run(producers())
+    answer = _remoting(group.master.addr,
+                       lambda r: r.request(RequestCode.GET_PRODUCER_CONNECTION_LIST, ext={"producerGroup": topic}))
     assert answer.code == 0 and b"PYTHON" in answer.body, answer.remark
     consumer.close()  # NotifyClientTermination
     [row] = [r for r in harness.progress(group, None) if r["group"] == cgroup]
@@ -383,9 +381,7 @@ SHARED_MESSAGES = 10_000  # the issue's figure: 0 lost and 0 delivered twice amo
 
 
 def test_two_simple_consumers_of_a_group_share_10000_messages_and_never_get_one_twice(group, client):
-    topic, cgroup = harness.unique("v2share"), harness.unique("v2group")
-    harness.create_topic(group, topic, 4)
-    producer = _producer(client, group, topic)
+    topic, cgroup, producer = _topic_and_producer(group, client, "v2share", 4)
     sent = producer.call(timeout_s=600, op="send_many", topic=topic, count=SHARED_MESSAGES, prefix="m")
     consumers = [_consumer(client, group, topic, cgroup, await_s=1) for _ in range(2)]
     # both drain at once, each acking what it got at once (well within the 60 s invisible time)
@@ -399,9 +395,7 @@ def test_two_simple_consumers_of_a_group_share_10000_messages_and_never_get_one_
 
 
 def test_push_consumer_receives_acks_and_a_failed_message_comes_back_with_attempt_2(group, client):
-    topic, cgroup = harness.unique("v2push"), harness.unique("v2group")
-    harness.create_topic(group, topic, 2)
-    producer = _producer(client, group, topic)
+    topic, cgroup, producer = _topic_and_producer(group, client, "v2push", 2)
     sent = {producer.call(op="send", topic=topic, body=f"p{i}")["message_id"]: f"p{i}" for i in range(5)}
     seen = _push_until(client, group, topic, cgroup, ["p2"],
                        lambda seen: {m["id"] for m in seen if m["result"] == "SUCCESS"} == set(sent))
@@ -409,30 +403,24 @@ def test_push_consumer_receives_acks_and_a_failed_message_comes_back_with_attemp
     assert all(m["attempt"] == 1 for m in seen if m["body"] != "p2")
 
 
-def _orderly_group(group, cgroup: str, **overrides) -> None:
-    """A subscription group with RocketMQ 5's consumeMessageOrderly (mqadmin updateSubGroup -o true) on the master."""
-
-    async def create():
-        remoting = BrokerClient(group.master.addr)
-        try:
-            return await remoting.create_group(group_config(cgroup, consumeMessageOrderly=True, **overrides))
-        finally:
-            await remoting.close()
-
-    resp = asyncio.run(create())
+def _orderly_topic(group, client, name: str, queues: int, bodies: list[str], **group_overrides) -> tuple[str, str]:
+    """A new topic of ``queues`` queues holding ``bodies``, sent in that order as message group order-1, and a new
+    consumer group with RocketMQ 5's consumeMessageOrderly (mqadmin updateSubGroup -o true) on the master; returns
+    (topic, consumer group)."""
+    topic, cgroup, producer = _topic_and_producer(group, client, name, queues)
+    config = group_config(cgroup, consumeMessageOrderly=True, **group_overrides)
+    resp = _remoting(group.master.addr, lambda r: r.create_group(config))
     assert resp.code == 0, resp.remark
+    for body in bodies:
+        producer.call(op="send", topic=topic, body=body, group="order-1")
+    return topic, cgroup
 
 
 def test_fifo_simple_consumer_gets_a_message_group_in_send_order_across_a_redelivery(group, client):
     """consumeMessageOrderly: while a batch of a queue is in flight nothing more of that queue is handed out; the
     un-acked message comes back (attempt 2) before the later ones."""
-    topic, cgroup = harness.unique("v2fifo"), harness.unique("v2group")
-    harness.create_topic(group, topic, 2)
-    _orderly_group(group, cgroup)
-    producer = _producer(client, group, topic)
     bodies = [f"o{i}" for i in range(6)]
-    for body in bodies:
-        producer.call(op="send", topic=topic, body=body, group="order-1")
+    topic, cgroup = _orderly_topic(group, client, "v2fifo", 2, bodies)
     consumer = _consumer(client, group, topic, cgroup)
     first = _receive_until(consumer, 2, invisible_s=10, batch=2)
     assert [(m["body"], m["attempt"], m["group"]) for m in first] == [("o0", 1, "order-1"), ("o1", 1, "order-1")]
@@ -447,12 +435,7 @@ def test_fifo_simple_consumer_gets_a_message_group_in_send_order_across_a_redeli
 
 
 def test_fifo_message_never_acked_goes_to_the_dlq_and_its_queue_moves_on(group, client):
-    topic, cgroup = harness.unique("v2fifodlq"), harness.unique("v2group")
-    harness.create_topic(group, topic, 1)
-    _orderly_group(group, cgroup, retryMaxTimes=1)
-    producer = _producer(client, group, topic)
-    for body in ("poison", "next"):
-        producer.call(op="send", topic=topic, body=body, group="order-1")
+    topic, cgroup = _orderly_topic(group, client, "v2fifodlq", 1, ["poison", "next"], retryMaxTimes=1)
     consumer = _consumer(client, group, topic, cgroup)
     seen = [(m["body"], m["attempt"]) for m in _receive_until(consumer, 1, invisible_s=10, batch=1)]
     seen += [(m["body"], m["attempt"]) for m in _receive_until(consumer, 1, invisible_s=10, batch=1, timeout_s=40)]
@@ -465,13 +448,8 @@ def test_fifo_message_never_acked_goes_to_the_dlq_and_its_queue_moves_on(group, 
 def test_fifo_push_consumer_retries_a_failed_message_before_the_next_of_its_group(group, client):
     """The settings answer fifo=true for an orderly group, so the official PushConsumer consumes each message group
     in order and retries a FAILURE locally before it goes on."""
-    topic, cgroup = harness.unique("v2fifopush"), harness.unique("v2group")
-    harness.create_topic(group, topic, 2)
-    _orderly_group(group, cgroup)
-    producer = _producer(client, group, topic)
     bodies = [f"p{i}" for i in range(5)]
-    for body in bodies:
-        producer.call(op="send", topic=topic, body=body, group="order-1")
+    topic, cgroup = _orderly_topic(group, client, "v2fifopush", 2, bodies)
     seen = _push_until(client, group, topic, cgroup, ["p2"],
                        lambda seen: {m["body"] for m in seen if m["result"] == "SUCCESS"} == set(bodies))
     assert [(m["body"], m["result"]) for m in seen] == [
@@ -481,15 +459,8 @@ def test_fifo_push_consumer_retries_a_failed_message_before_the_next_of_its_grou
 
 def _revive_records(broker, cluster: str = harness.CLUSTER) -> list[tuple[int, str, bytes]]:
     """The broker's revive queue as (offset, tag, body), read over remoting like any topic."""
-
-    async def read():
-        client = BrokerClient(broker.addr)
-        try:
-            return await client.pull_all("revive_reader", revive_topic(cluster), 0)
-        finally:
-            await client.close()
-
-    return [(m.queue_offset, m.properties.get("TAGS", ""), m.body) for m in asyncio.run(read())]
+    records = _remoting(broker.addr, lambda r: r.pull_all("revive_reader", revive_topic(cluster), 0))
+    return [(m.queue_offset, m.properties.get("TAGS", ""), m.body) for m in records]
 
 
 def _pop_state(records) -> PopState:
@@ -534,9 +505,7 @@ def crash_group(tmp_path):
 
 def test_a_crashed_master_loses_no_in_flight_message_and_its_slave_holds_the_same_pop_state(crash_group, client):
     g = crash_group
-    topic, cgroup = harness.unique("v2crash"), harness.unique("v2group")
-    harness.create_topic(g, topic, 2)
-    producer = _producer(client, g, topic)
+    topic, cgroup, producer = _topic_and_producer(g, client, "v2crash", 2)
     sent = {producer.call(op="send", topic=topic, body=f"m{i}")["message_id"] for i in range(20)}
     consumer = _consumer(client, g, topic, cgroup)
     first = _receive_until(consumer, 10, invisible_s=300, batch=5)
@@ -594,10 +563,8 @@ def strict(group, tmp_path_factory):
 
 @pytest.fixture
 async def strict_rpc(strict):
-    remoting = BrokerClient(strict.addr)
-    async with grpc.aio.insecure_channel(strict.grpc_addr) as channel:
+    async with BrokerClient(strict.addr) as remoting, grpc.aio.insecure_channel(strict.grpc_addr) as channel:
         yield sgrpc.MessagingServiceStub(channel), remoting
-    await remoting.close()
 
 
 def _message(topic: str, body: bytes, message_id: str = "01RAWV2TEST") -> pb.Message:
