@@ -20,6 +20,7 @@ import pytest
 from client import AdminClient, Message, Producer, SendStatus
 from harness.procs import BROKER_READY, NAMESRV_READY, REPO_ROOT, ServerProcess, free_port, write_conf
 from harness.waiting import async_wait_until
+from tests.ports import taken_port
 
 pytestmark = pytest.mark.integration
 
@@ -125,10 +126,7 @@ def broker_conf_around(held: int, key: str, root: Path) -> dict[str, object]:
 
 @pytest.mark.parametrize("key", BROKER_PORT_KEYS)
 def test_a_taken_broker_port_names_the_key_to_change(tmp_path, key):
-    with socket.socket() as holder:
-        holder.bind(("0.0.0.0", 0))
-        holder.listen()
-        held = holder.getsockname()[1]
+    with taken_port() as held:
         conf = write_conf(tmp_path / "broker.conf", broker_conf_around(held, key, tmp_path))
         result = run("broker", conf, tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
@@ -142,10 +140,7 @@ def test_a_taken_broker_port_names_the_key_to_change(tmp_path, key):
 
 @pytest.mark.parametrize("key", ["listenPort", "metricsPromExporterPort"])
 def test_a_taken_nameserver_port_names_the_key_to_change(tmp_path, key):
-    with socket.socket() as holder:
-        holder.bind(("0.0.0.0", 0))
-        holder.listen()
-        held = holder.getsockname()[1]
+    with taken_port() as held:
         values: dict[str, object] = {"listenPort": free_port(), "metricsExporterType": "PROM",
                                      "metricsPromExporterPort": free_port(), key: held}
         result = run("namesrv", write_conf(tmp_path / "namesrv.conf", values), tmp_path)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ import pytest
 from remoting.client import RemotingClient
 from tests.integration.namesrv.conftest import Names, register
 from harness.procs import NAMESRV_READY, REPO_ROOT, Namesrv
+from tests.ports import taken_port
 
 pytestmark = pytest.mark.integration
 
@@ -65,10 +65,7 @@ async def test_sigterm_stops_cleanly_with_exit_0_even_with_a_registered_brokers_
 
 
 def test_a_taken_port_exits_with_a_line_naming_it(tmp_path):
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        s.listen()
-        port = s.getsockname()[1]
+    with taken_port() as port:
         conf = tmp_path / "namesrv.conf"
         conf.write_text(f"listenPort={port}\nmetricsExporterType=DISABLE\n")
         result = run_namesrv("-c", str(conf), cwd=tmp_path)

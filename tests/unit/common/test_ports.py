@@ -3,13 +3,12 @@ taken or repeated port fails with the conf key to change."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from broker.config import load_broker_settings
 from common.ports import ListenPort, PortInUseError, check_ports
 from namesrv.config import load_namesrv_config
+from tests.ports import taken_port
 
 
 def write(tmp_path, name: str, text: str):
@@ -51,13 +50,9 @@ def test_a_slave_does_not_listen_for_slaves(tmp_path):
 
 
 def test_a_taken_port_names_its_key_and_the_conf_file():
-    with socket.socket() as held:
-        held.bind(("0.0.0.0", 0))
-        held.listen()
-        port = held.getsockname()[1]
-        with pytest.raises(PortInUseError) as info:
-            check_ports([ListenPort("listenPort", 0), ListenPort("grpcServerPort", port, hint="0 turns it off")],
-                        server="broker b", source="/etc/b.conf")
+    with taken_port() as port, pytest.raises(PortInUseError) as info:
+        check_ports([ListenPort("listenPort", 0), ListenPort("grpcServerPort", port, hint="0 turns it off")],
+                    server="broker b", source="/etc/b.conf")
     text = str(info.value)
     assert info.value.keys == ["grpcServerPort"]
     assert f"grpcServerPort {port} is in use" in text and "set grpcServerPort to a free port in /etc/b.conf" in text
@@ -65,13 +60,9 @@ def test_a_taken_port_names_its_key_and_the_conf_file():
 
 
 def test_every_clash_is_reported_at_once_and_a_repeated_port_is_one():
-    with socket.socket() as held:
-        held.bind(("0.0.0.0", 0))
-        held.listen()
-        port = held.getsockname()[1]
-        with pytest.raises(PortInUseError) as info:
-            check_ports([ListenPort("listenPort", port), ListenPort("fastListenPort", port - 2, derived="listenPort - 2"),
-                         ListenPort("haListenPort", port - 2)], server="broker b")
+    with taken_port() as port, pytest.raises(PortInUseError) as info:
+        check_ports([ListenPort("listenPort", port), ListenPort("fastListenPort", port - 2, derived="listenPort - 2"),
+                     ListenPort("haListenPort", port - 2)], server="broker b")
     assert set(info.value.keys) >= {"listenPort", "haListenPort"}
     assert "haListenPort" in str(info.value) and "is also fastListenPort" in str(info.value)
 
