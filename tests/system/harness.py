@@ -168,6 +168,11 @@ class BackgroundProducer:
             except TimeoutError:
                 pass
 
+    async def wait_started(self, count: int, timeout_s: float = 20.0) -> None:
+        """Until ``count`` sends have started (answered or not)."""
+        await async_wait_until(lambda: len(self.sends) >= count, timeout_s,
+                               lambda: f"{count} sends started (so far {self.status_counts()})", 0.05)
+
     async def stop(self, answer_timeout_s: float = 30.0) -> None:
         """Stop sending, wait (bounded) for every answer, close the producer."""
         self._stop.set()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 
 from client import AdminClient, PullConsumer, PullStatus
-from harness.waiting import async_wait_until
 from tests.system.cluster import NAMESRV_ADDR
 from tests.system.harness import (
     MASTERS,
@@ -73,12 +72,7 @@ async def test_a_group_with_broker_id_1_reads_from_the_slaves(whole, topics):
 
     producer = BackgroundProducer(topic, rate=400)
     await producer.start()
-    await async_wait_until(
-        lambda: len(producer.sends) >= MESSAGES,
-        20,
-        lambda: f"{MESSAGES} sends started (so far {producer.status_counts()})",
-        0.05,
-    )
+    await producer.wait_started(MESSAGES)
     await producer.stop()
     assert producer.status_counts() == {"SEND_OK": len(producer.sends)}, producer.status_counts()
     ends = await _queue_ends(topic)

@@ -6,7 +6,6 @@ slave acks, broker-b an ASYNC_MASTER.
 
 from __future__ import annotations
 
-from harness.waiting import async_wait_until
 from tests.system.harness import BackgroundProducer, RecordingConsumer, check, drain, ok_json, unique
 
 PER_BROKER = 3
@@ -44,12 +43,7 @@ async def test_sdk_producer_and_push_consumer_from_the_host(whole, topics):
     await consumer.start()
     await producer.start()
     try:
-        await async_wait_until(
-            lambda: len(producer.sends) >= SDK_MESSAGES,
-            20,
-            lambda: f"{SDK_MESSAGES} sends started (so far {producer.status_counts()})",
-            0.05,
-        )
+        await producer.wait_started(SDK_MESSAGES)
         await producer.stop()
         await drain(producer, consumer.deliveries, 30, what="SDK round trip: ")
     finally:
