@@ -24,7 +24,8 @@ import urllib.request
 
 from bench.report import median_of, print_table, write_json
 from broker.metrics import BrokerMetrics, StoreGauges
-from common.metrics import MetricsServer, new_registry
+from common.metrics import new_registry
+from common.metrics_server import MetricsServer
 
 
 def build(topics: int) -> tuple[object, BrokerMetrics]:

@@ -8,13 +8,13 @@ Two kinds of series, so the hot path pays (almost) nothing:
   one call (see ``common.metrics.BatchHistogram``: exact, O(1) Python work when the batch is uniform).
 - **Gauges mirroring state** (commitlog offsets, flush/dispatch backlog, disk use, HA links, consumer lag) are
   computed at SCRAPE time by a collector that calls providers set with ``set_providers``; nothing is
-  maintained between scrapes. Collection runs on the event loop (``common.metrics.MetricsServer`` takes a
+  maintained between scrapes. Collection runs on the event loop (``common.metrics_server.MetricsServer`` takes a
   snapshot there and renders the text in its own thread), so providers may read loop-owned state directly.
 
 Bounded cardinality: auto-created topics are unbounded (2,000 one-message topics made a 6.4 MB page), so every
 family labelled by topic or consumer group keeps at most ``series_limit`` (default ``SERIES_LIMIT``) label sets,
 the busiest by recent traffic (consumer lag: the largest lags), and sums the rest under ``topic="_other"`` /
-``consumer_group="_other"`` (``common.metrics.SeriesCap``: counters stay monotonic, totals exact). Each such
+``consumer_group="_other"`` (``common.series_cap.SeriesCap``: counters stay monotonic, totals exact). Each such
 family's help says so.
 
 Names follow RocketMQ 5 where they exist (``rocketmq_messages_in_total``, ``rocketmq_throughput_in_total``,
@@ -38,16 +38,8 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from broker.ha.status import HAStatus
 from broker.metadata.topics import is_system_topic
-from common.metrics import (
-    OTHER,
-    BatchHistogram,
-    CappedGroup,
-    LoopCounter,
-    ScrapeCollector,
-    SeriesCap,
-    const_labels,
-    label_value,
-)
+from common.metrics import BatchHistogram, LoopCounter, ScrapeCollector, const_labels, label_value
+from common.series_cap import OTHER, CappedGroup, SeriesCap
 from remoting.message_codec import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 # RocketMQ 5's rocketmq_message_size buckets: 1K, 4K, 512K, 1M, 2M, 4M (bytes).

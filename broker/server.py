@@ -52,7 +52,8 @@ from broker.slave_sync import (
     pull_offsets_from_slaves,
 )
 from broker.store.message_store import MessageStore
-from common.metrics import MetricsServer, new_registry
+from common.metrics import new_registry
+from common.metrics_server import MetricsServer
 from common.perm import PERM_INHERIT, PERM_RW
 from common.ports import check_ports
 from common.service import Service

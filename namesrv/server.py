@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 
-from common.metrics import MetricsServer, new_registry
+from common.metrics import new_registry
+from common.metrics_server import MetricsServer
 from common.ports import check_ports
 from common.service import Service
 from namesrv.config import NamesrvConfig

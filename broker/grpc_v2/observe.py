@@ -29,7 +29,8 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.metadata.topics import is_system_topic
-from common.metrics import OTHER, BatchHistogram, CappedGroup, LoopCounter, ScrapeCollector, SeriesCap, label_value
+from common.metrics import BatchHistogram, LoopCounter, ScrapeCollector, label_value
+from common.series_cap import OTHER, CappedGroup, SeriesCap
 
 # RocketMQ 5's rocketmq_rpc_latency buckets (ms)
 RPC_BUCKETS_MS = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)

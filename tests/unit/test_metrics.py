@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker.ha.status import HAStatus, MasterLinkStatus, SlaveLinkStatus
 from broker.metrics import BrokerMetrics, StoreGauges
 from broker.store.types import PutStatus
-from common.metrics import BatchHistogram, MetricsServer, const_labels, new_registry
+from common.metrics import BatchHistogram, const_labels, new_registry
+from common.metrics_server import MetricsServer
 from namesrv.metrics import NamesrvMetrics
 from namesrv.route_table import DataVersion, RouteInfoManager, TopicConfig
 from harness.waiting import async_wait_until

@@ -58,7 +58,7 @@ def prometheus(prometheus_binary, cluster, tmp_path_factory):
     for proc in cluster:
         wait_until(lambda proc=proc: serves_metrics(proc.metrics_port), 10,
                    f"{proc.module} at {proc.addr} serves no /metrics on metricsPromExporterPort {proc.metrics_port}:"
-                   " is common.metrics.MetricsServer wired into its server.py?")
+                   " is common.metrics_server.MetricsServer wired into its server.py?")
     server = PrometheusServer(prometheus_binary, tmp_path_factory.mktemp("prometheus"), {
         "pyrmq-namesrv": [f"127.0.0.1:{ns.metrics_port}"],
         "pyrmq-broker": [f"127.0.0.1:{master.metrics_port}", f"127.0.0.1:{slave.metrics_port}"],

@@ -13,7 +13,8 @@ import pytest
 from broker.ha.status import HAStatus, MasterLinkStatus, SlaveLinkStatus
 from broker.metrics import BrokerMetrics, StoreGauges
 from broker.store.types import PutStatus
-from common.metrics import MetricsServer, new_registry
+from common.metrics import new_registry
+from common.metrics_server import MetricsServer
 from namesrv.metrics import NamesrvMetrics
 from namesrv.route_table import DataVersion, RouteInfoManager, TopicConfig
 from tests.integration.metrics.conftest import dashboard_queries

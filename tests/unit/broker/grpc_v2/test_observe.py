@@ -10,7 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.grpc_v2.observe import V2Metrics
 from broker.metrics import BrokerMetrics
-from common.metrics import OTHER, new_registry
+from common.metrics import new_registry
+from common.series_cap import OTHER
 
 
 def _samples(registry, name: str) -> dict[tuple, float]:
