@@ -42,6 +42,7 @@ from pathlib import Path
 from broker.config import BrokerRole, MessageStoreConfig
 from broker.store import get as get_path
 from broker.store import put as put_path
+from broker.store import put_prepare
 from broker.store.allocate import AllocateService
 from broker.store.checkpoint import AbortMarker, StoreCheckpoint, StoreLockedError, StoreLocks  # noqa: F401
 from broker.store.cleanup import CleanupService, DiskMonitor
@@ -276,7 +277,7 @@ class MessageStore:
         if refused is not None:
             return refused
         cfg = self.config
-        prepared = put_path.prepare_batch(
+        prepared = put_prepare.prepare_batch(
             topic, queue_id, drafts, max_message_size=cfg.max_message_size,
             file_size=cfg.mapped_file_size_commit_log, max_delay_level=len(self._delay_levels_ms),
         )
@@ -289,20 +290,20 @@ class MessageStore:
     async def put_batch(
         self, topic: str, queue_id: int, batch: RawBatch, *, deadline: float | None = None
     ) -> PutResult:
-        """Append a batch as decoded from SEND_BATCH_MESSAGE without a draft per message (``put.prepare_raw``);
-        ``deadline`` as for ``put_messages``."""
+        """Append a batch as decoded from SEND_BATCH_MESSAGE without a draft per message
+        (``put_prepare.prepare_raw``); ``deadline`` as for ``put_messages``."""
         refused = self._refusal()
         if refused is not None:
             return refused
         cfg = self.config
-        prepared = put_path.prepare_raw(
+        prepared = put_prepare.prepare_raw(
             topic, queue_id, batch, max_message_size=cfg.max_message_size, file_size=cfg.mapped_file_size_commit_log
         )
         if isinstance(prepared, PutResult):
             return prepared
         return await self._put_prepared(prepared, deadline)
 
-    async def _put_prepared(self, prepared: put_path.Prepared, deadline: float | None = None) -> PutResult:
+    async def _put_prepared(self, prepared: put_prepare.Prepared, deadline: float | None = None) -> PutResult:
         result = None
         try:
             if prepared.single_queue and prepared.all_dispatched and not self._put_lock.locked():

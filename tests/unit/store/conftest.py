@@ -10,7 +10,7 @@ import pytest
 from broker.config import MessageStoreConfig
 from broker.store.consume_queue import PLACEHOLDER_SIZE, UNIT
 from broker.store.message_store import MessageStore
-from broker.store.put import tags_hash
+from broker.store.put_prepare import tags_hash
 from broker.store.types import SCHEDULE_TOPIC, MessageDraft
 from remoting.message_codec import RecordStatus, check_record, property_value
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.store.dispatch_scan import ScanResult, scan
-from broker.store.put import tags_hash
+from broker.store.put_prepare import tags_hash
 from broker.store.types import SCHEDULE_TOPIC
 from remoting.message_codec import (
     PROPERTY_DELAY_TIME_LEVEL,
