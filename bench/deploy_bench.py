@@ -2,7 +2,8 @@
 its SLAVE, each a ``python -m namesrv|broker -c conf`` process with the default configuration except addresses,
 ports and paths; a producer application and a push-consumer application, each a process of its own using only
 the public SDK (``client.Producer``, ``client.PushConsumer``, ``Message``, ``SendStatus`` and, to create the
-topic as ``mqadmin updateTopic`` would, ``client.AdminClient``).
+topic as ``mqadmin updateTopic`` would, ``client.AdminClient``): ``bench/deploy_clients.py``. This module is
+the driver: it starts the processes, marks the measured window and reports; it imports no pyrmq package.
 
 The issue's figures for this deployment (gRPC path, 64 senders): 13.4k msg/s SYNC_MASTER, 15.7k ASYNC_MASTER,
 51 µs of master CPU per message. Goal: >= 3x that in the same run, and SYNC/ASYNC >= 0.9.
@@ -25,11 +26,12 @@ in the window, send p50/p99 and end-to-end p50/p99 (born timestamp to listener),
 master, slave, producer, consumer and nameserver, send statuses and errors in the window, and the consumer's
 backlog at the end of the window (sends returned minus messages consumed; under SYNC_MASTER a message can be
 consumed before its send returns, so it may be a little negative). Then ratios against the first tree (same
-role), SYNC/ASYNC per tree, and the issue's goals for every other tree. Writes ``bench/results/deploy_bench.json``. Never passes or fails.
+role), SYNC/ASYNC per tree, and the issue's goals for every other tree. Writes ``bench/results/deploy_bench.json``.
+Never passes or fails.
 
 Trees (``--tree NAME=PATH``, repeatable, see ``bench.trees``): every process of a variant runs that tree's
-code; the client processes run this file by path, so a tree needs no copy of it. Variants are interleaved
-run by run (ABBA).
+code; the client processes run this checkout's ``deploy_clients.py`` by path, so a tree needs no copy of it.
+Variants are interleaved run by run (ABBA).
 
 Usage::
 
@@ -55,13 +57,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-SERVING = __name__ == "__main__" and "--serve" in sys.argv
-if SERVING:
-    # A client process, run by path: its sys.path[0] is this file's folder; pyrmq comes from PYTHONPATH (the
-    # tree under test) alone.
-    sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != HERE]
-else:
-    sys.path.insert(0, str(REPO))
+CLIENTS = HERE / "deploy_clients.py"  # run by path in a tree's environment
+sys.path.insert(0, str(REPO))
 
 NAMESRV_READY = re.compile(r"The Name Server boot success\. listen=(\S+)")
 BROKER_READY = re.compile(r"The broker\[(\S+), (\S+)\] boot success\.")
@@ -77,152 +74,6 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(len(values) * p))]
-
-
-def emit(doc: dict) -> None:
-    sys.stdout.write(json.dumps(doc) + "\n")
-    sys.stdout.flush()
-
-
-# --- client processes (run with the tree under test on PYTHONPATH) ------------------------------------------------
-def run_loop(coro) -> None:
-    try:
-        from common import event_loop  # the loop pyrmq's own processes use (uvloop when installed)
-    except ImportError:
-        asyncio.run(coro)
-        return
-    event_loop.run(coro)
-
-
-def status_name(result) -> str:
-    """SEND_OK, FLUSH_SLAVE_TIMEOUT, ... of a SendResult (``status``, or RocketMQ's ``send_status``)."""
-    status = getattr(result, "status", None) or result.send_status
-    return getattr(status, "name", str(status))
-
-
-async def commands():
-    """Lines from stdin, one at a time (a thread reads them: stdin is a pipe from the driver)."""
-    loop = asyncio.get_running_loop()
-    while True:
-        line = await loop.run_in_executor(None, sys.stdin.readline)
-        if not line:
-            return
-        yield line.strip()
-
-
-async def serve_producer(a) -> None:
-    import client
-    from client import Message, Producer
-
-    topic, body = a.topic, os.urandom(a.body // 2 + 1).hex().encode()[: a.body]
-    created = "auto"
-    try:  # as mqadmin updateTopic -c would; failing that, the first sends create it (autoCreateTopicEnable)
-        async with client.AdminClient(a.namesrv) as admin:
-            await admin.create_topic_on_cluster(topic)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                try:
-                    if (await admin.topic_route(topic)).publish_queues:
-                        break
-                except Exception:  # noqa: BLE001, S110 - no route yet
-                    pass
-                await asyncio.sleep(0.1)
-        created = "AdminClient.create_topic_on_cluster"
-    except Exception as exc:  # noqa: BLE001 - reported in the ready line
-        created = f"auto ({type(exc).__name__}: {exc})"
-    producer = Producer(a.group, a.namesrv)
-    await producer.start()
-    probes: dict[str, int] = {}
-    stored = 0  # probes stored (any SendResult): the consumer gets them too
-    deadline = time.monotonic() + 60
-    while True:  # SEND_OK once the slave acks (SYNC_MASTER) / at once (ASYNC_MASTER)
-        try:
-            status = status_name(await producer.send(Message(topic, body)))
-            stored += 1
-        except Exception as exc:  # noqa: BLE001 - route or slave not there yet
-            status = type(exc).__name__
-        probes[status] = probes.get(status, 0) + 1
-        if status == "SEND_OK" or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.2)
-    emit({"ready": status == "SEND_OK", "client": client.__file__, "topic_created_by": created, "probes": probes})
-
-    sent = 0
-    statuses: dict[str, int] = {}
-    errors: dict[str, int] = {}
-    latencies: list[float] = []
-    running = True
-
-    async def sender() -> None:
-        nonlocal sent
-        perf = time.perf_counter
-        while running:
-            t0 = perf()
-            try:
-                result = await producer.send(Message(topic, body))
-            except Exception as exc:  # noqa: BLE001 - counted, and the sender goes on as an application would
-                name = type(exc).__name__
-                errors[name] = errors.get(name, 0) + 1
-                await asyncio.sleep(0.01)
-                continue
-            latencies.append(perf() - t0)
-            name = status_name(result)
-            statuses[name] = statuses.get(name, 0) + 1
-            sent += 1
-
-    senders: list[asyncio.Task] = []
-    async for cmd in commands():
-        if cmd == "start":
-            senders = [asyncio.create_task(sender()) for _ in range(a.senders)]
-        elif cmd == "mark":
-            lat, latencies[:] = sorted(latencies), []
-            emit({"t": time.monotonic(), "sent": sent, "stored": stored + sent, "statuses": dict(statuses), "errors": dict(errors),
-                  "send_p50_ms": round(pct(lat, 0.5) * 1000, 2), "send_p99_ms": round(pct(lat, 0.99) * 1000, 2)})
-        elif cmd == "stop":
-            break
-    running = False
-    if senders:
-        await asyncio.wait(senders, timeout=30)
-    await producer.stop()
-    emit({"stopped": True, "sent": sent})
-
-
-async def serve_consumer(a) -> None:
-    import client
-    from client import ConsumeFromWhere, ConsumeStatus, PushConsumer
-
-    received = 0
-    e2e_ms: list[int] = []
-
-    def listener(msgs):
-        nonlocal received
-        now_ms = int(time.time() * 1000)
-        e2e_ms.extend(now_ms - getattr(m, "born_timestamp", now_ms) for m in msgs)
-        received += len(msgs)
-        return ConsumeStatus.CONSUME_SUCCESS
-
-    consumer = PushConsumer(a.group, a.namesrv, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
-    consumer.subscribe(a.topic)
-    consumer.register_message_listener(listener)
-    await consumer.start()
-    emit({"ready": True, "client": client.__file__})
-    async for cmd in commands():
-        if cmd == "mark":
-            lat, e2e_ms[:] = sorted(e2e_ms), []
-            emit({"t": time.monotonic(), "received": received,
-                  "e2e_p50_ms": pct(lat, 0.5), "e2e_p99_ms": pct(lat, 0.99)})
-        elif cmd == "stop":
-            break
-    await consumer.stop()
-    emit({"stopped": True, "received": received})
-
-
-# --- the driver (this checkout; imports no pyrmq package) ----------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -281,7 +132,7 @@ class Server:
 
 
 class ClientProc:
-    """A client process: this file with ``--serve``; JSON lines out, command lines in."""
+    """A client process: ``deploy_clients.py`` of this checkout run by path; JSON lines out, command lines in."""
 
     def __init__(self, tree, workdir: Path, role: str, *args: str) -> None:
         self.tree, self.workdir, self.role, self.args = tree, workdir, role, args
@@ -291,7 +142,7 @@ class ClientProc:
     async def start(self, timeout_s: float = 90.0) -> dict:
         with open(self.err_path, "wb") as err:  # noqa: ASYNC230
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, str(Path(__file__).resolve()), "--serve", self.role, *self.args,
+                sys.executable, str(CLIENTS), self.role, *self.args,
                 cwd=str(self.workdir), env=self.tree.env(), stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, stderr=err)
         ready = await self.read(timeout_s)
@@ -436,7 +287,8 @@ async def run_once(tree, role: str, run: int, args, root: Path) -> dict:
             "master_cores": round((cpu1["master"] - cpu0["master"]) / elapsed, 2),
             "send_p50_ms": p1["send_p50_ms"], "send_p99_ms": p1["send_p99_ms"],
             "e2e_p50_ms": c1["e2e_p50_ms"], "e2e_p99_ms": c1["e2e_p99_ms"],
-            "backlog": p1["stored"] - c1["received"],  # sends returned minus consumed: < 0 when consumed before the ack (SYNC)
+            # sends returned minus consumed: < 0 when consumed before the ack (SYNC)
+            "backlog": p1["stored"] - c1["received"],
             "sent": sent, "consumed": consumed, "elapsed_s": round(elapsed, 3),
             "statuses": diff_counts(p0["statuses"], p1["statuses"]),
             "errors": diff_counts(p0["errors"], p1["errors"]),
@@ -519,15 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", default="", help="where the stores go (default: the system temp folder)")
     ap.add_argument("--keep", action="store_true", help="keep stores, confs and logs")
     ap.add_argument("--out", default="", help="JSON path (default bench/results/deploy_bench.json)")
-    # client processes (this file run by path with a tree on PYTHONPATH)
-    ap.add_argument("--serve", choices=("producer", "consumer"), help=argparse.SUPPRESS)
-    ap.add_argument("--namesrv", help=argparse.SUPPRESS)
-    ap.add_argument("--topic", help=argparse.SUPPRESS)
-    ap.add_argument("--group", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.serve:
-        run_loop(serve_producer(args) if args.serve == "producer" else serve_consumer(args))
-        return 0
 
     from bench.report import print_table, write_json
     from bench.trees import checked_trees
@@ -556,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     out = Path(args.out) if args.out else None
     write_json(out.stem if out else "deploy_bench",
-               {"args": {k: v for k, v in vars(args).items() if k not in ("serve", "namesrv", "topic", "group")},
+               {"args": vars(args),
                 "issue_figures": ISSUE, "trees": described, "runs": results, "medians": rows, "per_tree": per_tree},
                directory=out.parent if out else None)
     return 0
