@@ -23,7 +23,7 @@ from broker.grpc_v2.clients import MAX_STREAMS_PER_CLIENT
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
 from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
-from broker.grpc_v2.pop.service import revive_topic
+from broker.grpc_v2.pop.revive_log import revive_topic
 from broker.grpc_v2.pop.state import TAG_ACK, TAG_CK, Ack, Checkpoint, PopState
 from broker.grpc_v2.service import MAX_STREAMS_PER_CONNECTION, SETTINGS_WAIT_S
 from remoting.codes import RequestCode
