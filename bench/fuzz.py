@@ -41,7 +41,7 @@ INTERESTING_32 = [0, 1, 2, 4, 7, 8, 12, 16, 20, 22, 88, 91, 0x7F, 0x80, 0xFF, 0x
                   0x10000, 0xFFFFFF, 0x1000000, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xDAA320A7, 0xCBD43194]
 # Packages atheris instruments for coverage: every module a target decodes with (a test checks that each
 # target's ``modules`` lie inside them). Nothing may import them before the instrumented import.
-INSTRUMENT = ("remoting", "common", "broker.config", "namesrv.config", "client.records", "broker.store.dispatch_scan")
+INSTRUMENT = ("remoting", "common", "broker.config", "namesrv.config", "broker.store.dispatch_scan")
 _COV = re.compile(r"cov: (\d+) ft: (\d+) corp: (\d+)/")
 
 

@@ -13,7 +13,7 @@ when it is installed) drive the same targets, so a finding of one reproduces in 
 | headers | remoting.headers: Fields getters, parse_int, parse_host_port; SendHeader/PullHeader | HeaderError, NumberError |
 | json    | remoting.fastjson.loads (standard JSON and fastjson's dialect)           | JsonBodyError          |
 | ha      | remoting.ha_codec: hello, reports, challenge and frames (whole, incremental) | ProtocolError      |
-| records | remoting.message_codec check_record/iter_records, client.records, the store's dispatch scan | RecordError |
+| records | remoting.message_codec check_record/decode_records/iter_records, the store's dispatch scan | RecordError |
 | batch   | message_codec.decode_batch, properties, offset msgIds                    | MessageCodecError      |
 | config  | common.conf via broker.config / namesrv.config loaders (a real file)     | ConfigError            |
 """
@@ -29,14 +29,13 @@ from pathlib import Path
 
 from broker.config import load_broker_settings
 from broker.store.dispatch_scan import scan
-from client.records import decode_records
 from common.errors import ConfigError
 from namesrv.config import load_namesrv_config
 from remoting import fastjson, frame_codec, ha_codec, message_codec
 from remoting.codes import RequestCode
 from remoting.frame_codec import FrameError, RemotingCommand
 from remoting.headers import Fields, HeaderError, NumberError, parse_host_port, parse_int
-from remoting.message_codec import MessageCodecError
+from remoting.message_codec import MessageCodecError, decode_records
 from remoting.message_headers import PullHeader, SendHeader
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -257,7 +256,7 @@ def _ha_seeds() -> list[bytes]:
 
 # records ----------------------------------------------------------------------------------------------------
 def _records(data: bytes) -> None:
-    """Pull bodies (the general decoder and the SDK's fast one) and commitlog bytes (the recovery check and the
+    """Pull bodies (the decoder on a whole body and record by record) and commitlog bytes (the recovery check and the
     dispatcher's scan, which must stop at the first record that is not valid, never raise)."""
     pos = 0
     while pos < len(data):
@@ -344,7 +343,7 @@ TARGETS: dict[str, Target] = {
         Target("json", ("remoting.fastjson",), (fastjson.JsonBodyError,), _json, _json_seeds,
                max_len=16384),  # long enough for a number of more than 4,300 digits
         Target("ha", ("remoting.ha_codec",), (ha_codec.ProtocolError,), _ha, _ha_seeds),
-        Target("records", ("remoting.message_codec", "client.records", "broker.store.dispatch_scan"),
+        Target("records", ("remoting.message_codec", "broker.store.dispatch_scan"),
                (message_codec.RecordError,), _records, _records_seeds),
         Target("batch", ("remoting.message_codec",), (MessageCodecError,), _batch, _batch_seeds),
         Target("config", ("common.conf", "broker.config", "namesrv.config"), (ConfigError,), _config,

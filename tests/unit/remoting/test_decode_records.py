@@ -1,5 +1,7 @@
-"""client.records.decode_records must agree with the general codec (remoting.message_codec) on every input:
-the same messages for valid concatenated records, and a RecordError wherever iter_records raises one."""
+"""The one record decoder (remoting.message_codec.decode_records, the SDK's pull path and the broker's ``decode``)
+gives the same answer for a whole response as record by record (``iter_records``, through ``decode`` at each
+offset) on every input: the same messages for valid concatenated records, and the same RecordError (offset and
+reason) wherever one is raised."""
 
 from __future__ import annotations
 
@@ -9,8 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from client.records import decode_records
-from remoting.message_codec import RecordError, StoredMessage, encode_record, host_bytes, iter_records
+from remoting.message_codec import RecordError, StoredMessage, decode_records, encode_record, host_bytes, iter_records
 from tests.stored_records import stored_record
 
 _topic = st.text(alphabet="abcXYZ019_-%|", min_size=1, max_size=40)
@@ -48,14 +49,14 @@ def records(draw) -> bytes:
     return b"".join(out)
 
 
-def _store_codec(buf, check_crc: bool = False):
+def _record_by_record(buf, check_crc: bool = False):
     try:
         return list(iter_records(buf, check_crc=check_crc))
     except RecordError as exc:
         return ("RecordError", exc.offset, exc.reason)
 
 
-def _client_codec(buf, check_crc: bool = False):
+def _whole_response(buf, check_crc: bool = False):
     try:
         return decode_records(buf, check_crc=check_crc)
     except RecordError as exc:
@@ -67,7 +68,7 @@ def _client_codec(buf, check_crc: bool = False):
 def test_valid_records_decode_to_the_same_messages(buf, check_crc):
     expected = list(iter_records(buf, check_crc=check_crc))
     assert decode_records(buf, check_crc=check_crc) == expected
-    assert decode_records(memoryview(buf)) == expected  # any buffer type, like the store codec
+    assert decode_records(memoryview(buf)) == expected  # any buffer type
 
 
 @given(records(), st.data(), st.booleans())
@@ -79,12 +80,12 @@ def test_mutated_or_torn_bytes_give_the_same_answer_or_the_same_error(buf, data,
         raw[at] = data.draw(st.integers(0, 255))
     cut = data.draw(st.integers(1, len(raw)))
     for candidate in (bytes(raw), bytes(raw[:cut])):
-        assert _client_codec(candidate, check_crc) == _store_codec(candidate, check_crc)
+        assert _whole_response(candidate, check_crc) == _record_by_record(candidate, check_crc)
 
 
 @given(st.binary(max_size=200))
 def test_arbitrary_bytes_give_the_same_answer_or_the_same_error(raw):
-    assert _client_codec(raw) == _store_codec(raw)
+    assert _whole_response(raw) == _record_by_record(raw)
 
 
 def test_empty_response_has_no_message():
