@@ -14,7 +14,7 @@ retried there at once (a dead master's consumers move to its slave without waiti
 
 A body stored compressed (sysFlag 0x1: RocketMQ clients zlib bodies over 4 KiB, spec §3.4) is inflated before
 the application sees it, as RocketMQ's consumer does; pyrmq's producer never compresses. Records are decoded in
-one pass by ``client.records`` (the store codec's checks, about half its CPU); with a tag
+one pass by ``remoting.message_codec.decode_records`` (the store codec's checks, about half its CPU); with a tag
 subscription the client re-checks the tag string (the broker filters by the tag's hash code only), like
 RocketMQ's processPullResult.
 """
@@ -28,12 +28,11 @@ from dataclasses import dataclass, field
 
 from client.errors import BrokerError, BrokerNotFoundError, MQClientError
 from client.message import MessageExt, MessageQueue
-from client.records import decode_records
 from client.route_cache import RouteCache
 from client.rpc import ClientRemoting, command
 from remoting.codes import RequestCode, ResponseCode
 from remoting.headers import parse_int
-from remoting.message_codec import MessageCodecError, TagFilter
+from remoting.message_codec import MessageCodecError, TagFilter, decode_records
 from remoting.message_headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, PullHeader
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Pull-response records -> Arrow columns, without building a message object per record.
 
-A pull response carries concatenated records in RocketMQ's v1 layout (``remoting/message_codec.py`` has the byte
-table). The fields the schema needs are read straight from the header with the codec's ``HEADER`` struct, one
+A pull response carries concatenated records in RocketMQ's v1 layout (``remoting/message_codec/records.py`` has
+the byte table). The fields the schema needs are read straight from the header with the codec's ``HEADER`` struct, one
 unpack per record; properties are split once by the codec's rules (§3.3: pairs with an empty name or value are
 dropped, later names win); bodies are sliced. Records are checked the way ``check_record`` does (magic, sizes,
 length fields) so torn or foreign bytes raise the codec's ``RecordError`` instead of producing garbage rows.

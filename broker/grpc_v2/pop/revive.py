@@ -78,9 +78,7 @@ async def requeue(ctx: BrokerContext, group: str, topic: str, m: StoredMessage, 
         target, reconsume = cfg.topic_name, m.reconsume_times if reconsume is None else reconsume
     else:
         target, reconsume = retry_topic_config(ctx, group, topic).topic_name, m.reconsume_times + 1
-    draft = MessageDraft(body=m.body, properties=props, flag=m.flag, born_timestamp=m.born_timestamp,
-                         born_host=m.born_host, reconsume_times=reconsume, sys_flag=m.sys_flag)
-    result = await ctx.store.put_messages(target, 0, [draft])
+    result = await ctx.store.put_messages(target, 0, [MessageDraft.stored_again(m, props, reconsume)])
     return codes.put_status(result.status, result.remark), label_value(result.status)
 
 

@@ -10,7 +10,7 @@ from collections import defaultdict
 import pytest
 
 from client.errors import BrokerUnreachableError, RequestTimeout
-from client.records import decode_records
+from remoting.message_codec import decode_records
 from client.rpc import ClientRemoting, command
 from remoting.codes import RequestCode, ResponseCode
 from remoting.frame_codec import RemotingCommand
