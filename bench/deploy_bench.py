@@ -44,11 +44,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -60,24 +58,15 @@ REPO = HERE.parent
 CLIENTS = HERE / "deploy_clients.py"  # run by path in a tree's environment
 sys.path.insert(0, str(REPO))
 
+from bench.cpu import cpu_s, settle  # noqa: E402
+from harness.procs import free_port  # noqa: E402
+
 NAMESRV_READY = re.compile(r"The Name Server boot success\. listen=(\S+)")
 BROKER_READY = re.compile(r"The broker\[(\S+), (\S+)\] boot success\.")
 ROLES = {"sync": "SYNC_MASTER", "async": "ASYNC_MASTER"}
 BROKER_NAME = "broker-a"
 ISSUE = {"sync_msg_per_s": 13_400, "async_msg_per_s": 15_700, "master_cpu_us_per_msg": 51.0}
 GOAL_RATIO, GOAL_SYNC_ASYNC = 3.0, 0.9
-
-
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -183,17 +172,6 @@ class ClientProc:
         return out
 
 
-async def settle(pids: list[int], *, idle_cores: float = 0.05, window_s: float = 0.5, limit_s: float = 30.0) -> float:
-    """Wait until every process in ``pids`` uses under ``idle_cores`` of CPU over ``window_s`` (boot work done)."""
-    started = time.monotonic()
-    while time.monotonic() - started < limit_s:
-        c0 = [cpu_s(p) for p in pids]
-        await asyncio.sleep(window_s)
-        if all((cpu_s(p) - c) / window_s < idle_cores for p, c in zip(pids, c0)):
-            break
-    return time.monotonic() - started
-
-
 def diff_counts(a: dict, b: dict) -> dict:
     return {k: b.get(k, 0) - a.get(k, 0) for k in sorted(set(a) | set(b)) if b.get(k, 0) - a.get(k, 0)}
 
@@ -240,7 +218,7 @@ async def run_once(tree, role: str, run: int, args, root: Path) -> dict:
         servers.append(await master.start())
         slave = Server(tree, "broker", work / "slave", "slave", broker_conf(1, "SLAVE", "slave"), BROKER_READY)
         servers.append(await slave.start())
-        settled = await settle([master.pid, slave.pid])
+        settled = await settle(master.pid, slave.pid)
 
         stamp = f"{tree.name}_{role}_{run}_{int(time.time() * 1000) % 10_000_000}"
         topic = f"Deploy_{stamp}"

@@ -38,9 +38,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.cpu import cpu_s, settle
 from bench.report import print_table, write_json
-from common import event_loop
 from client import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
+from common import event_loop
 from harness.procs import Broker, scratch_broker
 
 MiB = 1024 * 1024
@@ -54,27 +55,6 @@ VARIANTS = {  # producer settings; "roundrobin" is the producer before pipelinin
     "depth4": {"pipeline_depth": 4, "max_inflight_per_queue": 4, "pipeline_min_batch": 8},
     "depth8": {"pipeline_depth": 8, "max_inflight_per_queue": 8, "pipeline_min_batch": 4},
 }
-
-
-def cpu_s(pid: int | None = None) -> float:
-    with open(f"/proc/{pid or os.getpid()}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def settle(pid: int, *, idle_cores: float = 0.05, window_s: float = 0.5, limit_s: float = 30.0) -> float:
-    """Wait until process ``pid`` uses less than ``idle_cores`` CPU over ``window_s``; returns the seconds waited.
-
-    Why: a fresh broker's boot-time work (file creation; with warmMappedFileEnable=true also the pre-touch of
-    its commitlog files, ~2.5 s of CPU per GiB) would otherwise land in the first measured run.
-    """
-    started = time.monotonic()
-    while time.monotonic() - started < limit_s:
-        c0 = cpu_s(pid)
-        await asyncio.sleep(window_s)
-        if (cpu_s(pid) - c0) / window_s < idle_cores:
-            break
-    return time.monotonic() - started
 
 
 def pct(values: list[float], p: float) -> float:

@@ -14,20 +14,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
-import os
 import time
 
+from bench.cpu import cpu_s
 from bench.report import median_of, print_table, write_json
 
 CALLERS = 64
 SIZES = (1024, 32 * 1024)
 ACK, ECHO = 310, 11
-
-
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _serve(port_q: mp.Queue, stop: mp.Event) -> None:
@@ -67,10 +61,10 @@ async def _drive(port: int, code: int, size: int, seconds: float, server_pid: in
     stop_at = time.monotonic() + 1.0  # warm-up
     await asyncio.gather(*(caller() for _ in range(CALLERS)))
     done = 0
-    cpu0, t0 = _cpu_s(server_pid), time.monotonic()
+    cpu0, t0 = cpu_s(server_pid), time.monotonic()
     stop_at = t0 + seconds
     await asyncio.gather(*(caller() for _ in range(CALLERS)))
-    elapsed, cpu = time.monotonic() - t0, _cpu_s(server_pid) - cpu0
+    elapsed, cpu = time.monotonic() - t0, cpu_s(server_pid) - cpu0
     await client.close()
     return {"requests_per_s": done / elapsed, "server_cpu_us_per_request": cpu / done * 1e6}
 

@@ -41,22 +41,11 @@ from broker.ha.service import HAService  # noqa: E402
 from broker.store.message_store import MessageStore  # noqa: E402
 from broker.store.types import MessageDraft, PutStatus  # noqa: E402
 from bench import report  # noqa: E402
+from bench.cpu import cpu_s  # noqa: E402
+from harness.procs import free_port  # noqa: E402
 
 MiB = 1024 * 1024
 CLUSTER, BROKER = "BenchCluster", "broker-bench"
-
-
-def cpu_s(pid: int | None = None) -> float:
-    """utime + stime of a process from /proc (seconds)."""
-    with open(f"/proc/{pid or os.getpid()}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def settings(root: Path, role: BrokerRole, file_size: int) -> BrokerSettings:

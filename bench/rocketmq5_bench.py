@@ -36,12 +36,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.e2e_bench import cpu_s, settle
+from bench.cpu import cpu_s, settle, stat_cpu_s
 from bench.report import print_table, write_json
 from client import AdminClient, Message, Producer
 from common import event_loop
-from harness.rocketmq5 import Rmq5Client, client_python
 from harness.procs import Broker, scratch_broker
+from harness.rocketmq5 import Rmq5Client, client_python
 
 
 async def make_topic(ns_addr: str, broker: Broker, topic: str, queues: int) -> None:
@@ -60,9 +60,7 @@ async def make_topic(ns_addr: str, broker: Broker, topic: str, queues: int) -> N
 def cpu_split(pid: int) -> tuple[float, float]:
     """(process CPU s, main thread CPU s): the main thread runs the event loop, so grpc.aio's Python side and
     pyrmq's handlers; the others are gRPC core's (event_engine, the aio poller) and the store's."""
-    with open(f"/proc/{pid}/task/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return cpu_s(pid), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu_s(pid), stat_cpu_s(f"/proc/{pid}/task/{pid}/stat")
 
 
 def row(name: str, messages: int, elapsed_s: float, cpu0: tuple[float, float], cpu1: tuple[float, float]) -> dict:
