@@ -137,14 +137,36 @@ def member_conf(member: Member, home: Path, namesrv_addr: str, file_size_mb: int
     }, f"127.0.0.1:{port}"
 
 
+def process_state(stat: str | None, cmdline: bytes, conf: Path) -> str:
+    """What ``/proc/<pid>`` says of a member's pid: "running" (it runs ``conf``), "gone" (no such process, a
+    zombie, or another program), or "exec" (alive with an empty command line: a process between exec and the
+    setup of its arguments, which is how a member looks for a moment right after its launch, longer on a busy
+    machine; kernel threads look the same, but no pid file names one)."""
+    if stat is None:
+        return "gone"
+    try:
+        state = stat.rsplit(")", 1)[1].split()[0]
+    except IndexError:
+        return "gone"
+    if state in ("Z", "X"):
+        return "gone"
+    if not cmdline:
+        return "exec"
+    return "running" if str(conf).encode() in cmdline.split(b"\0") else "gone"
+
+
+def read_process_state(pid: int, conf: Path) -> str:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return "gone"
+    return process_state(stat, cmdline, conf)
+
+
 def alive(pid: int, conf: Path) -> bool:
     """True while ``pid`` runs (not a zombie) and its command line still names ``conf``."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X") and str(conf).encode() in cmdline
+    return read_process_state(pid, conf) == "running"
 
 
 def read_pid(p: dict[str, Path]) -> int | None:
@@ -198,7 +220,7 @@ def wait_boot(member: Member, p: dict[str, Path], pid: int, log_offset: int) -> 
             text = fh.read().decode("utf-8", "replace")
         if ready.search(text):
             return
-        if not alive(pid, p["conf"]):
+        if read_process_state(pid, p["conf"]) == "gone":  # "exec": just launched, its arguments not set up yet
             tail = " | ".join(text.strip().splitlines()[-3:])
             raise DevClusterError(
                 f"{member.name} exited during boot: {tail or 'no output'}",
