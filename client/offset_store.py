@@ -67,10 +67,16 @@ class RemoteBrokerOffsetStore(_InMemoryOffsets):
     # brokers ----------------------------------------------------------------------------------------------
     async def _targets(self, mq: MessageQueue) -> list[str]:
         """Addresses to try in order: the master when in the route and healthy, then a fallback node."""
-        found = self.routes.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, True)
-        if found is None:
+        if self.routes.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, True) is None:
             await self.routes.refresh(mq.topic)
-            found = self.routes.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, True)
+        out = self._routed_targets(mq)
+        if not out:
+            raise BrokerNotFoundError(mq.broker_name)
+        return out
+
+    def _routed_targets(self, mq: MessageQueue) -> list[str]:
+        """``_targets`` from the cached route alone (no refresh): persist_all asks it once per queue."""
+        found = self.routes.find_broker_address_in_subscribe(mq.broker_name, MASTER_ID, True)
         out: list[str] = []
         if found is not None and self.remoting.health.healthy(found[0]):
             out.append(found[0])
@@ -79,16 +85,7 @@ class RemoteBrokerOffsetStore(_InMemoryOffsets):
             out.append(fallback[0])
         if found is not None and found[0] not in out:
             out.append(found[0])
-        if not out:
-            raise BrokerNotFoundError(mq.broker_name)
         return out
-
-    async def _preferred(self, mq: MessageQueue) -> str | None:
-        """The node a commit of ``mq`` would go to first now; None when no node is known (the commit will say so)."""
-        try:
-            return (await self._targets(mq))[0]
-        except MQClientError:
-            return None
 
     def _ext(self, mq: MessageQueue) -> dict[str, str]:
         return {"consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id)}
@@ -149,8 +146,9 @@ class RemoteBrokerOffsetStore(_InMemoryOffsets):
         for mq, off in list(self._offsets.items()):
             if (mqs is not None and mq not in mqs) or off < 0:
                 continue
-            if self._persisted.get(mq) == (await self._preferred(mq), off):
-                continue
+            took = self._persisted.get(mq)
+            if took is not None and took[1] == off and took[0] == next(iter(self._routed_targets(mq)), None):
+                continue  # the node a commit would go to now has it
             todo.append((mq, off))
         if not todo:
             return 0
