@@ -127,6 +127,7 @@ def member_conf(member: Member, home: Path, namesrv_addr: str, file_size_mb: int
         "namesrvAddr": namesrv_addr,
         "brokerIP1": "127.0.0.1",
         "listenPort": port,
+        "fastListenPort": free_port(),  # its default, listenPort - 2, may be another member's port
         "haListenPort": free_port(),
         "grpcServerPort": free_port(),  # the RocketMQ 5 endpoint: 8081 would be taken by the first broker
         "metricsExporterType": "PROM",  # the servers' default is off (RocketMQ's); a dev cluster shows its metrics
