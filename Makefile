@@ -5,6 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# Workers for pytest-xdist: the suite mostly waits on processes, sockets and containers, so two workers roughly
+# halve it even on two cores; tests/conftest.py keeps the sets that share host ports or a JVM on one worker each.
+# WORKERS=0 runs everything in this one process, in collection order.
+WORKERS ?= 2
+XDIST := -n $(WORKERS)
 
 .PHONY: test unit integration compat system images proto bench clean
 
@@ -19,17 +24,17 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	@if docker info >/dev/null 2>&1; then deploy/images/build.sh; \
 	else echo "no Docker engine reachable: the system tests will be skipped"; fi
-	PYRMQ_SKIP_IMAGE_BUILD=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	PYRMQ_SKIP_IMAGE_BUILD=1 $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) tests/unit $(PYTEST_ARGS)
 
 integration: $(STAMP)
-	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) tests/integration $(PYTEST_ARGS)
 
 # Apache's C++ client (PyPI rocketmq 0.4.4) against real processes; part of `make test` too.
 compat: $(STAMP)
-	$(BIN)/python -m pytest tests/compat $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) tests/compat $(PYTEST_ARGS)
 
 # Container images (pyrmq-namesrv, pyrmq-broker): the base image is pulled, or built with debootstrap
 # from the host's apt mirror where no registry answers; then the compose build.
