@@ -45,7 +45,12 @@ def client_python() -> str:
 
 
 class ClientError(AssertionError):
-    pass
+    """A failed command. ``error`` is what the driver reported (empty when the client gave no answer); the message
+    adds the trace and the tail of the client's log, which may quote earlier errors."""
+
+    def __init__(self, message: str, error: str = "") -> None:
+        super().__init__(message)
+        self.error = error
 
 
 class Rmq5Client:
@@ -85,12 +90,14 @@ class Rmq5Client:
                 raise ClientError(f"no answer to {cmd['op']} within {timeout_s} s\n{self.log_tail()}")
             line = self.proc.stdout.readline()
             if not line:
-                raise ClientError(f"the client process exited ({self.proc.poll()}) during {cmd['op']}\n{self.log_tail()}")
+                raise ClientError(
+                    f"the client process exited ({self.proc.poll()}) during {cmd['op']}\n{self.log_tail()}")
             if line.startswith("{"):
                 answer = json.loads(line)
                 break
         if "error" in answer:
-            raise ClientError(f"{cmd['op']} failed: {answer['error']}\n{answer.get('trace', '')}\n{self.log_tail()}")
+            raise ClientError(f"{cmd['op']} failed: {answer['error']}\n{answer.get('trace', '')}\n{self.log_tail()}",
+                              answer["error"])
         return answer["ok"]
 
     def close(self) -> None:

@@ -129,7 +129,8 @@ def main() -> None:
             with pushed_lock:
                 return list(pushed)
         if op == "ack":
-            consumer.ack(received.pop(cmd["id"]))
+            consumer.ack(received[cmd["id"]])
+            del received[cmd["id"]]  # only once acked: an ack refused with UNAVAILABLE is retried with the same message
             return True
         if op == "change":
             consumer.change_invisible_duration(received[cmd["id"]], cmd["invisible_s"])

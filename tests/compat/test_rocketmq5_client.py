@@ -483,12 +483,15 @@ def _after_restart(consumer, timeout_s: float = 60, **cmd):
         try:
             answer.append(consumer.call(timeout_s=120, **cmd))
         except ClientError as exc:
-            if "StatusCode.UNAVAILABLE" not in str(exc):
-                raise
-            return False
+            if "StatusCode.UNAVAILABLE" not in exc.error:  # the error itself, not the client's log
+                answer.append(exc)  # not the reconnect backoff: stop waiting and raise it
+                return True
+            raise  # the wait retries, and reports the last one if it never gets through
         return True
 
     wait_until(attempt, timeout_s, f"the client never reached the restarted broker for {cmd['op']}")
+    if isinstance(answer[0], ClientError):
+        raise answer[0]
     return answer[0]
 
 
