@@ -5,8 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
-# Workers for pytest-xdist: the suite mostly waits on processes, sockets and containers, so two workers roughly
-# halve it even on two cores; tests/conftest.py keeps the sets that share host ports or a JVM on one worker each.
+# Workers for pytest-xdist: the suite mostly waits on processes, sockets and containers, so a second worker uses
+# the idle time (with another process holding one of two cores: 13:24 against 16:19 median, about 0.82);
+# tests/conftest.py keeps the sets that share host ports or a JVM on one worker each.
 # WORKERS=0 runs everything in this one process, in collection order.
 WORKERS ?= 2
 XDIST := -n $(WORKERS)
