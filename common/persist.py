@@ -28,9 +28,13 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:
+    write_bytes_atomic(path, json.dumps(obj, indent=2, sort_keys=True).encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` as the module docstring describes (the old content kept as ``.bak``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(obj, indent=2, sort_keys=True).encode("utf-8")
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as fh:
         fh.write(data)

@@ -51,6 +51,7 @@ from broker.store.consume_queue import UNIT_SIZE
 from broker.store.consume_queue_store import ConsumeQueueStore
 from broker.store.dispatch_state import AppendListener, DispatchListener, DispatchState
 from broker.store.dispatcher import Dispatcher
+from broker.store.epoch_file import EpochFile
 from broker.store.flush import GroupCommitService, build_flush_services
 from broker.store.recovery import load_and_recover
 from broker.store.types import CommitlogSlice, GetResult, MessageDraft, PutResult, PutStatus, RawBatch
@@ -67,6 +68,7 @@ class MessageStore:
         self.role = config.broker_role
         self.store_host = store_host
         self.root = config.root_dir
+        self.epochs = EpochFile(self.root)  # the masterEpoch history (controller mode); empty in classic mode
         # Flushes, consume-queue files and recovery on one pool; commitlog file creation (which may pre-touch a
         # whole GiB) on its own thread, so it never delays a group commit.
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="store-disk")
@@ -135,7 +137,7 @@ class MessageStore:
             self._state.checkpoint = checkpoint
             recover = functools.partial(
                 load_and_recover, self._commitlog, self._queues, checkpoint,
-                abnormal=abnormal, check_crc=self.config.check_crc_on_recover,
+                abnormal=abnormal, check_crc=self.config.check_crc_on_recover, epochs=self.epochs,
             )
             reput_from, end = await loop.run_in_executor(self._executor, recover)
             self._queues.bind_owner()  # from here on consume-queue files are parked on the loop only

@@ -9,6 +9,8 @@ Order, all blocking (run in the store's executor before any service starts):
    from the newest file whose first record is older than the checkpoint's ``min_timestamp``; stop at the first
    record that is not VALID (torn tail, garbage, CRC under ``checkCRCOnRecover``) and cut everything after it;
 4. cut every consume queue back to the recovered commitlog end;
+   then finish a pending truncation (``truncation.py``: a demoted master cutting its unconfirmed tail) and cut the
+   epoch history back to the log's end;
 5. return the range to re-dispatch: from the newest consume-queue end (clean stop) or from the crash scan's
    start file (crash), up to the commitlog end. The dispatcher's writes are idempotent per queue offset.
 
@@ -17,13 +19,21 @@ With no commitlog file left at all every consume queue is destroyed (RocketMQ do
 
 from __future__ import annotations
 
+from broker.store import truncation
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.commitlog import CommitLog
 from broker.store.consume_queue_store import ConsumeQueueStore
+from broker.store.epoch_file import EpochFile
 
 
 def load_and_recover(
-    commitlog: CommitLog, queues: ConsumeQueueStore, checkpoint: StoreCheckpoint, *, abnormal: bool, check_crc: bool
+    commitlog: CommitLog,
+    queues: ConsumeQueueStore,
+    checkpoint: StoreCheckpoint,
+    *,
+    abnormal: bool,
+    check_crc: bool,
+    epochs: EpochFile | None = None,
 ) -> tuple[int, int]:
     """Steps 1-5 above; returns (re-dispatch from, commitlog end)."""
     cl = commitlog
@@ -37,6 +47,12 @@ def load_and_recover(
     else:
         start_index = cl.normal_start_index()
     end = cl.recover(start_index, check_crc=check_crc)
+    if epochs is not None:
+        epochs.load()
+        target = truncation.pending(epochs.root)
+        if target is not None:
+            end = truncation.apply(target, cl, queues, epochs, epochs.root)
+        epochs.fit_to(end)
     if cl.files.empty:
         queues.destroy_all()
         return 0, 0
