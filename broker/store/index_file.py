@@ -1,0 +1,156 @@
+"""One message index file (RocketMQ IndexFile): a hash table on disk from ``topic#key`` to commitlog offsets.
+
+File ``<storePathRootDir>/index/<yyyyMMddHHmmssSSS>`` (its creation time), ``40 + slots * 4 + entries * 20``
+bytes, big-endian, RocketMQ's layout so its tools could read it::
+
+    header (40 B)   off 0   i64  beginTimestamp   store time (ms) of the first entry
+                    off 8   i64  endTimestamp     store time of the newest entry
+                    off 16  i64  beginPhyOffset   commitlog offset of the first entry
+                    off 24  i64  endPhyOffset     commitlog offset of the newest entry
+                    off 32  i32  hashSlotCount    slots in use
+                    off 36  i32  indexCount       next entry number (entries are numbered from 1; 0 = none)
+    slots           i32 per slot: the number of the newest entry whose key hashes there (0: empty)
+    entries (20 B)  i32 keyHash, i64 phyOffset, i32 timeDiff (seconds since beginTimestamp), i32 prevIndex
+
+``keyHash`` is ``abs(key.hashCode())`` of Java's String (0 for Integer.MIN_VALUE), the slot ``keyHash % slots``;
+each entry links to the previous entry of its slot, so a lookup walks one chain, newest first.
+
+Space: the file is created sparse (``ftruncate``, never ``fallocate``): RocketMQ's default 5,000,000 slots and
+20,000,000 entries make 420,000,040 bytes of address space, but only the pages written take disk: entries fill
+pages in order (20 bytes each), slots are touched at random (at most the 20 MB slot table, reached after some
+thousands of distinct keys). A broker that indexed nothing has no index file at all.
+
+Invariants: entries are written before the header that counts them; ``endPhyOffset`` is the offset of entry
+``indexCount - 1``. ``consistent`` checks that on load: a file whose header and newest entry disagree (a power
+loss tore it) is rebuilt by the index service from the commitlog. Hash collisions are possible, so a lookup
+returns candidates that the caller checks against the record's own keys. Not thread-safe: the index service's
+task only.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import time
+from pathlib import Path
+
+from remoting.message_codec import java_string_hash
+
+HEADER = struct.Struct(">qqqqii")
+HEADER_SIZE = 40
+SLOT = struct.Struct(">i")
+ENTRY = struct.Struct(">iqii")
+ENTRY_SIZE = 20
+INT_MAX = 2**31 - 1
+
+
+def key_hash(key: str) -> int:
+    """RocketMQ's indexKeyHashMethod: ``Math.abs(hashCode)``, and 0 where abs overflows."""
+    h = abs(java_string_hash(key))
+    return 0 if h > INT_MAX else h
+
+
+def file_name(now_ms: int) -> str:
+    """``yyyyMMddHHmmssSSS`` in local time, as RocketMQ names index files."""
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(now_ms / 1000)) + f"{now_ms % 1000:03d}"
+
+
+class IndexFile:
+    def __init__(self, path: Path, slots: int, entries: int, *, create: bool) -> None:
+        self.path = Path(path)
+        self.slots = slots
+        self.max_entries = entries
+        self.size = HEADER_SIZE + slots * SLOT.size + entries * ENTRY_SIZE
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(self.path, flags, 0o644)
+        try:
+            if create:
+                os.ftruncate(fd, self.size)
+            elif os.fstat(fd).st_size != self.size:
+                raise ValueError(f"{self.path} is {os.fstat(fd).st_size} bytes; an index file of {slots} slots and "
+                                 f"{entries} entries is {self.size} (maxHashSlotNum / maxIndexNum changed?)")
+            self._map = mmap.mmap(fd, self.size)
+        finally:
+            os.close(fd)
+        (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
+         count) = HEADER.unpack_from(self._map, 0)
+        self.count = max(1, count)
+        self._entries_at = HEADER_SIZE + slots * SLOT.size
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.max_entries
+
+    @property
+    def empty(self) -> bool:
+        return self.count <= 1
+
+    def consistent(self) -> bool:
+        """Whether the newest entry is the one the header names (see the module docstring)."""
+        if self.empty:
+            return True
+        _, phy, _, _ = ENTRY.unpack_from(self._map, self._entries_at + (self.count - 1) * ENTRY_SIZE)
+        return phy == self.end_phy and self.count <= self.max_entries
+
+    def put(self, key: str, phy_offset: int, store_ts: int) -> bool:
+        """Index ``key`` for the record at ``phy_offset``; False when the file is full."""
+        if self.full:
+            return False
+        h = key_hash(key)
+        slot_at = HEADER_SIZE + (h % self.slots) * SLOT.size
+        (prev,) = SLOT.unpack_from(self._map, slot_at)
+        if prev <= 0 or prev >= self.count:
+            prev = 0
+        if self.empty:
+            self.begin_ts, self.begin_phy = store_ts, phy_offset
+        diff = min(max((store_ts - self.begin_ts) // 1000, 0), INT_MAX)
+        ENTRY.pack_into(self._map, self._entries_at + self.count * ENTRY_SIZE, h, phy_offset, diff, prev)
+        SLOT.pack_into(self._map, slot_at, self.count)
+        if prev == 0:
+            self.slot_count += 1
+        self.count += 1
+        self.end_phy, self.end_ts = phy_offset, store_ts
+        HEADER.pack_into(self._map, 0, self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
+                         self.count)
+        return True
+
+    def lookup(self, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[int]:
+        """Commitlog offsets of entries whose hash is ``key``'s and whose time falls in ``[begin_ms, end_ms]``,
+        newest first. An entry's time is kept in whole seconds, so it may read up to 999 ms early: it matches a
+        range that starts within that second (RocketMQ compares the rounded time and can miss such a message)."""
+        out: list[int] = []
+        if self.empty or max_num <= 0:
+            return out
+        h = key_hash(key)
+        (index,) = SLOT.unpack_from(self._map, HEADER_SIZE + (h % self.slots) * SLOT.size)
+        seen = 0
+        while 0 < index < self.count and len(out) < max_num and seen < self.count:
+            seen += 1
+            entry_hash, phy, diff, prev = ENTRY.unpack_from(self._map, self._entries_at + index * ENTRY_SIZE)
+            if diff < 0:
+                break
+            at = self.begin_ts + diff * 1000
+            if entry_hash == h and at + 999 >= begin_ms and at <= end_ms:
+                out.append(phy)
+            if at + 999 < begin_ms or prev == index:
+                break  # the chain goes back in time: nothing older can fall in the range
+            index = prev
+        return out
+
+    def overlaps(self, begin_ms: int, end_ms: int) -> bool:
+        return not self.empty and self.begin_ts - 999 <= end_ms and self.end_ts >= begin_ms
+
+    def flush(self) -> None:
+        self._map.flush()
+
+    def close(self) -> None:
+        if not self._map.closed:
+            self._map.close()
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
