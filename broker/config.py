@@ -142,6 +142,11 @@ class MessageStoreConfig:
         4 * 1024 * 1024, 1, conf.JAVA_INT_MAX, "bytes of one message body; RocketMQ holds it in an int"
     )
     check_crc_on_recover: bool = True
+    # The message index (broker/store/index_file.py): query by key and by the UNIQ_KEY msgId. Files are sparse, so
+    # RocketMQ's sizes cost disk only as entries arrive; changing the two sizes needs an empty index directory.
+    message_index_enable: bool = True
+    max_hash_slot_num: int = conf.ranged(5_000_000, 1, 100_000_000, "hash slots per index file (4 bytes each)")
+    max_index_num: int = conf.ranged(20_000_000, 2, 100_000_000, "entries per index file (20 bytes each)")
     # RocketMQ's default. Appends are pwrite calls, so pre-touching a file saves them only the page-cache allocation
     # (~0.06 s per GiB here) and costs ~2.5 s of CPU per GiB in a burst at every commitlog roll.
     warm_mapped_file_enable: bool = False

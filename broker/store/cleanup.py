@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 
 from broker.config import BrokerRole, MessageStoreConfig
 from broker.store.commitlog import CommitLog
@@ -142,6 +143,8 @@ class CleanupService(Service):
         self._hours = delete_hours(config.delete_when)
         self.deleted_files = 0
         self.manual_delete = False
+        # Derived files that point into the commitlog (the message index): told the new min offset after each run.
+        self.commitlog_min_listeners: list[Callable[[int], object]] = []
 
     async def on_start(self) -> None:
         self.run_every("clean", self._config.clean_resource_interval / 1000, self.run_once)
@@ -190,3 +193,5 @@ class CleanupService(Service):
         phy_min = self._commitlog.min_offset
         for cq in list(self._queues):
             cq.on_commitlog_min(phy_min)
+        for listener in self.commitlog_min_listeners:
+            listener(phy_min)

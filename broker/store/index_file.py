@@ -15,7 +15,7 @@ bytes, big-endian, RocketMQ's layout so its tools could read it::
 ``keyHash`` is ``abs(key.hashCode())`` of Java's String (0 for Integer.MIN_VALUE), the slot ``keyHash % slots``;
 each entry links to the previous entry of its slot, so a lookup walks one chain, newest first.
 
-Space: the file is created sparse (``ftruncate``, never ``fallocate``): RocketMQ's default 5,000,000 slots and
+Space: the file is created sparse (``ftruncate``, blocks reserved page by page just before use): RocketMQ's default 5,000,000 slots and
 20,000,000 entries make 420,000,040 bytes of address space, but only the pages written take disk: entries fill
 pages in order (20 bytes each), slots are touched at random (at most the 20 MB slot table, reached after some
 thousands of distinct keys). A broker that indexed nothing has no index file at all.
@@ -43,6 +43,8 @@ SLOT = struct.Struct(">i")
 ENTRY = struct.Struct(">iqii")
 ENTRY_SIZE = 20
 INT_MAX = 2**31 - 1
+PAGE = 4096
+RESERVE_AHEAD = 256 << 10  # entry bytes given disk blocks ahead of the writes (about 13,000 entries)
 
 
 def key_hash(key: str) -> int:
@@ -67,12 +69,17 @@ class IndexFile:
         try:
             if create:
                 os.ftruncate(fd, self.size)
+                os.posix_fallocate(fd, 0, min(PAGE, self.size))  # the header's page
             elif os.fstat(fd).st_size != self.size:
                 raise ValueError(f"{self.path} is {os.fstat(fd).st_size} bytes; an index file of {slots} slots and "
                                  f"{entries} entries is {self.size} (maxHashSlotNum / maxIndexNum changed?)")
             self._map = mmap.mmap(fd, self.size)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        self._fd = fd
+        self._slot_pages = bytearray((HEADER_SIZE + slots * SLOT.size) // PAGE + 1)  # 1: known to have its block
+        self._entries_reserved = 0  # entry bytes below this offset have their blocks
         (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
          count) = HEADER.unpack_from(self._map, 0)
         self.count = max(1, count)
@@ -99,13 +106,15 @@ class IndexFile:
             return False
         h = key_hash(key)
         slot_at = HEADER_SIZE + (h % self.slots) * SLOT.size
+        entry_at = self._entries_at + self.count * ENTRY_SIZE
+        self._reserve(slot_at, entry_at)  # before the slot is even read: see _reserve
         (prev,) = SLOT.unpack_from(self._map, slot_at)
         if prev <= 0 or prev >= self.count:
             prev = 0
         if self.empty:
             self.begin_ts, self.begin_phy = store_ts, phy_offset
         diff = min(max((store_ts - self.begin_ts) // 1000, 0), INT_MAX)
-        ENTRY.pack_into(self._map, self._entries_at + self.count * ENTRY_SIZE, h, phy_offset, diff, prev)
+        ENTRY.pack_into(self._map, entry_at, h, phy_offset, diff, prev)
         SLOT.pack_into(self._map, slot_at, self.count)
         if prev == 0:
             self.slot_count += 1
@@ -115,6 +124,22 @@ class IndexFile:
                          self.count)
         return True
 
+    def _reserve(self, slot_at: int, entry_at: int) -> None:
+        """Give the pages this put writes their disk blocks first: a store to a hole of a shared mapping on a full
+        disk kills the process with SIGBUS, a failed fallocate only raises OSError (ENOSPC) here, before any
+        byte changed, and the index service retries later. On tmpfs even a load from a hole takes a page, so the
+        slot's page is reserved before it is read, and ``lookup`` reads slots with pread, which does not allocate.
+        Entries are reserved ahead in RESERVE_AHEAD steps."""
+        page = slot_at // PAGE
+        if not self._slot_pages[page]:
+            os.posix_fallocate(self._fd, page * PAGE, min(PAGE, self.size - page * PAGE))
+            self._slot_pages[page] = 1
+        if entry_at + ENTRY_SIZE > self._entries_reserved:
+            start = max(self._entries_reserved, entry_at - entry_at % PAGE)
+            end = min(self.size, entry_at + ENTRY_SIZE + RESERVE_AHEAD)
+            os.posix_fallocate(self._fd, start, end - start)
+            self._entries_reserved = end
+
     def lookup(self, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[int]:
         """Commitlog offsets of entries whose hash is ``key``'s and whose time falls in ``[begin_ms, end_ms]``,
         newest first. An entry's time is kept in whole seconds, so it may read up to 999 ms early: it matches a
@@ -123,7 +148,7 @@ class IndexFile:
         if self.empty or max_num <= 0:
             return out
         h = key_hash(key)
-        (index,) = SLOT.unpack_from(self._map, HEADER_SIZE + (h % self.slots) * SLOT.size)
+        (index,) = SLOT.unpack(os.pread(self._fd, SLOT.size, HEADER_SIZE + (h % self.slots) * SLOT.size))
         seen = 0
         while 0 < index < self.count and len(out) < max_num and seen < self.count:
             seen += 1
@@ -147,6 +172,7 @@ class IndexFile:
     def close(self) -> None:
         if not self._map.closed:
             self._map.close()
+            os.close(self._fd)
 
     def destroy(self) -> None:
         self.close()

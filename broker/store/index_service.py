@@ -26,6 +26,7 @@ from pathlib import Path
 
 from broker.store.commitlog import CommitLog
 from broker.store.index_file import IndexFile, file_name
+from common.log import RateLimitedLog
 from common.service import Service
 from remoting.message_codec import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, RecordStatus, check_record, property_value
 
@@ -59,6 +60,7 @@ class IndexService(Service):
         self.position = 0  # the next commitlog offset to look at
         self._skip_upto = -1  # records at or below this offset are already indexed
         self._wakeup = asyncio.Event()
+        self._failures = RateLimitedLog(log, 60.0)
 
     # loading (blocking: the store's disk executor, before start) ----------------------------------------------
     def load(self) -> None:
@@ -94,7 +96,8 @@ class IndexService(Service):
                 try:
                     moved = self.build(ROUND_BYTES)
                 except Exception:
-                    log.exception("indexing failed at %d; retrying in 1s", self.position)
+                    self._failures.exception("indexing stopped at commitlog offset %d (a full disk, or see the error); "
+                                             "retrying every second", self.position)
                     await self.sleep(1.0)
                     continue
                 if moved:

@@ -52,6 +52,7 @@ from broker.store.consume_queue_store import ConsumeQueueStore
 from broker.store.dispatch_state import AppendListener, DispatchListener, DispatchState
 from broker.store.dispatcher import Dispatcher
 from broker.store.epoch_file import EpochFile
+from broker.store.index_service import IndexService
 from broker.store.flush import GroupCommitService, build_flush_services
 from broker.store.recovery import load_and_recover
 from broker.store.types import CommitlogSlice, GetResult, MessageDraft, PutResult, PutStatus, RawBatch
@@ -108,6 +109,12 @@ class MessageStore:
         self._dispatcher = Dispatcher(self._commitlog, self._queues, self._state, delay_levels_ms=self._delay_levels_ms)
         self.disk = DiskMonitor(config)
         self._cleanup = CleanupService(config, self.disk, self._commitlog, self._queues, self._state)
+        self.index: IndexService | None = None
+        if config.message_index_enable:
+            self.index = IndexService(self.root, self._commitlog, slots=config.max_hash_slot_num,
+                                      entries=config.max_index_num)
+            self._state.append_listeners.append(self.index.on_append)
+            self._cleanup.commitlog_min_listeners.append(self.index.delete_below)
         self._group_commit: GroupCommitService | None = None
         self._services: list = []
 
@@ -140,6 +147,8 @@ class MessageStore:
                 abnormal=abnormal, check_crc=self.config.check_crc_on_recover, epochs=self.epochs,
             )
             reput_from, end = await loop.run_in_executor(self._executor, recover)
+            if self.index is not None:
+                await loop.run_in_executor(self._executor, self.index.load)
             self._queues.bind_owner()  # from here on consume-queue files are parked on the loop only
             self._state.last_put_ts = self._commitlog.last_store_timestamp
             if reput_from < end:
@@ -176,6 +185,8 @@ class MessageStore:
         self._group_commit = next((f for f in flushers if isinstance(f, GroupCommitService)), None)
         services += flushers
         services.append(self._cleanup)
+        if self.index is not None:
+            services.append(self.index)
         if self.role is BrokerRole.SLAVE:
             services.append(self._dispatcher)
         self._services = []
@@ -221,6 +232,8 @@ class MessageStore:
 
     def _release(self, *, wait: bool, cancel: bool) -> None:
         """Close every file, drop the directory locks and end the executors (the services are stopped)."""
+        if self.index is not None:
+            self.index.close()
         self._commitlog.close()
         self._queues.close()
         if self._checkpoint is not None:
@@ -232,6 +245,14 @@ class MessageStore:
     async def _run_disk(self, fn: Callable[[], object]) -> object:
         """Run a blocking consume-queue call (file creation, block reservation) on the disk executor."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    # the message index -------------------------------------------------------------------------------------
+    def index_candidates(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[int]:
+        """Commitlog offsets the index holds for ``key`` (a KEYS entry or a UNIQ_KEY) in ``topic``, newest first;
+        candidates only (hash collisions, expired or truncated records): read each and check its keys."""
+        if self.index is None:
+            return []
+        return self.index.lookup(topic, key, max_num, begin_ms, end_ms)
 
     # put path --------------------------------------------------------------------------------------------
     def set_replica_waiter(self, waiter: put_path.ReplicaWaiter | None) -> None:

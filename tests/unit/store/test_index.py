@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 
 import pytest
@@ -11,7 +12,9 @@ from hypothesis import strategies as st
 
 from broker.store.index_file import ENTRY_SIZE, HEADER, HEADER_SIZE, IndexFile, key_hash
 from broker.store.index_service import IndexService
-from tests.unit.store.conftest import draft
+from harness import small_disk
+from harness.waiting import async_wait_until
+from tests.unit.store.conftest import draft, replace
 
 T0 = 1_700_000_000_000
 
@@ -102,7 +105,14 @@ def entries(svc: IndexService) -> int:
     return sum(f.count - 1 for f in svc.files)
 
 
-async def test_service_indexes_keys_and_ids_resumes_and_rebuilds(store):
+@pytest.fixture
+async def plain_store(open_store, config):
+    """A store without its own index service: these tests drive one by hand."""
+    return await open_store(replace(config, message_index_enable=False))
+
+
+async def test_service_indexes_keys_and_ids_resumes_and_rebuilds(plain_store):
+    store = plain_store
     ids = []
     for i in range(30):
         d = draft(f"m{i}".encode(), KEYS=f"order-{i % 10} shared", UNIQ_KEY=f"{i:032X}")
@@ -150,7 +160,8 @@ async def test_service_indexes_keys_and_ids_resumes_and_rebuilds(store):
 
 
 @pytest.mark.parametrize("n", [0, 1])
-async def test_delete_below_keeps_the_newest(store, n):
+async def test_delete_below_keeps_the_newest(plain_store, n):
+    store = plain_store
     for i in range(40):
         await store.put_messages("T", 0, [draft(b"x", KEYS=f"k{i}")])
     svc = IndexService(store.root, store.commitlog, slots=11, entries=10)
@@ -164,3 +175,48 @@ async def test_delete_below_keeps_the_newest(store, n):
     left = len(svc.files)
     assert svc.delete_below(2**62) == left - 1 and len(svc.files) == 1
     svc.close()
+
+
+async def test_the_store_indexes_as_it_appends_and_after_a_restart(open_store, config):
+    store = await open_store(config)
+    for i in range(20):
+        await store.put_messages("Orders", 0, [draft(b"m", KEYS=f"k{i % 4}", UNIQ_KEY=f"{i:032X}")])
+    await async_wait_until(lambda: store.index.position == store.max_phy_offset, 10, "the index to reach the commitlog end")
+    assert len(store.index_candidates("Orders", "k1", 64, 0, 2**62)) == 5
+    assert len(store.index_candidates("Orders", f"{7:032X}", 64, 0, 2**62)) == 1
+    await store.stop()
+    again = await open_store(config)
+    await again.put_messages("Orders", 0, [draft(b"m", KEYS="k1")])
+    await async_wait_until(lambda: again.index.position == again.max_phy_offset, 10, "the index to reach the commitlog end")
+    assert len(again.index_candidates("Orders", "k1", 64, 0, 2**62)) == 6
+    assert entries(again.index) == 20 * 2 + 1
+    off = await open_store(replace(config, store_path_root_dir=str(config.root_dir.parent / "off"),
+                                   message_index_enable=False))
+    await off.put_messages("Orders", 0, [draft(b"m", KEYS="k1")])
+    assert off.index_candidates("Orders", "k1", 64, 0, 2**62) == []
+    assert not (off.root / "index").exists()
+
+
+def test_a_full_disk_is_an_error_not_a_sigbus(tmp_path):
+    reason = small_disk.unavailable()
+    if reason:
+        pytest.skip(f"no small filesystem for the full-disk case: {reason}")
+    disk = small_disk.SmallDisk(tmp_path / "disk", 2 << 20).mount()
+    try:
+        f = IndexFile(disk.path / "f", slots=500_000, entries=1_000_000, create=True)  # 22 MB sparse on 2 MB
+        disk.fill()
+        done = 0
+        with pytest.raises(OSError) as err:
+            for i in range(100_000):
+                f.put(f"T#{i}", i, T0)
+                done += 1
+        assert err.value.errno == errno.ENOSPC
+        assert f.count == done + 1  # the refused put changed nothing
+        disk.free()
+        assert f.put("T#again", 7, T0)
+        assert f.lookup("T#again", 5, 0, 2**62) == [7]
+        if done:
+            assert f.lookup("T#0", 5, 0, 2**62)[-1:] == [0]
+        f.close()
+    finally:
+        disk.unmount()
