@@ -1,0 +1,176 @@
+"""The transaction ledger against a model of the records, with crashes between any two writes.
+
+The model keeps what a store would: the half queue, the op queue, the committed messages and the system group's
+stored offsets. The service steps (a producer's END_TRANSACTION, a check that renews or discards a copy and asks
+the producer) are written here the way the broker performs them, write by write, each write followed by the
+ledger update; a crash may cut any step between its writes, and a restart rebuilds the ledger by replaying both
+queues from the stored offsets. Whatever happens: no transaction is committed twice, none rolled back is ever
+committed, and a transaction whose producer knows its outcome ends committed or rolled back once the checks run.
+"""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from broker.transaction.ledger import HalfCopy, Ledger
+
+CHECK_MAX = 3
+TIMEOUT = 10
+
+
+class Crash(Exception):
+    pass
+
+
+class Records:
+    def __init__(self) -> None:
+        self.halves: list[tuple[str, int, int]] = []  # (tx, check times, store time)
+        self.ops: list[tuple[list[int], list[str], str]] = []
+        self.committed: list[str] = []
+        self.discarded: list[str] = []
+        self.offsets = (0, 0)  # the system group's stored (half, op) offsets
+
+
+class LedgerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rec = Records()
+        self.ledger = Ledger()
+        self.now = 0
+        self.decisions: dict[str, str | None] = {}
+        self.crash_after: int | None = None  # the next step dies after this many of its writes
+        self.txs = 0
+
+    # writes, each possibly the last before a crash -------------------------------------------------------------
+    def _write(self) -> None:
+        if self.crash_after is not None:
+            if self.crash_after == 0:
+                self.crash_after = None
+                raise Crash
+            self.crash_after -= 1
+
+    def put_half(self, tx: str, check_times: int) -> int:
+        self._write()
+        self.rec.halves.append((tx, check_times, self.now))
+        q = len(self.rec.halves) - 1
+        self.ledger.on_half(HalfCopy(q, 1000 + q, tx, "pg", self.now + TIMEOUT, check_times))
+        return q
+
+    def put_op(self, offsets: list[int], txs: list[str], resolution: str) -> None:
+        self._write()
+        self.rec.ops.append((offsets, txs, resolution))
+        self.ledger.on_op(len(self.rec.ops) - 1, offsets, txs, resolution)
+
+    def put_real(self, tx: str) -> None:
+        self._write()
+        self.rec.committed.append(tx)
+
+    # the broker's steps --------------------------------------------------------------------------------------
+    def end_transaction(self, q: int, outcome: str) -> None:
+        tx = self.rec.halves[q][0]
+        action, copies = self.ledger.end(q, tx)
+        if action != "resolve":
+            return
+        if outcome == "commit" and tx not in self.rec.committed:  # the index lookup of topic#tx
+            self.put_real(tx)
+        self.put_op(copies, [tx], outcome)
+
+    def check_pass(self) -> None:
+        for copy in self.ledger.due(self.now, 10):
+            if copy.check_times >= CHECK_MAX:
+                self._write()
+                self.rec.discarded.append(copy.tx_id)
+                self.put_op([copy.queue_offset], [copy.tx_id], "discarded")
+                continue
+            new_q = self.put_half(copy.tx_id, copy.check_times + 1)
+            self.put_op([copy.queue_offset], [copy.tx_id], "renewed")
+            answer = self.decisions.get(copy.tx_id)
+            if answer is not None:
+                self.end_transaction(new_q, answer)
+
+    def run(self, step) -> None:
+        try:
+            step()
+        except Crash:
+            self.restart()
+
+    def restart(self) -> None:
+        half_offset, op_offset = self.rec.offsets
+        self.ledger = Ledger(half_offset=half_offset, op_offset=op_offset)
+        for i, (offsets, txs, resolution) in enumerate(self.rec.ops):
+            if i >= op_offset:
+                self.ledger.on_op(i, offsets, txs, resolution)
+        for q, (tx, times, ts) in enumerate(self.rec.halves):
+            if q >= half_offset:
+                self.ledger.on_half(HalfCopy(q, 1000 + q, tx, "pg", ts + TIMEOUT, times))
+        self.ledger.seen_half_end = len(self.rec.halves)
+
+    # rules ---------------------------------------------------------------------------------------------------
+    @rule(decision=st.sampled_from(["commit", "rollback", None]))
+    def begin(self, decision):
+        tx = f"T{self.txs}"
+        self.txs += 1
+        self.decisions[tx] = decision
+        self.run(lambda: self.put_half(tx, 0))
+
+    @precondition(lambda self: self.rec.halves)
+    @rule(data=st.data(), outcome=st.sampled_from(["commit", "rollback"]), crash=st.sampled_from([None, 0, 1]))
+    def producer_ends(self, data, outcome, crash):
+        q = data.draw(st.integers(0, len(self.rec.halves) - 1))
+        tx = self.rec.halves[q][0]
+        if self.decisions[tx] is None:
+            self.decisions[tx] = outcome
+        self.crash_after = crash
+        self.run(lambda: self.end_transaction(q, self.decisions[tx]))
+        self.crash_after = None
+
+    @rule(seconds=st.integers(0, 15), crash=st.sampled_from([None, 0, 1, 2, 3]))
+    def checks_run(self, seconds, crash):
+        self.now += seconds
+        self.crash_after = crash
+        self.run(self.check_pass)
+        self.crash_after = None
+
+    @rule()
+    def offsets_stored(self):
+        self.rec.offsets = self.ledger.advance()
+
+    @rule()
+    def crash(self):
+        self.restart()
+
+    # what must always hold -----------------------------------------------------------------------------------
+    @invariant()
+    def committed_once_and_never_after_a_rollback(self):
+        assert len(self.rec.committed) == len(set(self.rec.committed)), self.rec.committed
+        for tx in self.rec.committed:
+            assert self.decisions[tx] == "commit"
+
+    @invariant()
+    def ledger_matches_a_replay(self):
+        live = self.ledger
+        self.restart()
+        replayed_open = {q for q in self.ledger.open}
+        self.ledger = live
+        assert set(live.open) == replayed_open
+
+    def teardown(self):
+        # liveness: with every decision known and time moving on, every transaction is decided exactly once
+        for tx in self.decisions:
+            if self.decisions[tx] is None:
+                self.decisions[tx] = "rollback"
+        for _ in range(CHECK_MAX + 3):
+            self.now += TIMEOUT + 1
+            self.run(self.check_pass)
+        for tx, decision in self.decisions.items():
+            decided = tx in self.rec.committed or tx in self.rec.discarded or any(
+                tx in txs and res in ("rollback", "commit") for _, txs, res in self.rec.ops)
+            assert decided, (tx, decision)
+            if decision == "commit" and tx not in self.rec.discarded:
+                assert tx in self.rec.committed, tx
+
+
+LedgerMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
+TestLedger = LedgerMachine.TestCase
