@@ -26,7 +26,7 @@ from typing import Any
 
 from broker.context import BrokerContext
 from broker.metadata.topics import TopicConfig
-from broker.processors import validate
+from broker.processors import missing_topic, validate
 from common.perm import perm_valid
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
@@ -123,7 +123,7 @@ def stats(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand
         return response_to(
             request,
             ResponseCode.TOPIC_NOT_EXIST,
-            f"topic[{topic}] not exist on broker {ctx.broker_name}; create it with updateTopic or check the name",
+            missing_topic.topic_not_exist(ctx, topic, "create it with updateTopic or check the name"),
         )
     store = ctx.store
     table = {}
