@@ -3,7 +3,11 @@
 - UPDATE_AND_CREATE_TOPIC (17), header ``CreateTopicRequestHeader``: ``topic``, ``readQueueNums``,
   ``writeQueueNums``, ``perm`` (required), ``topicSysFlag``, ``order`` (optional). Java clients also send
   ``defaultTopic`` and ``topicFilterType``; both are accepted and unused (pyrmq topics are SINGLE_TAG). Creates or
-  replaces the topic, persists ``topics.json`` and registers with the nameservers at once, so routes show it.
+  replaces the topic, persists ``topics.json`` and registers with the nameservers at once, and answers once that
+  registration round ended (at most ``REGISTER_WAIT_S``), as RocketMQ registers before it answers: a route read
+  right after the answer shows the topic. The remark says which nameservers accepted it; a round that did not
+  end in time, or that a nameserver missed, still answers SUCCESS (the topic is saved), with a remark that the
+  route follows at the next round.
 - DELETE_TOPIC_IN_BROKER (215), ``topic``: drops the topic, its consume queues and its consumer offsets. A topic
   this broker does not have answers SUCCESS with a remark saying so, as RocketMQ does: ``mqadmin deleteTopic``
   sends 215 to every master of the cluster and stops at the first error.
@@ -20,6 +24,7 @@ a pyrmq caller, like a RocketMQ producer, that retrying may help, which it never
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -37,7 +42,11 @@ from remoting.headers import Fields
 SLAVE_REFUSAL = "Can't modify topic or subscription group from slave broker, please execute it from master broker"
 
 
-AdminHandler = Callable[[BrokerContext, Any, RemotingCommand], RemotingCommand]
+# How long UPDATE_AND_CREATE_TOPIC waits for the registration that carries the topic (RocketMQ: a synchronous
+# registration bounded by registerBrokerTimeoutMills, 6 s by default; mqadmin's own timeout is 3 s+).
+REGISTER_WAIT_S = 3.0
+
+AdminHandler = Callable[[BrokerContext, Any, RemotingCommand], Any]  # a RemotingCommand, or a coroutine of one
 
 
 def master_only(handler: AdminHandler) -> AdminHandler:
@@ -61,7 +70,7 @@ def message_queue(topic: str, broker_name: str, queue_id: int) -> fastjson.Froze
 
 
 @master_only
-def update(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
+async def update(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
     f = Fields(request.ext, "UPDATE_AND_CREATE_TOPIC")
     topic = f.req_str("topic")
     read_nums, write_nums, perm = f.req_int("readQueueNums"), f.req_int("writeQueueNums"), f.req_int("perm")
@@ -90,7 +99,30 @@ def update(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingComman
     )
     ctx.topics.update(cfg)
     ctx.topics_changed()
-    return response_to(request, ResponseCode.SUCCESS, f"topic {topic} saved on {ctx.broker_name}")
+    registered = ctx.register_now()
+    saved = f"topic {topic} saved on {ctx.broker_name}"
+    if registered is None:  # no nameserver to tell (or stopping)
+        return response_to(request, ResponseCode.SUCCESS, saved)
+    try:
+        outcome = await asyncio.wait_for(registered, REGISTER_WAIT_S)
+    except TimeoutError:
+        return response_to(
+            request,
+            ResponseCode.SUCCESS,
+            f"{saved}; no nameserver confirmed its registration within {REGISTER_WAIT_S:g} s, so routes may lack it"
+            " until the next registration round (the broker retries within seconds)",
+        )
+    if not outcome.accepted:
+        return response_to(
+            request,
+            ResponseCode.SUCCESS,
+            f"{saved}; no nameserver accepted its registration ({', '.join(outcome.missed)} missed it), so routes"
+            " lack it until a registration round succeeds (the broker retries within seconds)",
+        )
+    missed = f"; {', '.join(outcome.missed)} missed it and gets it at the next round" if outcome.missed else ""
+    return response_to(
+        request, ResponseCode.SUCCESS, f"{saved} and registered with {', '.join(outcome.accepted)}{missed}"
+    )
 
 
 @master_only
