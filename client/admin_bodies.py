@@ -347,12 +347,12 @@ def parse_ha_status(body: bytes) -> HAStatus:
     """GET_BROKER_HA_STATUS (907): RocketMQ 5's HARuntimeInfo (``master``, ``masterCommitLogMaxOffset``,
     ``inSyncSlaveNums``, ``haConnectionInfo`` [{``addr``, ``slaveAckOffset``, ``diff``, ``inSync``,
     ``transferFromWhere``, ``transferredByteInSecond``}], ``haClientRuntimeInfo`` {``masterAddr``, ``maxOffset``,
-    ``lastReadTimestamp``, ``lastWriteTimestamp``, ``masterFlushOffset``, ``activated``}) plus pyrmq's ``role``,
+    ``lastReadTimestamp``, ``lastWriteTimestamp``, ``masterFlushOffset``, ``isActivated``}) plus pyrmq's ``role``,
     ``commitLogMaxOffset``, ``commitLogMinOffset``, ``staleAfterMs``, per connection ``brokerId``, ``state``,
     ``haPeerAddr``, ``transferredBytes``, ``lastAckTimestamp``, ``lastReadTimestamp``, ``sinceLastReadMs``, and the
     client's ``replicatedBytes``, ``state``, ``sinceLastReadMs`` (broker/ha/status.py writes them). A RocketMQ 5
     broker's answer, without pyrmq's fields, reads too: the role from ``master``, states from ``inSync`` and
-    ``activated``."""
+    ``isActivated`` (``activated``: what pyrmq brokers before issue 22 wrote)."""
     what = "GET_BROKER_HA_STATUS"
     obj = load_object(body, what)
     client = obj.get("haClientRuntimeInfo") or {}
@@ -382,7 +382,7 @@ def parse_ha_status(body: bytes) -> HAStatus:
                 since_last_read_ms=_int(c.get("sinceLastReadMs", -1)),
             )
         )
-    connected = bool(client.get("activated", client.get("isActivated", False)))
+    connected = bool(client.get("isActivated", client.get("activated", False)))
     return HAStatus(
         role=role,
         commitlog_max_offset=max_offset,

@@ -12,8 +12,10 @@
   this broker does not have answers SUCCESS with a remark saying so, as RocketMQ does: ``mqadmin deleteTopic``
   sends 215 to every master of the cluster and stops at the first error.
 - GET_TOPIC_STATS_INFO (202), ``topic``: TopicStatsTable, one entry per write queue,
-  ``{"offsetTable":{{"brokerName":S,"queueId":I,"topic":S}:{"lastUpdateTimestamp":L,"maxOffset":L,"minOffset":L}}}``
-  with the MessageQueue keys written inline as fastjson writes them; 17 for an unknown topic.
+  ``{"offsetTable":{{"brokerName":S,"queueId":I,"topic":S}:{"lastUpdateTimestamp":L,"maxOffset":L,"minOffset":L}},
+  "topicPutTps":D}`` with the MessageQueue keys written inline as fastjson writes them; 17 for an unknown topic.
+  ``topicPutTps`` (RocketMQ 5's, which rocketmq-rust requires): messages stored in the topic per second over about
+  the last minute, measured between this request and earlier ones (``admin_rates.PutRate``; 0 at the first).
 
 Writes are refused on a slave (it copies the master's table; spec §2.5) with RocketMQ's remark and 16
 NO_PERMISSION. A bad name, queue counts outside 1..1024 or an invalid perm answer 29 INVALID_PARAMETER, a system
@@ -26,12 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable
 from typing import Any
 
 from broker.context import BrokerContext
 from broker.metadata.topics import TopicConfig
 from broker.processors import missing_topic, validate
+from broker.processors.admin_rates import PutRate
 from common.perm import perm_valid
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
@@ -148,7 +152,7 @@ def delete(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingComman
     )
 
 
-def stats(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
+def stats(ctx: BrokerContext, rates: PutRate, conn, request: RemotingCommand) -> RemotingCommand:
     topic = Fields(request.ext, "GET_TOPIC_STATS_INFO").req_str("topic")
     cfg = ctx.topics.get(topic)
     if cfg is None:
@@ -159,19 +163,24 @@ def stats(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand
         )
     store = ctx.store
     table = {}
+    stored = 0
     for qid in range(cfg.write_queue_nums):
         lo = max(0, store.min_offset_in_queue(topic, qid))
         hi = max(0, store.max_offset_in_queue(topic, qid))
         last = store.store_timestamp_at(topic, qid, hi - 1) if hi > 0 else 0
+        stored += hi
         table[message_queue(topic, ctx.broker_name, qid)] = {
             "lastUpdateTimestamp": max(0, last or 0),
             "maxOffset": hi,
             "minOffset": lo,
         }
-    return response_to(request, ResponseCode.SUCCESS, body=fastjson.dumps({"offsetTable": table}))
+    put_tps = round(rates.rate(topic, stored, time.monotonic()), 2)
+    body = fastjson.dumps({"offsetTable": table, "topicPutTps": float(put_tps)})
+    return response_to(request, ResponseCode.SUCCESS, body=body)
 
 
 def register(server, ctx: BrokerContext) -> None:
+    rates = PutRate()
     server.register(RequestCode.UPDATE_AND_CREATE_TOPIC, lambda conn, req: update(ctx, conn, req))
     server.register(RequestCode.DELETE_TOPIC_IN_BROKER, lambda conn, req: delete(ctx, conn, req))
-    server.register(RequestCode.GET_TOPIC_STATS_INFO, lambda conn, req: stats(ctx, conn, req))
+    server.register(RequestCode.GET_TOPIC_STATS_INFO, lambda conn, req: stats(ctx, rates, conn, req))

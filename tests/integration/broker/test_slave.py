@@ -76,7 +76,7 @@ async def test_a_slave_accepts_offset_commits_and_reports_its_role(slave_client)
     status = await slave_client.request(RequestCode.GET_BROKER_HA_STATUS)
     ha = fastjson.loads(status.body_bytes())
     assert status.code == 0 and ha["role"] == "SLAVE" and ha["master"] is False
-    assert ha["haClientRuntimeInfo"]["activated"] is False  # no master to replicate from
+    assert ha["haClientRuntimeInfo"]["isActivated"] is False  # no master to replicate from
     info = await slave_client.runtime_info()
     assert (info["brokerRole"], info["brokerId"], info["haMasterConnected"]) == ("SLAVE", "1", "false")
 

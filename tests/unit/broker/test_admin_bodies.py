@@ -99,7 +99,8 @@ def test_ha_status_body_uses_rocketmq_5_names_plus_pyrmqs_own():
     slave = HAStatus("SLAVE", 800, 0, client=link_up, stale_after_ms=7500).to_json()
     assert slave["master"] is False and slave["masterCommitLogMaxOffset"] == 0 and slave["commitLogMaxOffset"] == 800
     assert slave["haClientRuntimeInfo"] == {
-        "activated": True, "lastReadTimestamp": 5, "lastWriteTimestamp": 6, "masterAddr": "10.0.0.1:10912",
-        "maxOffset": 800, "replicatedBytes": 800, "sinceLastReadMs": 40, "state": "OK", "transferredByteInSecond": 0}
+        "isActivated": True, "lastReadTimestamp": 5, "lastWriteTimestamp": 6, "masterAddr": "10.0.0.1:10912",
+        "masterFlushOffset": 0, "maxOffset": 800, "replicatedBytes": 800, "sinceLastReadMs": 40, "state": "OK",
+        "transferredByteInSecond": 0}
     assert slave["staleAfterMs"] == 7500
     assert list(fastjson.loads(fastjson.dumps(slave))) == sorted(slave)  # fastjson's alphabetical order
