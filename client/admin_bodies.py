@@ -8,11 +8,13 @@ the request and what was expected.
 
     GET_ALL_TOPIC_CONFIG 21             {"dataVersion":DV,"topicConfigTable":{topic:TopicConfig}}
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201 {"dataVersion":DV,"subscriptionGroupTable":{group:SubscriptionGroupConfig}}
-    GET_ALL_CONSUMER_OFFSET 43          {"offsetTable":{"topic@group":{queueId:offset}},"resetVersion":{key:ms}}
-    GET_ALL_DELAY_OFFSET 45             {"offsetTable":{level:offset}}
+    GET_ALL_CONSUMER_OFFSET 43          {"dataVersion":DV,"offsetTable":{"topic@group":{queueId:offset}},
+                                         "resetVersion":{key:ms}}
+    GET_ALL_DELAY_OFFSET 45             {"dataVersion":DV,"offsetTable":{level:offset}}
     GET_BROKER_RUNTIME_INFO 28          {"table":{k:v}} (KVTable)
     GET_BROKER_CONFIG 26                Java properties text, "k=v" lines
-    GET_TOPIC_STATS_INFO 202            {"offsetTable":{MQ:{"lastUpdateTimestamp","maxOffset","minOffset"}}}
+    GET_TOPIC_STATS_INFO 202            {"offsetTable":{MQ:{"lastUpdateTimestamp","maxOffset","minOffset"}},
+                                         "topicPutTps":D}
     GET_CONSUME_STATS 208               {"consumeTps":D,"offsetTable":{MQ:{"brokerOffset","consumerOffset","lastTimestamp",
                                         "pullOffset"}}} (pullOffset: RocketMQ 5's; absent from 4.x brokers)
     GET_CONSUMER_CONNECTION_LIST 203    {"connectionSet":[Connection],"consumeType","messageModel","consumeFromWhere",

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from broker.ha.status import ByteRate, HAStatus, MasterLinkStatus, SlaveLinkStatus
 from broker.metadata.subscription_groups import SubscriptionGroupConfig
 from broker.processors.admin_groups import ConsumeRate, parse_group_config
+from broker.processors.admin_rates import PutRate
 from broker.processors.admin_info import MorningTotals
 from broker.processors.admin_topics import message_queue
 from remoting import fastjson
@@ -55,6 +56,14 @@ def test_consume_rate_averages_since_boot_until_a_sample_is_a_minute_old():
     assert rate.rate(("T", "G"), 1200, 180.0) == pytest.approx((1200 - 600) / 60)  # from the sample at 120
     assert rate.rate(("T", "G"), 1200, 250.0) == pytest.approx(0.0)  # nothing pulled within the last 70 s
     assert rate.rate(("T", "other"), 0, 250.0) == 0.0
+
+
+def test_put_rate_counts_from_the_first_request_and_restarts_when_the_topic_was_recreated():
+    rate = PutRate(window_s=60.0)
+    assert rate.rate("T", 5_000, 100.0) == 0.0  # what was stored before the first request is not a rate
+    assert rate.rate("T", 5_100, 110.0) == pytest.approx(10.0)
+    assert rate.rate("T", 40, 120.0) == 0.0  # deleted and created again: a new baseline
+    assert rate.rate("T", 100, 130.0) == pytest.approx(6.0)
 
 
 @given(st.lists(st.integers(min_value=0, max_value=10_000), min_size=1, max_size=30))
