@@ -98,7 +98,8 @@ class BrokerContext:
     retry: RetryService | None = None
     metrics: BrokerMetrics | None = None  # handlers call it once per request; None in benchmarks without metrics
     dedup: SendDedupWindow | None = None  # for sends with the ``dedup`` ext field; None when the window is off
-    register_now: Callable[[], None] = lambda: None
+    # an immediate registration round; the future resolves when a round that carries the current topics ended
+    register_now: Callable[[], asyncio.Future | None] = lambda: None
     ha: HAService | None = None  # GET_BROKER_HA_STATUS; None in handler tests that run no HA
     master: MasterAddrs = field(default_factory=MasterAddrs)
     pop: PopProgress | None = None  # on a master serving RocketMQ 5 clients (GET_CONSUME_STATS' in-flight pops)

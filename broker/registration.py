@@ -6,6 +6,11 @@ spec rocketmq-replication.md §2.3, remoting.md §2.1 and §5.5).
   brokerAddr, haServerAddr, brokerId, ``compressed=false``, bodyCrc32 (RocketMQ's masked CRC-32 of the body). Body:
   RegisterBrokerBody JSON, the full topic table with its DataVersion (``stateVersion`` 0); when the broker is not
   read-write, every topic's perm is replaced by the broker's, as RocketMQ does.
+- ``register_now`` answers a future that resolves, with the ``RoundOutcome``, when the first round that *starts*
+  after the call ends: that round's body was built after the change, so once a nameserver accepted it, a route read
+  there shows the change. UPDATE_AND_CREATE_TOPIC waits (bounded) for it before answering, as RocketMQ's broker
+  registers synchronously on topic creation (AdminBrokerProcessor.updateAndCreateTopic ->
+  registerIncrementBrokerData); a route read right after ``updateTopic`` finds the topic.
 - Each round goes to every nameserver in parallel and waits at most ``registerBrokerTimeoutMills``. The first
   successful reply in the configured nameserver order gives a slave its master's HA address and broker address
   (reply header ``haServerAddr``/``masterAddr``); they go to ``on_result(ha_server_addr, master_addr)`` after the
@@ -26,6 +31,7 @@ import asyncio
 import logging
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from broker.config import BrokerSettings
 from broker.metadata.topics import TopicConfigManager
@@ -44,6 +50,14 @@ PERIOD_MIN_MS = 10_000
 PERIOD_MAX_MS = 60_000
 UNSETTLED_RETRY_S = 1.0  # first early re-registration while unsettled (doubles up to the period)
 UNREGISTER_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class RoundOutcome:
+    """Which nameservers accepted a registration round and which did not (refused, failed or timed out)."""
+
+    accepted: tuple[str, ...]
+    missed: tuple[str, ...]
 
 
 def register_period_ms(configured_ms: int) -> int:
@@ -90,6 +104,10 @@ class RegistrationService(Service):
         self._kick = asyncio.Event()
         self._watched: dict[str, Connection] = {}  # namesrv addr -> the connection whose close we watch
         self.rounds = 0
+        self._rounds_started = 0
+        # (first round number that counts, future) of register_now callers; resolved after each round, and
+        # dropped once cancelled (a caller that stopped waiting), so the list stays as small as the callers waiting
+        self._waiters: list[tuple[int, asyncio.Future[RoundOutcome]]] = []
         self.last_success_ms = 0
         self.settled = False  # the last round succeeded everywhere and, on a slave, named a master
 
@@ -109,6 +127,7 @@ class RegistrationService(Service):
 
     async def on_stop(self) -> None:
         self._kick.set()
+        self._resolve_waiters(None, RoundOutcome((), tuple(self.namesrv_addrs)))
         if self.namesrv_addrs and self._client is not None:
             await self.unregister_all()
 
@@ -117,9 +136,26 @@ class RegistrationService(Service):
             await self._client.close()
         self._watched.clear()
 
-    def register_now(self) -> None:
-        """Ask for an immediate registration round (topic created or changed)."""
+    def register_now(self) -> asyncio.Future[RoundOutcome] | None:
+        """Ask for an immediate registration round (topic created or changed). The future resolves with the outcome
+        of the first round that starts after this call (None: no nameserver is configured, or we are stopping)."""
         self._kick.set()
+        if not self.namesrv_addrs or self.stopping:
+            return None
+        self._waiters = [(n, f) for n, f in self._waiters if not f.done()]
+        future: asyncio.Future[RoundOutcome] = asyncio.get_running_loop().create_future()
+        self._waiters.append((self._rounds_started + 1, future))
+        return future
+
+    def _resolve_waiters(self, round_number: int | None, outcome: RoundOutcome) -> None:
+        """Resolve the waiters that round ``round_number`` (None: every one) answers; keep the later ones."""
+        later = []
+        for first, future in self._waiters:
+            if round_number is not None and first > round_number:
+                later.append((first, future))
+            elif not future.done():
+                future.set_result(outcome)
+        self._waiters = later
 
     # registration -------------------------------------------------------------------------------------------
     def _header(self) -> dict[str, str]:
@@ -156,6 +192,16 @@ class RegistrationService(Service):
 
     async def register_all(self) -> bool:
         """One round to every nameserver; True when at least one accepted it."""
+        self._rounds_started += 1
+        number = self._rounds_started
+        accepted: list[str] = []
+        try:
+            return await self._round(accepted)
+        finally:
+            missed = tuple(a for a in self.namesrv_addrs if a not in accepted)
+            self._resolve_waiters(number, RoundOutcome(tuple(accepted), missed))
+
+    async def _round(self, accepted: list[str]) -> bool:
         timeout_s = self.settings.broker.register_broker_timeout_mills / 1000
         calls = {addr: asyncio.ensure_future(self._register_one(addr, timeout_s)) for addr in self.namesrv_addrs}
         done, pending = await asyncio.wait(calls.values(), timeout=timeout_s + 0.5)
@@ -166,6 +212,7 @@ class RegistrationService(Service):
             if addr not in replies:
                 log.warning("registration with nameserver %s timed out after %.1fs", addr, timeout_s)
         self.rounds += 1
+        accepted.extend(a for a in self.namesrv_addrs if replies.get(a) is not None)
         # "first successful reply": the earliest in the configured nameserver order among those that accepted.
         first = next((replies[a] for a in self.namesrv_addrs if replies.get(a) is not None), None)
         if first is None:

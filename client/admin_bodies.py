@@ -8,11 +8,13 @@ the request and what was expected.
 
     GET_ALL_TOPIC_CONFIG 21             {"dataVersion":DV,"topicConfigTable":{topic:TopicConfig}}
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201 {"dataVersion":DV,"subscriptionGroupTable":{group:SubscriptionGroupConfig}}
-    GET_ALL_CONSUMER_OFFSET 43          {"offsetTable":{"topic@group":{queueId:offset}},"resetVersion":{key:ms}}
-    GET_ALL_DELAY_OFFSET 45             {"offsetTable":{level:offset}}
+    GET_ALL_CONSUMER_OFFSET 43          {"dataVersion":DV,"offsetTable":{"topic@group":{queueId:offset}},
+                                         "resetVersion":{key:ms}}
+    GET_ALL_DELAY_OFFSET 45             {"dataVersion":DV,"offsetTable":{level:offset}}
     GET_BROKER_RUNTIME_INFO 28          {"table":{k:v}} (KVTable)
     GET_BROKER_CONFIG 26                Java properties text, "k=v" lines
-    GET_TOPIC_STATS_INFO 202            {"offsetTable":{MQ:{"lastUpdateTimestamp","maxOffset","minOffset"}}}
+    GET_TOPIC_STATS_INFO 202            {"offsetTable":{MQ:{"lastUpdateTimestamp","maxOffset","minOffset"}},
+                                         "topicPutTps":D}
     GET_CONSUME_STATS 208               {"consumeTps":D,"offsetTable":{MQ:{"brokerOffset","consumerOffset","lastTimestamp",
                                         "pullOffset"}}} (pullOffset: RocketMQ 5's; absent from 4.x brokers)
     GET_CONSUMER_CONNECTION_LIST 203    {"connectionSet":[Connection],"consumeType","messageModel","consumeFromWhere",
@@ -347,12 +349,12 @@ def parse_ha_status(body: bytes) -> HAStatus:
     """GET_BROKER_HA_STATUS (907): RocketMQ 5's HARuntimeInfo (``master``, ``masterCommitLogMaxOffset``,
     ``inSyncSlaveNums``, ``haConnectionInfo`` [{``addr``, ``slaveAckOffset``, ``diff``, ``inSync``,
     ``transferFromWhere``, ``transferredByteInSecond``}], ``haClientRuntimeInfo`` {``masterAddr``, ``maxOffset``,
-    ``lastReadTimestamp``, ``lastWriteTimestamp``, ``masterFlushOffset``, ``activated``}) plus pyrmq's ``role``,
+    ``lastReadTimestamp``, ``lastWriteTimestamp``, ``masterFlushOffset``, ``isActivated``}) plus pyrmq's ``role``,
     ``commitLogMaxOffset``, ``commitLogMinOffset``, ``staleAfterMs``, per connection ``brokerId``, ``state``,
     ``haPeerAddr``, ``transferredBytes``, ``lastAckTimestamp``, ``lastReadTimestamp``, ``sinceLastReadMs``, and the
     client's ``replicatedBytes``, ``state``, ``sinceLastReadMs`` (broker/ha/status.py writes them). A RocketMQ 5
     broker's answer, without pyrmq's fields, reads too: the role from ``master``, states from ``inSync`` and
-    ``activated``."""
+    ``isActivated`` (``activated``: what pyrmq brokers before issue 22 wrote)."""
     what = "GET_BROKER_HA_STATUS"
     obj = load_object(body, what)
     client = obj.get("haClientRuntimeInfo") or {}
@@ -382,7 +384,7 @@ def parse_ha_status(body: bytes) -> HAStatus:
                 since_last_read_ms=_int(c.get("sinceLastReadMs", -1)),
             )
         )
-    connected = bool(client.get("activated", client.get("isActivated", False)))
+    connected = bool(client.get("isActivated", client.get("activated", False)))
     return HAStatus(
         role=role,
         commitlog_max_offset=max_offset,

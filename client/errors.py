@@ -96,7 +96,8 @@ def _hint_for(code: int) -> str:
     if code == ResponseCode.SYSTEM_BUSY:
         return "the broker is overloaded; retry later or slow down"
     if code == ResponseCode.TOPIC_NOT_EXIST:
-        return "create the topic with mqctl updateTopic or enable autoCreateTopicEnable"
+        return ("from a master: create the topic with mqctl updateTopic or enable autoCreateTopicEnable; from a"
+                " slave: it has not synced the topic from its master yet, so retry or read from the master")
     if code == ResponseCode.NO_PERMISSION:
         return "check the topic/group permissions and the broker's brokerPermission"
     if code == ResponseCode.MESSAGE_ILLEGAL:

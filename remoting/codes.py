@@ -143,6 +143,8 @@ class RequestCode(enum.IntEnum):
     GET_TOPICS_BY_CLUSTER = 224
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
+    # RocketMQ 5: one subscription group's config (header ``group``), what its mqadmin and rocketmq-rust ask
+    GET_SUBSCRIPTIONGROUP_CONFIG = 352
     # RocketMQ 5's HA runtime info (HARuntimeInfo), served by pyrmq's 4.x-style brokers too
     GET_BROKER_HA_STATUS = 907
 

@@ -8,6 +8,10 @@ Its JSON form is the entry of ``subscriptionGroupTable``, RocketMQ's field names
      "retryQueueNums": 1, "retryMaxTimes": 16, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
      "notifyConsumerIdsChangedEnable": true, "consumeMessageOrderly": false}
 
+On the wire (GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201, GET_SUBSCRIPTIONGROUP_CONFIG 352) ``wire_json`` adds the
+fields RocketMQ 5's class has and pyrmq does not implement, with RocketMQ's defaults (``ROCKETMQ5_FIXED``), so its
+strict readers (rocketmq-rust) decode the answer; ``from_json`` ignores them.
+
 The broker's UPDATE_AND_CREATE_SUBSCRIPTIONGROUP checks a request's body more strictly, naming the bad field
 (broker/processors/admin_groups.py); ``from_json`` reads what a broker stored or sent.
 """
@@ -19,6 +23,17 @@ from typing import Any
 
 from common.conf import conf_key
 from remoting.headers import parse_int
+
+
+# RocketMQ 5's SubscriptionGroupConfig fields that pyrmq keeps at RocketMQ's defaults: retry policy (pyrmq retries
+# by messageDelayLevel), group flags, the push consume timeout, attributes. ``subscriptionDataSet`` is null there
+# (fastjson omits it), so it is left out too.
+ROCKETMQ5_FIXED: dict[str, Any] = {
+    "attributes": {},
+    "consumeTimeoutMinute": 15,
+    "groupRetryPolicy": {"type": "CUSTOMIZED"},
+    "groupSysFlag": 0,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +53,10 @@ class SubscriptionGroupConfig:
 
     def to_json(self) -> dict[str, Any]:
         return {conf_key(f): getattr(self, f.name) for f in fields(self)}
+
+    def wire_json(self) -> dict[str, Any]:
+        """RocketMQ 5's whole SubscriptionGroupConfig, keys sorted as fastjson writes them."""
+        return dict(sorted({**ROCKETMQ5_FIXED, **self.to_json()}.items()))
 
     @classmethod
     def from_json(cls, obj: dict[str, Any], group_name: str = "") -> SubscriptionGroupConfig:

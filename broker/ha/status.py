@@ -1,18 +1,21 @@
 """HA runtime status as typed records: what GET_BROKER_HA_STATUS (907) answers, ``mqctl haStatus`` prints and
 ``broker/metrics.py`` exports. Built by ``HAService.status()``; pure records, no I/O.
 
-``HAStatus.to_json()`` is the wire body. It uses RocketMQ 5's ``HARuntimeInfo`` field names (what its
-``mqadmin haStatus`` reads; fastjson writes the getter ``isActivated()`` as ``activated``, the per-second figures
-are ``transferredByteInSecond``, singular) and adds pyrmq's own fields, which a RocketMQ tool ignores. Times
-are epoch milliseconds (``*Timestamp``) or milliseconds (``*Ms``)::
+``HAStatus.to_json()`` is the wire body. It carries every field of RocketMQ 5's ``HARuntimeInfo`` and its
+``HAConnectionRuntimeInfo`` / ``HAClientRuntimeInfo`` under their names (the per-second figures are
+``transferredByteInSecond``, singular; the client's flag is its field's name, ``isActivated``, which
+rocketmq-rust's DefaultMQAdminExt requires, as it requires ``masterFlushOffset``), and adds pyrmq's own fields,
+which RocketMQ's readers skip (tests/rocketmq_bodies.py lists them). Times are epoch milliseconds (``*Timestamp``)
+or milliseconds (``*Ms``)::
 
     {"commitLogMaxOffset":L,          pyrmq: this broker's commitlog range, on either role
      "commitLogMinOffset":L,          pyrmq
      "haClientRuntimeInfo":{          a slave's link to its master (zeros and "" on a master, as RocketMQ 5 sends)
-        "activated":B,                the HA connection to the master is up (TCP; says nothing of silence)
+        "isActivated":B,              the HA connection to the master is up (TCP; says nothing of silence)
         "lastReadTimestamp":L,        epoch ms of the last frame from the master (0: never)
         "lastWriteTimestamp":L,       epoch ms of the last offset report sent (0: never)
         "masterAddr":S,               the master's HA address (haMasterAddress or the registration reply's)
+        "masterFlushOffset":L,        0: unknown (below)
         "maxOffset":L,                this slave's commitlog max offset
         "replicatedBytes":L,          pyrmq: commitlog bytes appended from the master since start
         "sinceLastReadMs":L,          pyrmq: ms since the master last sent a byte; -1 while not connected
@@ -39,8 +42,10 @@ are epoch milliseconds (``*Timestamp``) or milliseconds (``*Ms``)::
      "role":S,                        pyrmq: SYNC_MASTER / ASYNC_MASTER / SLAVE
      "staleAfterMs":L}                pyrmq: the silence after which a connected link shows STALE
 
-``remoting.fastjson.dumps`` writes the keys in this (alphabetical, fastjson's) order. No ``masterFlushOffset``:
-the HA stream does not carry the master's flush offset, so a slave cannot know it.
+``remoting.fastjson.dumps`` writes the keys in this (alphabetical, fastjson's) order. ``masterFlushOffset`` is
+always 0, meaning unknown: the HA stream does not carry the master's flush offset, so a slave cannot know it
+(RocketMQ fills it only in its controller-mode HA, from the handshake). Before issue 22 the flag was written
+``activated`` and ``masterFlushOffset`` was missing; ``client/admin_bodies.py`` reads either spelling.
 
 **States.** DISCONNECTED: no HA connection (the master keeps a departed slave's row for
 ``haDisconnectedSlaveKeepInterval``). STALE: connected, but nothing read from the peer for more than
@@ -126,10 +131,11 @@ class MasterLinkStatus:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "activated": self.connected,
+            "isActivated": self.connected,
             "lastReadTimestamp": self.last_read_timestamp,
             "lastWriteTimestamp": self.last_write_timestamp,
             "masterAddr": self.master_addr,
+            "masterFlushOffset": 0,
             "maxOffset": self.max_offset,
             "replicatedBytes": self.replicated_bytes,
             "sinceLastReadMs": self.since_last_read_ms,

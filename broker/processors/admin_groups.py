@@ -9,6 +9,9 @@
 - DELETE_SUBSCRIPTIONGROUP (207), header ``groupName``; ``removeOffset`` (4.9.7) or ``cleanOffset`` (5.x) true
   also drops the group's consumer offsets. A group this broker does not have answers SUCCESS with a remark, as
   RocketMQ does (``mqadmin deleteSubGroup -c`` asks every master and stops at the first error).
+- GET_SUBSCRIPTIONGROUP_CONFIG (352, RocketMQ 5's), header ``group``: the group's SubscriptionGroupConfig, RocketMQ
+  5's whole class (``SubscriptionGroupConfig.wire_json``); 26 SUBSCRIPTION_GROUP_NOT_EXIST naming the group when
+  this broker does not have it. Served by a slave too (it holds the master's copy).
 - GET_CONSUME_STATS (208), header ``consumerGroup``, ``topic`` (blank: every topic the group has offsets for, plus
   its retry topic): ConsumeStats ``{"consumeTps":D,"offsetTable":{MQ:{"brokerOffset":L,"consumerOffset":L,
   "lastTimestamp":L,"pullOffset":L}}}``, one entry per read queue, MessageQueue keys inline. Like RocketMQ, a topic
@@ -30,13 +33,13 @@ Group writes are refused on a slave with RocketMQ's remark and 16 NO_PERMISSION 
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import fields
 
 from broker.context import BrokerContext
 from broker.metadata.subscription_groups import SubscriptionGroupConfig
 from broker.metadata.topics import retry_topic
 from broker.processors import validate
+from broker.processors.admin_rates import ConsumeRate
 from broker.processors.admin_topics import master_only, message_queue
 from common.conf import conf_key
 from remoting import fastjson
@@ -114,25 +117,17 @@ def delete(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingComman
     )
 
 
-class ConsumeRate:
-    """Messages pulled per second per (topic, group), from ``BrokerMetrics.pulled_messages`` (counted since the
-    broker started) sampled at each GET_CONSUME_STATS (at most one sample a second): the rate since the newest
-    sample at least ``window_s`` old, or since boot when there is none (RocketMQ reports the last minute's rate)."""
-
-    def __init__(self, boot_s: float, window_s: float = 60.0) -> None:
-        self.boot_s = boot_s
-        self.window_s = window_s
-        self._samples: dict[tuple[str, str], deque[tuple[float, int]]] = {}
-
-    def rate(self, key: tuple[str, str], total: int, now_s: float) -> float:
-        samples = self._samples.setdefault(key, deque(maxlen=2 * int(self.window_s) + 2))
-        while len(samples) > 1 and now_s - samples[1][0] >= self.window_s:
-            samples.popleft()  # samples[0] stays the newest one at least window_s old
-        t0, n0 = samples[0] if samples and now_s - samples[0][0] >= self.window_s else (self.boot_s, 0)
-        if not samples or now_s - samples[-1][0] >= 1.0:
-            samples.append((now_s, total))
-        elapsed = now_s - t0
-        return max(0.0, (total - n0) / elapsed) if elapsed > 0 else 0.0
+def group_config(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
+    group = Fields(request.ext, "GET_SUBSCRIPTIONGROUP_CONFIG").req_str("group")
+    cfg = ctx.groups.get(group)
+    if cfg is None:
+        return response_to(
+            request,
+            ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+            f"subscription group {group} does not exist on broker {ctx.broker_name}; create it with"
+            f" updateSubGroup -g {group}, or check the name",
+        )
+    return response_to(request, ResponseCode.SUCCESS, body=fastjson.dumps(cfg.wire_json()))
 
 
 def consume_stats(ctx: BrokerContext, rates: ConsumeRate, conn, request: RemotingCommand) -> RemotingCommand:
@@ -220,6 +215,7 @@ def register(server, ctx: BrokerContext) -> None:
     rates = ConsumeRate(boot_s=time.monotonic())
     server.register(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, lambda conn, req: update(ctx, conn, req))
     server.register(RequestCode.DELETE_SUBSCRIPTIONGROUP, lambda conn, req: delete(ctx, conn, req))
+    server.register(RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, lambda conn, req: group_config(ctx, conn, req))
     server.register(RequestCode.GET_CONSUME_STATS, lambda conn, req: consume_stats(ctx, rates, conn, req))
     server.register(RequestCode.GET_CONSUMER_CONNECTION_LIST, lambda conn, req: consumer_connections(ctx, conn, req))
     server.register(RequestCode.GET_PRODUCER_CONNECTION_LIST, lambda conn, req: producer_connections(ctx, conn, req))

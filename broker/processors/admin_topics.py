@@ -3,13 +3,19 @@
 - UPDATE_AND_CREATE_TOPIC (17), header ``CreateTopicRequestHeader``: ``topic``, ``readQueueNums``,
   ``writeQueueNums``, ``perm`` (required), ``topicSysFlag``, ``order`` (optional). Java clients also send
   ``defaultTopic`` and ``topicFilterType``; both are accepted and unused (pyrmq topics are SINGLE_TAG). Creates or
-  replaces the topic, persists ``topics.json`` and registers with the nameservers at once, so routes show it.
+  replaces the topic, persists ``topics.json`` and registers with the nameservers at once, and answers once that
+  registration round ended (at most ``REGISTER_WAIT_S``), as RocketMQ registers before it answers: a route read
+  right after the answer shows the topic. The remark says which nameservers accepted it; a round that did not
+  end in time, or that a nameserver missed, still answers SUCCESS (the topic is saved), with a remark that the
+  route follows at the next round.
 - DELETE_TOPIC_IN_BROKER (215), ``topic``: drops the topic, its consume queues and its consumer offsets. A topic
   this broker does not have answers SUCCESS with a remark saying so, as RocketMQ does: ``mqadmin deleteTopic``
   sends 215 to every master of the cluster and stops at the first error.
 - GET_TOPIC_STATS_INFO (202), ``topic``: TopicStatsTable, one entry per write queue,
-  ``{"offsetTable":{{"brokerName":S,"queueId":I,"topic":S}:{"lastUpdateTimestamp":L,"maxOffset":L,"minOffset":L}}}``
-  with the MessageQueue keys written inline as fastjson writes them; 17 for an unknown topic.
+  ``{"offsetTable":{{"brokerName":S,"queueId":I,"topic":S}:{"lastUpdateTimestamp":L,"maxOffset":L,"minOffset":L}},
+  "topicPutTps":D}`` with the MessageQueue keys written inline as fastjson writes them; 17 for an unknown topic.
+  ``topicPutTps`` (RocketMQ 5's, which rocketmq-rust requires): messages stored in the topic per second over about
+  the last minute, measured between this request and earlier ones (``admin_rates.PutRate``; 0 at the first).
 
 Writes are refused on a slave (it copies the master's table; spec §2.5) with RocketMQ's remark and 16
 NO_PERMISSION. A bad name, queue counts outside 1..1024 or an invalid perm answer 29 INVALID_PARAMETER, a system
@@ -20,13 +26,16 @@ a pyrmq caller, like a RocketMQ producer, that retrying may help, which it never
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import time
 from collections.abc import Callable
 from typing import Any
 
 from broker.context import BrokerContext
 from broker.metadata.topics import TopicConfig
-from broker.processors import validate
+from broker.processors import missing_topic, validate
+from broker.processors.admin_rates import PutRate
 from common.perm import perm_valid
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
@@ -37,7 +46,11 @@ from remoting.headers import Fields
 SLAVE_REFUSAL = "Can't modify topic or subscription group from slave broker, please execute it from master broker"
 
 
-AdminHandler = Callable[[BrokerContext, Any, RemotingCommand], RemotingCommand]
+# How long UPDATE_AND_CREATE_TOPIC waits for the registration that carries the topic (RocketMQ: a synchronous
+# registration bounded by registerBrokerTimeoutMills, 6 s by default; mqadmin's own timeout is 3 s+).
+REGISTER_WAIT_S = 3.0
+
+AdminHandler = Callable[[BrokerContext, Any, RemotingCommand], Any]  # a RemotingCommand, or a coroutine of one
 
 
 def master_only(handler: AdminHandler) -> AdminHandler:
@@ -61,7 +74,7 @@ def message_queue(topic: str, broker_name: str, queue_id: int) -> fastjson.Froze
 
 
 @master_only
-def update(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
+async def update(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
     f = Fields(request.ext, "UPDATE_AND_CREATE_TOPIC")
     topic = f.req_str("topic")
     read_nums, write_nums, perm = f.req_int("readQueueNums"), f.req_int("writeQueueNums"), f.req_int("perm")
@@ -90,7 +103,30 @@ def update(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingComman
     )
     ctx.topics.update(cfg)
     ctx.topics_changed()
-    return response_to(request, ResponseCode.SUCCESS, f"topic {topic} saved on {ctx.broker_name}")
+    registered = ctx.register_now()
+    saved = f"topic {topic} saved on {ctx.broker_name}"
+    if registered is None:  # no nameserver to tell (or stopping)
+        return response_to(request, ResponseCode.SUCCESS, saved)
+    try:
+        outcome = await asyncio.wait_for(registered, REGISTER_WAIT_S)
+    except TimeoutError:
+        return response_to(
+            request,
+            ResponseCode.SUCCESS,
+            f"{saved}; no nameserver confirmed its registration within {REGISTER_WAIT_S:g} s, so routes may lack it"
+            " until the next registration round (the broker retries within seconds)",
+        )
+    if not outcome.accepted:
+        return response_to(
+            request,
+            ResponseCode.SUCCESS,
+            f"{saved}; no nameserver accepted its registration ({', '.join(outcome.missed)} missed it), so routes"
+            " lack it until a registration round succeeds (the broker retries within seconds)",
+        )
+    missed = f"; {', '.join(outcome.missed)} missed it and gets it at the next round" if outcome.missed else ""
+    return response_to(
+        request, ResponseCode.SUCCESS, f"{saved} and registered with {', '.join(outcome.accepted)}{missed}"
+    )
 
 
 @master_only
@@ -116,30 +152,35 @@ def delete(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingComman
     )
 
 
-def stats(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
+def stats(ctx: BrokerContext, rates: PutRate, conn, request: RemotingCommand) -> RemotingCommand:
     topic = Fields(request.ext, "GET_TOPIC_STATS_INFO").req_str("topic")
     cfg = ctx.topics.get(topic)
     if cfg is None:
         return response_to(
             request,
             ResponseCode.TOPIC_NOT_EXIST,
-            f"topic[{topic}] not exist on broker {ctx.broker_name}; create it with updateTopic or check the name",
+            missing_topic.topic_not_exist(ctx, topic, "create it with updateTopic or check the name"),
         )
     store = ctx.store
     table = {}
+    stored = 0
     for qid in range(cfg.write_queue_nums):
         lo = max(0, store.min_offset_in_queue(topic, qid))
         hi = max(0, store.max_offset_in_queue(topic, qid))
         last = store.store_timestamp_at(topic, qid, hi - 1) if hi > 0 else 0
+        stored += hi
         table[message_queue(topic, ctx.broker_name, qid)] = {
             "lastUpdateTimestamp": max(0, last or 0),
             "maxOffset": hi,
             "minOffset": lo,
         }
-    return response_to(request, ResponseCode.SUCCESS, body=fastjson.dumps({"offsetTable": table}))
+    put_tps = round(rates.rate(topic, stored, time.monotonic()), 2)
+    body = fastjson.dumps({"offsetTable": table, "topicPutTps": float(put_tps)})
+    return response_to(request, ResponseCode.SUCCESS, body=body)
 
 
 def register(server, ctx: BrokerContext) -> None:
+    rates = PutRate()
     server.register(RequestCode.UPDATE_AND_CREATE_TOPIC, lambda conn, req: update(ctx, conn, req))
     server.register(RequestCode.DELETE_TOPIC_IN_BROKER, lambda conn, req: delete(ctx, conn, req))
-    server.register(RequestCode.GET_TOPIC_STATS_INFO, lambda conn, req: stats(ctx, conn, req))
+    server.register(RequestCode.GET_TOPIC_STATS_INFO, lambda conn, req: stats(ctx, rates, conn, req))

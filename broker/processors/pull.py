@@ -27,7 +27,7 @@ from broker import read_advice
 from broker.context import BrokerContext
 from broker.metadata.subscription_groups import SubscriptionGroupConfig
 from broker.metadata.topics import retry_topic
-from broker.processors import validate
+from broker.processors import missing_topic, validate
 from broker.processors.consumer_manage import check_commit, refused_commit_log
 from broker.processors.status_map import get_code, pull_remark
 from common.perm import perm_readable, perm_text
@@ -90,7 +90,9 @@ def _admit(
         return _refuse(
             request,
             ResponseCode.TOPIC_NOT_EXIST,
-            f"topic[{h.topic}] not exist on broker {ctx.broker_name}; refresh the route or create the topic",
+            missing_topic.topic_not_exist(
+                ctx, h.topic, f"create it (mqctl updateTopic -t {h.topic}) or refresh the route"
+            ),
         )
     if not perm_readable(topic.perm):
         return _refuse(

@@ -3,11 +3,16 @@
 No request header; each answer is the manager's table as RocketMQ writes it::
 
     GET_ALL_TOPIC_CONFIG 21              {"dataVersion":DV,"topicConfigTable":{topic:TopicConfig}}
-    GET_ALL_CONSUMER_OFFSET 43           {"offsetTable":{"topic@group":{queueId:offset}},"resetVersion":{key:ms}}
-    GET_ALL_DELAY_OFFSET 45              {"offsetTable":{level:offset}}
+    GET_ALL_CONSUMER_OFFSET 43           {"dataVersion":DV,"offsetTable":{"topic@group":{queueId:offset}},
+                                          "resetVersion":{key:ms}}
+    GET_ALL_DELAY_OFFSET 45              {"dataVersion":DV,"offsetTable":{level:offset}}
     GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201 {"dataVersion":DV,"subscriptionGroupTable":{group:SubscriptionGroupConfig}}
 
-DV = ``{"counter":L,"stateVersion":L,"timestamp":L}`` (``stateVersion``, RocketMQ 5's, is always 0 here).
+RocketMQ 5's classes whole (its strict readers, rocketmq-rust's, need every field): DV =
+``{"counter":L,"stateVersion":L,"timestamp":L}`` (``stateVersion`` always 0 here); each TopicConfig carries
+``attributes`` (``{}``: pyrmq has no topic attributes); each SubscriptionGroupConfig is ``wire_json``'s
+(remoting/subscription_group.py). pyrmq keeps no version of its offset tables (43, 45), so their DV is counter 0
+stamped with the broker's boot time, as GET_BROKER_CONFIG's.
 ``resetVersion`` is pyrmq's: per ``topic@group``, the time of the last explicit offset reset, so the other node's
 merge can tell a deliberate rewind from a stale table (``broker/metadata/consumer_offsets.py``; RocketMQ #1094). A
 RocketMQ slave reads ConsumerOffsetSerializeWrapper and ignores it.
@@ -38,13 +43,34 @@ def _answer(request: RemotingCommand, table: dict[str, Any]) -> RemotingCommand:
     return response_to(request, ResponseCode.SUCCESS, body=fastjson.dumps(table))
 
 
-def register(server, ctx: BrokerContext) -> None:
-    server.register(
-        RequestCode.GET_ALL_TOPIC_CONFIG, lambda conn, req: _answer(req, with_state_version(ctx.topics.to_json()))
+def topic_configs(ctx: BrokerContext) -> dict[str, Any]:
+    wrapper = with_state_version(ctx.topics.to_json())
+    table = wrapper["topicConfigTable"]
+    wrapper["topicConfigTable"] = {name: {"attributes": {}, **cfg} for name, cfg in table.items()}
+    return wrapper
+
+
+def subscription_groups(ctx: BrokerContext) -> dict[str, Any]:
+    groups, version = ctx.groups.snapshot()
+    return with_state_version(
+        {"dataVersion": version.to_json(), "subscriptionGroupTable": {g.group_name: g.wire_json() for g in groups}}
     )
-    server.register(RequestCode.GET_ALL_CONSUMER_OFFSET, lambda conn, req: _answer(req, ctx.offsets.to_json()))
-    server.register(RequestCode.GET_ALL_DELAY_OFFSET, lambda conn, req: _answer(req, ctx.delay_offsets.to_json()))
+
+
+def boot_versioned(ctx: BrokerContext, table: dict[str, Any]) -> dict[str, Any]:
+    """An unversioned table with the DataVersion RocketMQ 5's wrapper carries: counter 0 at the boot time."""
+    return {"dataVersion": {"counter": 0, "stateVersion": 0, "timestamp": ctx.boot_timestamp_ms}, **table}
+
+
+def register(server, ctx: BrokerContext) -> None:
+    server.register(RequestCode.GET_ALL_TOPIC_CONFIG, lambda conn, req: _answer(req, topic_configs(ctx)))
     server.register(
-        RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
-        lambda conn, req: _answer(req, with_state_version(ctx.groups.to_json())),
+        RequestCode.GET_ALL_CONSUMER_OFFSET, lambda conn, req: _answer(req, boot_versioned(ctx, ctx.offsets.to_json()))
+    )
+    server.register(
+        RequestCode.GET_ALL_DELAY_OFFSET,
+        lambda conn, req: _answer(req, boot_versioned(ctx, ctx.delay_offsets.to_json())),
+    )
+    server.register(
+        RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, lambda conn, req: _answer(req, subscription_groups(ctx))
     )

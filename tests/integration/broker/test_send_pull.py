@@ -205,6 +205,15 @@ async def test_a_groups_own_retry_topic_exists_as_soon_as_the_group_pulls_it(cli
     assert other.code == ResponseCode.TOPIC_NOT_EXIST
 
 
+async def test_a_master_asked_for_a_topic_it_lacks_says_to_create_it(client):
+    got = await client.pull("g-missing", "NeverCreatedHere", 0, 0)
+    assert got.code == ResponseCode.TOPIC_NOT_EXIST
+    assert got.remark == (
+        "topic[NeverCreatedHere] not exist on broker broker-a; create it (mqctl updateTopic -t NeverCreatedHere) or"
+        " refresh the route"
+    )
+
+
 async def test_a_dedup_send_stores_each_uniq_key_once_and_repeats_the_first_result(client):
     topic = "DedupTopic"
     await client.create_topic(topic, queues=2)

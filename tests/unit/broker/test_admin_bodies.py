@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from broker.ha.status import ByteRate, HAStatus, MasterLinkStatus, SlaveLinkStatus
 from broker.metadata.subscription_groups import SubscriptionGroupConfig
 from broker.processors.admin_groups import ConsumeRate, parse_group_config
+from broker.processors.admin_rates import PutRate
 from broker.processors.admin_info import MorningTotals
 from broker.processors.admin_topics import message_queue
 from remoting import fastjson
@@ -57,6 +58,14 @@ def test_consume_rate_averages_since_boot_until_a_sample_is_a_minute_old():
     assert rate.rate(("T", "other"), 0, 250.0) == 0.0
 
 
+def test_put_rate_counts_from_the_first_request_and_restarts_when_the_topic_was_recreated():
+    rate = PutRate(window_s=60.0)
+    assert rate.rate("T", 5_000, 100.0) == 0.0  # what was stored before the first request is not a rate
+    assert rate.rate("T", 5_100, 110.0) == pytest.approx(10.0)
+    assert rate.rate("T", 40, 120.0) == 0.0  # deleted and created again: a new baseline
+    assert rate.rate("T", 100, 130.0) == pytest.approx(6.0)
+
+
 @given(st.lists(st.integers(min_value=0, max_value=10_000), min_size=1, max_size=30))
 def test_consume_rate_is_never_negative_for_a_growing_counter(steps):
     rate, total, now = ConsumeRate(boot_s=0.0), 0, 0.0
@@ -99,7 +108,8 @@ def test_ha_status_body_uses_rocketmq_5_names_plus_pyrmqs_own():
     slave = HAStatus("SLAVE", 800, 0, client=link_up, stale_after_ms=7500).to_json()
     assert slave["master"] is False and slave["masterCommitLogMaxOffset"] == 0 and slave["commitLogMaxOffset"] == 800
     assert slave["haClientRuntimeInfo"] == {
-        "activated": True, "lastReadTimestamp": 5, "lastWriteTimestamp": 6, "masterAddr": "10.0.0.1:10912",
-        "maxOffset": 800, "replicatedBytes": 800, "sinceLastReadMs": 40, "state": "OK", "transferredByteInSecond": 0}
+        "isActivated": True, "lastReadTimestamp": 5, "lastWriteTimestamp": 6, "masterAddr": "10.0.0.1:10912",
+        "masterFlushOffset": 0, "maxOffset": 800, "replicatedBytes": 800, "sinceLastReadMs": 40, "state": "OK",
+        "transferredByteInSecond": 0}
     assert slave["staleAfterMs"] == 7500
     assert list(fastjson.loads(fastjson.dumps(slave))) == sorted(slave)  # fastjson's alphabetical order

@@ -80,7 +80,7 @@ async def test_the_sync_answers_are_rocketmq_bodies_with_state_version_and_the_r
         assert body["dataVersion"] == {"counter": m.topics.data_version.counter, "stateVersion": 0,
                                        "timestamp": m.topics.data_version.timestamp}
         assert body["topicConfigTable"]["OrderTopic"] == {
-            "order": False, "perm": 6, "readQueueNums": 4, "topicFilterType": "SINGLE_TAG",
+            "attributes": {}, "order": False, "perm": 6, "readQueueNums": 4, "topicFilterType": "SINGLE_TAG",
             "topicName": "OrderTopic", "topicSysFlag": 0, "writeQueueNums": 4}
         groups = fastjson.loads((await client.invoke(
             addr, RemotingCommand(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), 5)).body_bytes())
@@ -89,12 +89,14 @@ async def test_the_sync_answers_are_rocketmq_bodies_with_state_version_and_the_r
         assert set(groups["dataVersion"]) == {"counter", "stateVersion", "timestamp"}
         offsets = await client.invoke(addr, RemotingCommand(RequestCode.GET_ALL_CONSUMER_OFFSET), 5)
         raw = offsets.body_bytes()
-        assert raw.startswith(b'{"offsetTable":{"OrderTopic@G1":{"0":7}}')  # quoted keys, fastjson reads them
+        assert b'"offsetTable":{"OrderTopic@G1":{"0":7}}' in raw  # quoted keys, fastjson reads them
         table, versions = parse_consumer_offsets(fastjson.loads(raw))
         assert table == {"OrderTopic@G1": {0: 7}} and versions["OrderTopic@G1"] == m.offsets.reset_versions[
             "OrderTopic@G1"]
         delay = await client.invoke(addr, RemotingCommand(RequestCode.GET_ALL_DELAY_OFFSET), 5)
-        assert fastjson.loads(delay.body_bytes()) == {"offsetTable": {"3": 42}}
+        delay_body = fastjson.loads(delay.body_bytes())
+        assert delay_body["offsetTable"] == {"3": 42}
+        assert delay_body["dataVersion"]["counter"] == 0  # RocketMQ 5's wrapper has one; pyrmq's tables keep none
     finally:
         await client.close()
 
