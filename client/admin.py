@@ -28,6 +28,7 @@ from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
 from remoting.frame_codec import RemotingCommand
 from remoting.headers import parse_int
+from remoting.message_codec import StoredMessage, iter_records
 from remoting.message_headers import DEFAULT_TOPIC, SendHeader
 
 # The KV namespace whose entries are routes' orderTopicConf ("brokerName:queueNums;..."), RocketMQ's NamesrvUtil.
@@ -331,6 +332,21 @@ class AdminClient(Lifecycle):
         """VIEW_MESSAGE_BY_ID (33): the stored record at a commitlog offset (decode with remoting.message_codec)."""
         response = await self._call(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(physical_offset)})
         return response.body_bytes()
+
+    async def query_message(
+        self, addr: str, topic: str, key: str, *, max_num: int = 64, begin_ms: int = 0, end_ms: int = 2**63 - 1,
+        unique: bool = False,
+    ) -> list[StoredMessage]:
+        """QUERY_MESSAGE (12): the stored messages of ``topic`` whose KEYS hold ``key`` (or, with ``unique``, whose
+        UNIQ_KEY is ``key``) from that broker's message index, newest first; [] when it has none (22)."""
+        ext = {"topic": topic, "key": key, "maxNum": str(max_num), "beginTimestamp": str(begin_ms),
+               "endTimestamp": str(end_ms), "_UNIQUE_KEY_QUERY": "true" if unique else "false"}
+        response = await self._invoke(addr, RequestCode.QUERY_MESSAGE, ext)
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
+            return []
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerError(response.code, response.remark, addr, request="QUERY_MESSAGE")
+        return list(iter_records(response.body_bytes()))
 
     async def send_message(
         self, addr: str, mq: MessageQueue, message: Message, *, producer_group: str = "TOOLS_PRODUCER"

@@ -9,7 +9,7 @@ the slave), starts at the group's committed offset (or the queue's minimum) and 
 the master while it answers, else to the slave, so consumerProgress shows the group caught up afterwards.
 With -o it reads from that offset, with --from-beginning from each queue's min offset, and commits nothing: reading
 again must not move a group that an application may share. queryMsgById reads one message by its offset msgId
-(VIEW_MESSAGE_BY_ID to the store host inside the id, as mqadmin does).
+(VIEW_MESSAGE_BY_ID to the store host inside the id, as mqadmin does), or by its UNIQ_KEY with -t (ctl/query.py).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import typer
 from common.broker_id import MASTER_ID
 from common.perm import PERM_READ, PERM_WRITE
 from ctl.options import DEFAULT_NAMESRV, JsonOpt, NamesrvOpt, TopicOpt
+from ctl.message_view import message_lines
 from ctl.output import Column, Output, human_time
 from ctl.progress import Progress, ProgressOpt
 
@@ -291,72 +292,38 @@ async def _consume(cluster, topic, group, names, queue_id, offset, count, from_s
     return rows
 
 
-def message_lines(msg, msg_id: str) -> tuple[dict, list[str]]:
-    """mqadmin queryMsgById's ``%-20s %s`` block for one stored message, and the same as a JSON object."""
-    props = msg.properties
-    data = {
-        "offsetMsgId": msg_id,
-        "topic": msg.topic,
-        "tags": props.get("TAGS", ""),
-        "keys": props.get("KEYS", ""),
-        "queueId": msg.queue_id,
-        "queueOffset": msg.queue_offset,
-        "commitLogOffset": msg.physical_offset,
-        "reconsumeTimes": msg.reconsume_times,
-        "bornTimestamp": human_time(msg.born_timestamp),
-        "storeTimestamp": human_time(msg.store_timestamp),
-        "bornHost": "{}:{}".format(*msg.born_host),
-        "storeHost": "{}:{}".format(*msg.store_host),
-        "sysFlag": msg.sys_flag,
-        "properties": props,
-        "body": msg.body.decode("utf-8", "replace"),
-    }
-    labels = [
-        ("OffsetID:", "offsetMsgId"),
-        ("Topic:", "topic"),
-        ("Tags:", "tags"),
-        ("Keys:", "keys"),
-        ("Queue ID:", "queueId"),
-        ("Queue Offset:", "queueOffset"),
-        ("CommitLog Offset:", "commitLogOffset"),
-        ("Reconsume Times:", "reconsumeTimes"),
-        ("Born Timestamp:", "bornTimestamp"),
-        ("Store Timestamp:", "storeTimestamp"),
-        ("Born Host:", "bornHost"),
-        ("Store Host:", "storeHost"),
-        ("System Flag:", "sysFlag"),
-        ("Properties:", "properties"),
-        ("Message Body:", "body"),
-    ]
-    lines = []
-    for label, key in labels:
-        value = data[key]
-        if key == "tags" or key == "keys":
-            value = f"[{value}]"
-        elif key == "properties":
-            value = "{" + ", ".join(f"{k}={v}" for k, v in sorted(value.items())) + "}"
-        lines.append(f"{label:<20} {value}")
-    return data, lines
-
-
 @app.command("queryMsgById")
 def query_msg_by_id(
-    msg_id: Annotated[str, typer.Option("-i", "--msgId", help="Offset message id (SendResult's offsetMsgId).")],
+    msg_id: Annotated[str, typer.Option("-i", "--msgId", help="offsetMsgId, or with -t the msgId (UNIQ_KEY).")],
+    topic: Annotated[str, typer.Option("-t", "--topic", help="The topic, to look a UNIQ_KEY up in the index.")] = "",
     namesrv: NamesrvOpt = DEFAULT_NAMESRV,
     json: JsonOpt = False,
 ):
-    """Query a message by its offset msgId: the store host inside the id is asked for the record."""
+    """Query a message by its offset msgId (the store host inside the id is asked for the record) or, with -t, by
+    the msgId a producer reported (its UNIQ_KEY, found through the brokers' message index)."""
     from ctl.rpc import Cluster
     from remoting.message_codec import MessageCodecError, decode, parse_offset_msg_id
 
     try:
         (host, port), offset = parse_offset_msg_id(msg_id.strip())
     except MessageCodecError as exc:
+        if topic:  # not an offset msgId: RocketMQ's viewMessage(topic, msgId) then asks the index
+            from ctl.query import show_by_unique_key
+
+            show_by_unique_key(namesrv, topic, msg_id.strip(), json)
+            return
         raise typer.BadParameter(
-            f"{exc.message}; pass the offsetMsgId of a SendResult (mqctl sendMessage --json prints it)",
+            f"{exc.message}; pass the offsetMsgId of a SendResult (mqctl sendMessage --json prints it), or the msgId "
+            "(UNIQ_KEY) with -t TOPIC",
             param_hint="-i",
         ) from None
     with Cluster(namesrv) as cluster:
+        if topic and f"{host}:{port}" not in {ref.addr for ref in cluster.brokers()}:
+            # both ids are 32 hex digits; one whose "store host" is no broker of this cluster is a UNIQ_KEY
+            from ctl.query import show_by_unique_key
+
+            show_by_unique_key(namesrv, topic, msg_id.strip(), json)
+            return
         record = cluster.run(cluster.client.view_message(f"{host}:{port}", offset))
     data, lines = message_lines(decode(record), msg_id.strip().upper())
     Output(json).show(data, lines)

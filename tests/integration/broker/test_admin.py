@@ -9,12 +9,12 @@ import time
 import pytest
 
 from client.errors import BrokerError
+from harness.waiting import async_wait_until
 from remoting import fastjson
 from remoting.codes import RequestCode
 from remoting.codes import ResponseCode as RC
 from remoting.message_codec import decode, iter_records
 from tests.integration.broker.rpc import BrokerClient, group_config, message
-from harness.waiting import async_wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -220,31 +220,64 @@ async def test_view_message_returns_the_record_at_a_commitlog_offset(client, adm
     assert bad.code == RC.INVALID_PARAMETER and "can not find message by the offset" in bad.remark
 
 
+async def query_message(client, topic: str, key: str, *, unique: bool = False, max_num: int = 32, begin: int = 0):
+    ext = {"topic": topic, "key": key, "maxNum": str(max_num), "beginTimestamp": str(begin),
+           "endTimestamp": str(2**63 - 1), "_UNIQUE_KEY_QUERY": "true" if unique else "false"}
+    return await client.request(RequestCode.QUERY_MESSAGE, ext)
+
+
 async def test_query_message_finds_records_by_key_and_by_uniq_key(client):
     await client.create_topic("QueryTopic", queues=2)
     t0 = int(time.time() * 1000) - 1000
     await client.send("QueryTopic", 0, [message(b"one", KEYS="order-1 shared", UNIQ_KEY="U1")])
-    await client.send("QueryTopic", 1, [message(b"two", KEYS="shared", UNIQ_KEY="U2")])
+    last = await client.send("QueryTopic", 1, [message(b"two", KEYS="shared", UNIQ_KEY="U2")])
     await client.send("OtherTopic", 0, [message(b"other", KEYS="shared")])
 
-    async def query(key: str, *, unique: bool = False, max_num: int = 32, begin: int = 0):
-        ext = {"topic": "QueryTopic", "key": key, "maxNum": str(max_num), "beginTimestamp": str(begin),
-               "endTimestamp": str(2**63 - 1), "_UNIQUE_KEY_QUERY": "true" if unique else "false"}
-        return await client.request(RequestCode.QUERY_MESSAGE, ext)
+    async def check() -> None:
+        shared = await query_message(client, "QueryTopic", "shared", begin=t0)
+        assert shared.code == 0 and sorted(m.body for m in iter_records(shared.body_bytes(), check_crc=True)) == [
+            b"one", b"two"]
+        newest = await query_message(client, "QueryTopic", "shared", max_num=1)
+        assert [m.body for m in iter_records(newest.body_bytes())] == [b"two"]  # newest first, as RocketMQ's index
+        by_uniq = await query_message(client, "QueryTopic", "U1", unique=True)
+        assert [m.body for m in iter_records(by_uniq.body_bytes())] == [b"one"]
+        missing = await query_message(client, "QueryTopic", "nope")
+        assert missing.code == RC.QUERY_NOT_FOUND and "maybe time range not correct" in missing.remark
+        too_late = await query_message(client, "QueryTopic", "order-1", begin=int(time.time() * 1000) + 60_000)
+        assert too_late.code == RC.QUERY_NOT_FOUND
 
-    shared = await query("shared", begin=t0)
-    assert shared.code == 0 and sorted(m.body for m in iter_records(shared.body_bytes(), check_crc=True)) == [
-        b"one", b"two"]
-    assert int(shared.ext["indexLastUpdatePhyoffset"]) > 0 and int(shared.ext["indexLastUpdateTimestamp"]) >= t0
-    newest = await query("shared", max_num=1)
-    assert [m.body for m in iter_records(newest.body_bytes())] == [b"two"]  # the newest maxNum, as RocketMQ's index
-    by_uniq = await query("U1", unique=True)
-    assert [m.body for m in iter_records(by_uniq.body_bytes())] == [b"one"]
-    missing = await query("nope")
-    assert missing.code == RC.QUERY_NOT_FOUND and "maybe time range not correct" in missing.remark
-    assert "scanned commitlog" in missing.remark
-    too_late = await query("order-1", begin=int(time.time() * 1000) + 60_000)
-    assert too_late.code == RC.QUERY_NOT_FOUND
+    await check()  # at once: what the index has not reached yet is scanned
+
+    async def indexed() -> bool:
+        resp = await query_message(client, "QueryTopic", "U2", unique=True)
+        return int(resp.ext["indexLastUpdatePhyoffset"]) >= last.physical_offset
+
+    await async_wait_until(indexed, 10, "the broker's index to reach the last message sent")
+    await check()  # from the index
+
+
+async def test_query_message_by_key_is_answered_from_the_index_with_maxnum_and_the_time_range(client):
+    await client.create_topic("Indexed", queues=1)
+    t0 = int(time.time() * 1000)
+    sent = []
+    for i in range(100):
+        sent.append(await client.send("Indexed", 0, [message(f"m{i}".encode(), KEYS=f"k{i % 5} all")]))
+
+    async def caught_up() -> bool:
+        resp = await query_message(client, "Indexed", "all")
+        return int(resp.ext["indexLastUpdatePhyoffset"]) >= sent[-1].physical_offset
+
+    await async_wait_until(caught_up, 10, "the broker's index to reach the last message sent")
+    k3 = await query_message(client, "Indexed", "k3", max_num=64)
+    assert [m.body for m in iter_records(k3.body_bytes())] == [f"m{i}".encode() for i in range(98, -1, -5)]
+    capped = await query_message(client, "Indexed", "all", max_num=1000)
+    assert len(list(iter_records(capped.body_bytes()))) == 64  # RocketMQ's maxMsgsNumBatch
+    unique = await query_message(client, "Indexed", "all", unique=True)
+    assert len(list(iter_records(unique.body_bytes()))) == 32  # RocketMQ's defaultQueryMaxNum for UNIQ_KEY queries
+    before = await query_message(client, "Indexed", "k3", begin=0)
+    assert before.code == 0
+    none = await query_message(client, "Indexed", "k3", begin=t0 + 3_600_000)
+    assert none.code == RC.QUERY_NOT_FOUND and "index has no message" in none.remark
 
 
 async def test_a_query_and_another_request_in_flight_on_one_connection_are_both_answered(client):

@@ -88,6 +88,8 @@ def test_help_lists_the_mqadmin_command_names():
         "consumerConnection",
         "sendMessage",
         "queryMsgById",
+        "queryMsgByKey",
+        "queryMsgByUniqueKey",
         "consumeMessage",
         "kill",
         "partition",

@@ -224,10 +224,29 @@ def test_query_msg_by_id_reads_the_message_from_the_store_host_inside_the_offset
     assert (data["topic"], data["body"], data["properties"]["UNIQ_KEY"]) == (topic, "find me", sent["msgId"])
 
 
+def test_query_msg_by_key_and_by_unique_key_find_messages_through_the_index_of_every_broker(cluster):
+    topic = routed_topic(cluster)
+    sent = [ok_json("sendMessage", "-n", cluster.namesrv_addr, "-t", topic, "-p", f"body {i}", "-k", f"K-{i % 2} all",
+                    "-b", name)[0]
+            for i, name in enumerate(["broker-a", "broker-b", "broker-a", "broker-b"])]
+    rows = ok_json("queryMsgByKey", "-n", cluster.namesrv_addr, "-t", topic, "-k", "all")
+    assert sorted(r["msgId"] for r in rows) == sorted(s["msgId"] for s in sent)  # from both broker groups
+    k1 = ok_json("queryMsgByKey", "-n", cluster.namesrv_addr, "-t", topic, "-k", "K-1")
+    assert [r["msgId"] for r in k1] == [sent[3]["msgId"], sent[1]["msgId"]]  # newest first
+    table = ok("queryMsgByKey", "-n", cluster.namesrv_addr, "-t", topic, "-k", "K-0").stdout
+    assert "#Message ID" in table and sent[2]["msgId"] in table
+    one = ok_json("queryMsgByUniqueKey", "-n", cluster.namesrv_addr, "-t", topic, "-i", sent[1]["msgId"])
+    assert (one["msgId"], one["body"], one["queueOffset"]) == (sent[1]["msgId"], "body 1", sent[1]["queueOffset"])
+    by_id = ok_json("queryMsgById", "-n", cluster.namesrv_addr, "-t", topic, "-i", sent[2]["msgId"])
+    assert by_id["body"] == "body 2" and by_id["offsetMsgId"] == sent[2]["offsetMsgId"]
+    missing = mqctl("queryMsgByKey", "-n", cluster.namesrv_addr, "-t", topic, "-k", "no-such-key")
+    assert missing.exit_code == 1 and "CODE: 208" in missing.stderr and "but no message" in missing.stderr
+
+
 def test_query_msg_by_id_with_a_client_msg_id_is_a_usage_error_that_says_which_id_to_pass(cluster):
     result = mqctl("queryMsgById", "-n", cluster.namesrv_addr, "-i", "not-an-offset-id")
     assert result.exit_code == 2
-    assert "pass the offsetMsgId of a SendResult" in result.stderr
+    assert "pass the offsetMsgId of a SendResult" in result.stderr and "with -t TOPIC" in result.stderr
 
 
 async def _rocketmq_like_consumer(cluster, group: str, topic: str, commit: dict[int, int]):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 
 from client import AdminClient, MessageQueue, PullConsumer, PullStatus
+from remoting.codes import RequestCode
+from remoting.message_codec import iter_records
 from tests.integration.broker.rpc import message
 from tests.integration.replication.helpers import SEND_OK, wait_caught_up, wait_slaves_ok
 from harness.waiting import async_wait_until
@@ -88,3 +90,27 @@ async def test_a_slave_with_slave_read_disabled_points_consumers_back_to_the_mas
     got = first.messages + second.messages + third.messages
     assert [x.queue_offset for x in got] == list(range(12))
     assert [x.body for x in got] == [f"r-{i}".encode() for i in range(12)]
+
+
+async def test_the_slave_builds_its_own_index_and_answers_queries_by_key_and_uniq_key(pair):
+    m, s, mc, sc = pair("broker-idx", "ASYNC_MASTER")
+    await mc.create_topic("IdxTopic", queues=1)
+    sent = [await mc.send("IdxTopic", 0, [message(f"m{i}".encode(), KEYS=f"k{i % 3}", UNIQ_KEY=f"{i:032X}")])
+            for i in range(30)]
+    assert all(r.code == 0 for r in sent)
+    await wait_caught_up(mc, sc)
+
+    async def query(key: str, unique: bool = False):
+        ext = {"topic": "IdxTopic", "key": key, "maxNum": "64", "beginTimestamp": "0",
+               "endTimestamp": str(2**63 - 1), "_UNIQUE_KEY_QUERY": str(unique).lower()}
+        return await sc.request(RequestCode.QUERY_MESSAGE, ext)
+
+    async def slave_indexed() -> bool:
+        resp = await query("k0")
+        return int(resp.ext.get("indexLastUpdatePhyoffset", -1)) >= sent[-1].physical_offset
+
+    await async_wait_until(slave_indexed, 20, "the slave's index to reach the last replicated message")
+    k1 = await query("k1")
+    assert [msg.body for msg in iter_records(k1.body_bytes())] == [f"m{i}".encode() for i in range(28, 0, -3)]
+    one = await query(f"{17:032X}", unique=True)
+    assert [msg.body for msg in iter_records(one.body_bytes())] == [b"m17"]
