@@ -20,8 +20,8 @@ Space: the file is created sparse (``ftruncate``, blocks reserved page by page j
 pages in order (20 bytes each), slots are touched at random (at most the 20 MB slot table, reached after some
 thousands of distinct keys). A broker that indexed nothing has no index file at all.
 
-Invariants: entries are written before the header that counts them; ``endPhyOffset`` is the offset of entry
-``indexCount - 1``. ``consistent`` checks that on load: a file whose header and newest entry disagree (a power
+Invariants: entries are written before the header that counts them (``write_header`` publishes a round of puts);
+``endPhyOffset`` is the offset of entry ``indexCount - 1``. ``consistent`` checks that on load: a file whose header and newest entry disagree (a power
 loss tore it) is rebuilt by the index service from the commitlog. Hash collisions are possible, so a lookup
 returns candidates that the caller checks against the record's own keys. Not thread-safe: the index service's
 task only.
@@ -120,9 +120,14 @@ class IndexFile:
             self.slot_count += 1
         self.count += 1
         self.end_phy, self.end_ts = phy_offset, store_ts
+        return True
+
+    def write_header(self) -> None:
+        """Publish the puts so far: the index service calls it once per round of records, not per key. A header
+        behind its entries is consistent (its newest entry is still the one it names); the records after it are
+        indexed again after a crash, and slots naming entries past its count read as empty."""
         HEADER.pack_into(self._map, 0, self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
                          self.count)
-        return True
 
     def _reserve(self, slot_at: int, entry_at: int) -> None:
         """Give the pages this put writes their disk blocks first: a store to a hole of a shared mapping on a full
@@ -167,10 +172,12 @@ class IndexFile:
         return not self.empty and self.begin_ts - 999 <= end_ms and self.end_ts >= begin_ms
 
     def flush(self) -> None:
+        self.write_header()
         self._map.flush()
 
     def close(self) -> None:
         if not self._map.closed:
+            self.write_header()
             self._map.close()
             os.close(self._fd)
 

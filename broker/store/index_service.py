@@ -130,6 +130,8 @@ class IndexService(Service):
                     self._put(key, offset, info.store_timestamp)
             offset += res.size
         self.position = offset
+        if self.files:
+            self.files[-1].write_header()
         return offset > begin
 
     def _put(self, key: str, offset: int, store_ts: int) -> None:

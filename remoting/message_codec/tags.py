@@ -5,13 +5,24 @@ whose hash matches.
 
 from __future__ import annotations
 
+from operator import mul
+
+_POWERS_MAX = 256
+# 31**k mod 2**32 for k = _POWERS_MAX - 1 .. 0: the weights of the last _POWERS_MAX characters of a string
+_POWERS = [pow(31, k, 1 << 32) for k in range(_POWERS_MAX - 1, -1, -1)]
+
 
 def java_string_hash(text: str) -> int:
-    """Java's String.hashCode (the consume-queue tags code), as a signed 64-bit value like RocketMQ stores it."""
-    data = text.encode("utf-16-be")  # Java hashes UTF-16 code units
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    """Java's String.hashCode (the consume-queue tags code, the index's key hash), as a signed value like RocketMQ
+    stores it. An ASCII string is one weighted sum in C (sum over map: about twice as fast as the loop, which the
+    message index pays per key); anything else hashes its UTF-16 code units, as Java does."""
+    if len(text) <= _POWERS_MAX and text.isascii():
+        h = sum(map(mul, text.encode("ascii"), _POWERS[_POWERS_MAX - len(text):])) & 0xFFFFFFFF
+    else:
+        data = text.encode("utf-16-be")
+        h = 0
+        for i in range(0, len(data), 2):
+            h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
 
 
