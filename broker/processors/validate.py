@@ -139,7 +139,7 @@ CHECKED_PROPERTIES = CHECKED_VALUES | {PROPERTY_UNIQ_KEY}  # UNIQ_KEY only for i
 # the leading "\x02" is a literal, so the scan jumps from separator to separator in C. Scanned text gets a "\x02"
 # in front (a pair at the very start). Most sends match nothing and cost one search.
 _NAMES = "|".join(re.escape(n) for n in sorted(CHECKED_VALUES, key=len, reverse=True))
-_SCAN_PATTERN = f"\x02(?:({_NAMES})\x01([^\x02]*)|(UNIQ_KEY)\x01([^\x02]{{{MAX_UNIQ_KEY_LEN + 1}}}))"
+_SCAN_PATTERN = f"\x02(?:({_NAMES})\x01([^\x02]*)|(UNIQ_KEY)\x01([^\x02]{{{MAX_UNIQ_KEY_LEN + 1}}}[^\x02]*))"
 _SCAN_TEXT = re.compile(_SCAN_PATTERN)
 _SCAN_BYTES = re.compile(_SCAN_PATTERN.encode())
 
