@@ -135,13 +135,34 @@ PROPERTY_TRAN_MSG = "TRAN_MSG"
 CHECKED_VALUES = frozenset({*NUMERIC_PROPERTIES, *TOPIC_PROPERTIES, PROPERTY_TRAN_MSG})  # every value is checked
 CHECKED_PROPERTIES = CHECKED_VALUES | {PROPERTY_UNIQ_KEY}  # UNIQ_KEY only for its length
 
-# One scan of a properties text finds every checked name at the start of a pair (and a UNIQ_KEY over its length);
-# the leading "\x02" is a literal, so the scan jumps from separator to separator in C. Scanned text gets a "\x02"
-# in front (a pair at the very start). Most sends match nothing and cost one search.
-_NAMES = "|".join(re.escape(n) for n in sorted(CHECKED_VALUES, key=len, reverse=True))
-_SCAN_PATTERN = f"\x02(?:({_NAMES})\x01([^\x02]*)|(UNIQ_KEY)\x01([^\x02]{{{MAX_UNIQ_KEY_LEN + 1}}}[^\x02]*))"
+
+
+def _trie(words: list[str]) -> str:
+    """A regex matching exactly one of ``words``, factored by common prefixes: re tries an alternation's branches
+    in turn, and a branch that starts with a literal is skipped on its first character, so a factored pattern
+    rejects "TAGS" after one comparison instead of one per name."""
+    if words == [""]:
+        return ""
+    groups: dict[str, list[str]] = {}
+    for w in words:
+        groups.setdefault(w[:1], []).append(w[1:])
+    alts = [re.escape(c) + _trie(rest) if c else "" for c, rest in sorted(groups.items())]
+    if "" in alts:
+        return "(?:" + "|".join(a for a in alts if a) + ")?"
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+
+# One scan of a properties text finds every checked name at the start of a pair; the leading "\x02" is a literal,
+# so the scan jumps from separator to separator in C (scanned text gets a "\x02" in front, for a pair at the very
+# start). Most sends match nothing and cost one search. UNIQ_KEY is on every message: it is looked for only when a
+# message's properties are long enough to hold one over the limit.
+_SCAN_PATTERN = f"\x02({_trie(sorted(CHECKED_VALUES))})\x01([^\x02]*)"
 _SCAN_TEXT = re.compile(_SCAN_PATTERN)
 _SCAN_BYTES = re.compile(_SCAN_PATTERN.encode())
+_LONG_UNIQ_PATTERN = f"\x02(UNIQ_KEY)\x01([^\x02]{{{MAX_UNIQ_KEY_LEN + 1},}})"
+_LONG_UNIQ_TEXT = re.compile(_LONG_UNIQ_PATTERN)
+_LONG_UNIQ_BYTES = re.compile(_LONG_UNIQ_PATTERN.encode())
+_UNIQ_MIN_PAIR = len(PROPERTY_UNIQ_KEY) + 1 + MAX_UNIQ_KEY_LEN + 1  # the shortest pair with a too-long UNIQ_KEY
 
 # MessageSysFlag (RocketMQ 5): the bits a producer may set. Transaction bits are admitted by send_admit; the
 # address flags describe the record's layout, which the broker writes (pyrmq: IPv4 only), never the client.
@@ -204,9 +225,15 @@ def _refusal(index: int | None, problem: str) -> Rejection:
 def properties_text(text: str, index: int | None = None) -> Rejection | None:
     """The refusal of a send header's ``properties`` text (pairs as the client wrote them, empty values included:
     the parser would drop ``DELAY=`` silently), or None."""
-    for m in _SCAN_TEXT.finditer("\x02" + text):
-        name, value = (m[1], m[2]) if m[1] else (m[3], m[4])
-        problem = property_problem(name, value)
+    scanned = "\x02" + text
+    long = len(text) >= _UNIQ_MIN_PAIR
+    if not long and _SCAN_TEXT.search(scanned) is None:  # nearly every send
+        return None
+    found = list(_SCAN_TEXT.finditer(scanned))
+    if long:
+        found += _LONG_UNIQ_TEXT.finditer(scanned)
+    for m in found:
+        problem = property_problem(m[1], m[2])
         if problem:
             return _refusal(index, problem)
     return None
@@ -215,9 +242,15 @@ def properties_text(text: str, index: int | None = None) -> Rejection | None:
 def properties_bytes(joined: bytes, parts: list[bytes] | None = None) -> Rejection | None:
     """``properties_text`` for the raw properties of a batch's messages, ``joined`` by ``\\x02``: one scan of the
     whole batch; only when it finds a problem are ``parts`` (each message's bytes) scanned to name the message."""
-    for m in _SCAN_BYTES.finditer(b"\x02" + joined):
-        name, value = (m[1], m[2]) if m[1] else (m[3], m[4])
-        problem = property_problem(name.decode(), value.decode("utf-8", "replace"))
+    scanned = b"\x02" + joined
+    long = len(joined) >= _UNIQ_MIN_PAIR and (parts is None or max(map(len, parts)) >= _UNIQ_MIN_PAIR)
+    if not long and _SCAN_BYTES.search(scanned) is None:  # nearly every batch
+        return None
+    found = list(_SCAN_BYTES.finditer(scanned))
+    if long:
+        found += _LONG_UNIQ_BYTES.finditer(scanned)
+    for m in found:
+        problem = property_problem(m[1].decode(), m[2].decode("utf-8", "replace"))
         if problem:
             index = None
             if parts is not None:
@@ -304,15 +337,19 @@ _SEND_NUMBER_FIELDS = ("queueId", "sysFlag", "bornTimestamp", "flag", "reconsume
                        "defaultTopicQueueNums")
 _SEND_SHORT = {"queueId": "e", "sysFlag": "f", "bornTimestamp": "g", "flag": "h", "reconsumeTimes": "j",
                "maxReconsumeTimes": "l", "defaultTopicQueueNums": "d"}  # SEND_MESSAGE_V2's one-letter keys
+_SEND_SHORT_KEYS = tuple(_SEND_SHORT[n] for n in _SEND_NUMBER_FIELDS)
+_SEND_LONG = {short: name for name, short in _SEND_SHORT.items()}
 
 
 def send_header(ext: dict[str, str] | None, short_keys: bool, sys_flag_value: int, born_ms: int) -> Rejection | None:
     """A send header's numbers as Java clients write them (no "+" sign), its sysFlag (``sys_flag``) and a
     bornTimestamp a v2 consumer can represent; ``short_keys``: the header uses SEND_MESSAGE_V2's keys."""
     if ext:
-        for name in _SEND_NUMBER_FIELDS:
-            value = ext.get(_SEND_SHORT[name] if short_keys else name)
+        get = ext.get
+        for key in _SEND_SHORT_KEYS if short_keys else _SEND_NUMBER_FIELDS:
+            value = get(key)
             if value and value[0] == "+":
+                name = _SEND_LONG.get(key, key)
                 return Rejection(ResponseCode.INVALID_PARAMETER, f"header field {name}={value[:20]!r} has a sign;"
                                  " send plain decimal digits (a negative queueId lets the broker pick the queue)")
     if not 0 <= born_ms <= MAX_TIMESTAMP_MS:
