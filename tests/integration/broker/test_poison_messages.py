@@ -28,6 +28,7 @@ from harness.procs import Broker
 from harness.waiting import async_wait_until
 from remoting.codes import RequestCode
 from remoting.codes import ResponseCode as RC
+from remoting.message_codec import encode_batch
 from tests.integration.broker.rpc import BrokerClient, Message, group_config, message, send_ext
 
 pytestmark = pytest.mark.integration
@@ -120,8 +121,6 @@ async def test_a_queue_id_with_a_sign_is_refused_and_a_negative_one_lets_the_bro
     before = await max_offset(client, TOPIC)
     ext = send_ext(TOPIC, 0, code=code, properties="WAIT\x01true")
     key = "queueId" if code == RequestCode.SEND_MESSAGE else "e"
-    from remoting.message_codec import encode_batch
-
     body = encode_batch([(0, b"x", {})]) if code == RequestCode.SEND_BATCH_MESSAGE else b"x"
     resp = await client.request(code, {**ext, key: "+1"}, body)
     assert resp.code == RC.INVALID_PARAMETER and "queueId='+1' has a sign" in (resp.remark or "")
