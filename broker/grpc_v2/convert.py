@@ -9,8 +9,11 @@ level is refused). User properties are stored as they are, except names RocketMQ
 properties, those ``validate`` checks among them: RocketMQ's proxy refuses them as ILLEGAL_MESSAGE_PROPERTY_KEY).
 
 The way out is strict too: a stored record whose fields a v2 consumer cannot take (a TIMER_DELIVER_MS that is not
-a time, a timestamp outside protobuf's range, a count past int32) raises ``Unconvertible``, which the receive
-path treats as that one message's problem (pop/service.py: to the group's DLQ), never the queue's.
+a time, a timestamp outside protobuf's range, a count past int32, a body flagged zlib-compressed that does not
+inflate within ``max_inflated``) raises ``Unconvertible``, which the receive
+path treats as that one message's problem (pop/service.py: to the group's DLQ), never the queue's. A zlib body (a
+RocketMQ 4 producer compresses bodies over 4 KiB) is inflated, as RocketMQ's proxy hands bodies out: the v2
+``body_encoding`` stays IDENTITY. LZ4 and zstd bodies, which pyrmq does not inflate, are given as stored.
 """
 
 from __future__ import annotations
@@ -139,9 +142,27 @@ def _timestamp(ms: int, what: str):
     return Timestamp(seconds=seconds, nanos=(ms % 1000) * 1_000_000)
 
 
+def _body(m: StoredMessage, max_inflated: int) -> bytes:
+    flag = m.sys_flag
+    zlib_type = (flag & validate.COMPRESSION_TYPE_MASK) in (0, validate.COMPRESSION_ZLIB)
+    if not flag & validate.COMPRESSED_FLAG or not zlib_type:
+        return m.body
+    inflater = zlib.decompressobj()
+    try:
+        body = inflater.decompress(m.body, max_inflated)
+    except zlib.error as exc:
+        raise Unconvertible(f"sysFlag {flag:#x} says the body is zlib-compressed but it does not inflate ({exc})"
+                            ) from None
+    if inflater.unconsumed_tail:
+        raise Unconvertible(f"the compressed body inflates past {max_inflated} bytes")
+    if not inflater.eof:
+        raise Unconvertible("the compressed body ends before its zlib stream does")
+    return body
+
+
 def to_proto(
     m: StoredMessage, *, topic: str, receipt_handle: str, invisible_ms: int, store_host: str, namespace: str = "",
-    attempt: int = 0,
+    attempt: int = 0, max_inflated: int = validate.MAX_INFLATED_FACTOR * 4 * 1024 * 1024,
 ) -> pb.Message:
     """A stored record as the v2 message a consumer receives: ``topic`` is the one it subscribed (retry copies
     show the original), delivery_attempt = ``attempt`` (FIFO pop counts deliveries itself) or else reconsumeTimes
@@ -149,12 +170,13 @@ def to_proto(
     from google.protobuf.duration_pb2 import Duration
 
     props = m.properties
+    body = _body(m, max_inflated)
     delivery_attempt = attempt or m.reconsume_times + 1
     if not 0 < delivery_attempt <= INT_MAX:
         raise Unconvertible(f"reconsumeTimes {m.reconsume_times} does not give a delivery attempt in 1..{INT_MAX}")
     sp = pb.SystemProperties(
         message_id=props.get(PROPERTY_UNIQ_KEY) or m.msg_id,
-        body_digest=pb.Digest(type=pb.DigestType.CRC32, checksum=format(zlib.crc32(m.body) & 0xFFFFFFFF, "08X")),
+        body_digest=pb.Digest(type=pb.DigestType.CRC32, checksum=format(zlib.crc32(body) & 0xFFFFFFFF, "08X")),
         body_encoding=pb.Encoding.IDENTITY,
         born_timestamp=_timestamp(m.born_timestamp, "bornTimestamp"),
         born_host=m.born_host[0],
@@ -187,5 +209,5 @@ def to_proto(
     user = {k: v for k, v in props.items() if k not in RESERVED and not k.startswith(("1ST_POP", "POP_"))}
     return pb.Message(
         topic=pb.Resource(resource_namespace=namespace, name=topic), user_properties=user, system_properties=sp,
-        body=m.body,
+        body=body,
     )

@@ -67,6 +67,7 @@ from broker.grpc_v2.pop.revive_log import ReviveLog, clock_ms
 from broker.grpc_v2.pop.state import TAG_ACK, Ack, Checkpoint, PopState
 from broker.metadata.topics import is_system_topic
 from broker.processors import validate
+from broker.processors.validate import MAX_INFLATED_FACTOR
 from broker.store.types import GetStatus, PutStatus
 from common.log import RateLimitedLog
 from common.perm import perm_readable
@@ -282,7 +283,8 @@ class PopService:
         """The v2 message of a record (its receipt handle set later), or why it cannot be one."""
         try:
             return to_proto(m, topic=how.topic, receipt_handle="", invisible_ms=how.invisible_ms,
-                            store_host=self.ctx.settings.broker.broker_addr, attempt=attempt)
+                            store_host=self.ctx.settings.broker.broker_addr, attempt=attempt,
+                            max_inflated=MAX_INFLATED_FACTOR * self.ctx.max_message_size)
         except Unconvertible as exc:
             return str(exc)
         except (ValueError, TypeError, OverflowError) as exc:  # protobuf's own range and type checks

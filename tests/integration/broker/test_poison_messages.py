@@ -162,22 +162,25 @@ async def test_the_v2_send_refuses_system_properties_and_bad_ids_and_times_and_s
 # -- the way out: records stored before the checks ------------------------------------------------------------------
 POISON_TOPIC = "PoisonOut"
 GROUP = "g-poison"
-GOOD = [b"g0", b"g2", b"g4", b"g6"]
+GOOD = [b"g0", b"g2", b"g4", b"g6", b"g8 " * 2000]  # g8 was stored zlib-compressed: consumers get it inflated
+DEAD = [b"b1", b"b3", b"b5", b"b7 not zlib"]
 
 
 async def _seed(store_dir) -> None:
-    """Write the topic's queue 0 the way an old broker stored it: good messages around two a v2 consumer cannot
-    take (a TIMER_DELIVER_MS that is not a number, a bornTimestamp outside protobuf's time range)."""
+    """Write the topic's queue 0 the way an old broker stored it: good messages around ones a v2 consumer cannot
+    take (a TIMER_DELIVER_MS that is not a number, a bornTimestamp outside protobuf's time range, a body flagged
+    compressed that is not)."""
     store = MessageStore(MessageStoreConfig(store_path_root_dir=str(store_dir), mapped_file_size_commit_log=4 << 20,
                                             mapped_file_size_consume_queue=20 * 10_000))
     await store.start()
     try:
-        def draft(body: bytes, born_ms: int = 1_700_000_000_000, **props: str) -> MessageDraft:
-            return MessageDraft(body=body, properties={"UNIQ_KEY": body.decode().upper() * 8, **props},
-                                born_timestamp=born_ms, born_host=("10.0.0.7", 40000))
+        def draft(body: bytes, born_ms: int = 1_700_000_000_000, sys_flag: int = 0, **props: str) -> MessageDraft:
+            return MessageDraft(body=body, properties={"UNIQ_KEY": body[:2].hex().upper() * 8, **props},
+                                born_timestamp=born_ms, born_host=("10.0.0.7", 40000), sys_flag=sys_flag)
 
         drafts = [draft(b"g0"), draft(b"b1", TIMER_DELIVER_MS="²"), draft(b"g2"), draft(b"b3", born_ms=10**17),
-                  draft(b"g4"), draft(b"b5", TIMER_DELIVER_MS="٣"), draft(b"g6")]
+                  draft(b"g4"), draft(b"b5", TIMER_DELIVER_MS="٣"), draft(b"g6"), draft(b"b7 not zlib", sys_flag=1),
+                  draft(zlib.compress(GOOD[-1]), sys_flag=1)]
         for d in drafts:
             result = await store.put_messages(POISON_TOPIC, 0, [d])
             assert result.status.stored, result
@@ -207,7 +210,7 @@ async def test_records_a_v2_consumer_cannot_take_go_to_the_dlq_and_the_good_ones
         stub = sgrpc.MessagingServiceStub(channel)
         assert (await remoting.create_topic(POISON_TOPIC, queues=1)).code == 0
         assert (await remoting.create_group(group_config(GROUP))).code == 0
-        assert await max_offset(remoting, POISON_TOPIC) == 7
+        assert await max_offset(remoting, POISON_TOPIC) == 9
         got: list[pb.Message] = []
 
         async def received_all() -> bool:
@@ -231,7 +234,7 @@ async def test_records_a_v2_consumer_cannot_take_go_to_the_dlq_and_the_good_ones
         assert (await remoting.topic_configs())[dlq]["perm"] == 2  # write only, like RocketMQ's
         await remoting.create_topic(dlq, queues=1, perm=6)  # an operator opens it to inspect
         dead = (await remoting.pull("g-inspect", dlq, 0, 0)).messages
-        assert sorted(m.body for m in dead) == [b"b1", b"b3", b"b5"]
+        assert sorted(m.body for m in dead) == DEAD
         assert {m.properties["RETRY_TOPIC"] for m in dead} == {POISON_TOPIC}
         # they were handed on, not left in flight: nothing comes back, now or once their invisible time would end
         [status] = [a.status for a in await _receive(stub) if a.HasField("status")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 
 from broker.grpc_v2 import codes
@@ -94,8 +96,8 @@ def test_weak_stored_statuses_are_never_ok_and_say_stored():
     assert codes.put_status(PutStatus.PUT_OK).code == pb.Code.OK
 
 
-def _stored(props=None, born_ms=1_000, reconsume=0) -> StoredMessage:
-    return StoredMessage("t", 0, 7, 1234, 200, b"hello", {"UNIQ_KEY": "ID1", **(props or {})}, 0, 0, born_ms,
+def _stored(props=None, born_ms=1_000, reconsume=0, body=b"hello", sys_flag=0) -> StoredMessage:
+    return StoredMessage("t", 0, 7, 1234, 200, body, {"UNIQ_KEY": "ID1", **(props or {})}, 0, sys_flag, born_ms,
                          ("10.0.0.1", 5), 2_000, ("127.0.0.1", 10911), reconsume, 0)
 
 
@@ -105,8 +107,24 @@ def _stored(props=None, born_ms=1_000, reconsume=0) -> StoredMessage:
     (_stored({"TIMER_DELIVER_MS": "-1"}), "TIMER_DELIVER_MS=-1"),
     (_stored(born_ms=-(10**17)), "bornTimestamp"),
     (_stored(reconsume=2**31 - 1), "reconsumeTimes"),
+    (_stored(body=b"not zlib", sys_flag=0x1), "does not inflate"),
+    (_stored(body=zlib.compress(b"x" * 5000), sys_flag=0x1), "inflates past 4096 bytes"),
+    (_stored(body=zlib.compress(b"x" * 50)[:-4], sys_flag=0x301), "ends before"),
 ])
 def test_a_record_a_v2_consumer_cannot_take_raises_unconvertible_naming_the_field(stored, part):
     """The receive path turns this into that one message's problem (to the DLQ), never the queue's."""
     with pytest.raises(Unconvertible, match=part.replace("(", r"\(")):
-        to_proto(stored, topic="t", receipt_handle="H", invisible_ms=15_000, store_host="b")
+        to_proto(stored, topic="t", receipt_handle="H", invisible_ms=15_000, store_host="b", max_inflated=4096)
+
+
+def test_a_zlib_body_is_handed_out_inflated_and_lz4_as_stored():
+    """RocketMQ 4 producers compress bodies over 4 KiB; RocketMQ's proxy gives v2 consumers the inflated body."""
+    text = b"a RocketMQ 4 producer compressed this " * 200
+    for flag in (0x1, 0x301):
+        m = to_proto(_stored(body=zlib.compress(text), sys_flag=flag), topic="t", receipt_handle="H",
+                     invisible_ms=15_000, store_host="b")
+        assert m.body == text and m.system_properties.body_digest.checksum == format(zlib.crc32(text), "08X")
+        assert m.system_properties.body_encoding == pb.Encoding.IDENTITY
+    lz4 = b"\x04\x22\x4d\x18frame"
+    assert to_proto(_stored(body=lz4, sys_flag=0x101), topic="t", receipt_handle="H", invisible_ms=15_000,
+                    store_host="b").body == lz4
