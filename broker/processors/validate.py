@@ -300,36 +300,46 @@ def sys_flag(flag: int) -> Rejection | None:
     return None
 
 
-def compressed_body(body, flag: int, max_message_size: int, index: int | None = None) -> Rejection | None:
+MORE = object()  # compressed_body's answer when it stopped at ``max_inline``: run it again off the event loop
+
+
+def compressed_body(body, flag: int, limit: int, index: int | None = None, *,
+                    max_inline: int | None = None) -> Rejection | int | object:
     """A body whose sysFlag says COMPRESSED must be what its type says, or every consumer fails on it: zlib (type
-    0 or ZLIB) is inflated, in 1 MiB steps that are dropped, up to MAX_INFLATED_FACTOR x maxMessageSize; LZ4 and
-    zstd (which pyrmq does not inflate) need their frame's magic number."""
+    0 or ZLIB) is inflated, in 1 MiB steps that are dropped, up to ``limit`` bytes; LZ4 and zstd (which pyrmq does
+    not inflate) need their frame's magic number. The refusal, or the inflated size (0 when there is nothing to
+    inflate); ``MORE`` once more than ``max_inline`` bytes came out (a small body can inflate to ``limit``: the
+    caller finishes in a thread, zlib lets go of the GIL)."""
     if not flag & COMPRESSED_FLAG:
-        return None
+        return 0
     kind = flag & COMPRESSION_TYPE_MASK
     magic = _MAGIC.get(kind)
     if magic is not None:
         if bytes(body[:4]) != magic[0]:
             return _refusal(index, f"sysFlag {flag:#x} says the body is a {magic[1]} but it does not start with"
                             " one; compress it as the flag says or clear COMPRESSED_FLAG")
-        return None
-    limit = MAX_INFLATED_FACTOR * max_message_size
+        return 0
     inflater = zlib.decompressobj()
     data, total = body, 0
     try:
-        while data and not inflater.eof:
-            total += len(inflater.decompress(data, _INFLATE_CHUNK))
-            if total > limit:
-                return _refusal(index, f"the compressed body inflates past {limit} bytes ({MAX_INFLATED_FACTOR} x"
-                                f" maxMessageSize); split the message")
+        while not inflater.eof:
+            out = len(inflater.decompress(data, _INFLATE_CHUNK))
             data = inflater.unconsumed_tail
+            total += out
+            if total > limit:
+                return _refusal(index, f"the compressed body inflates past the request's limit of {MAX_INFLATED_FACTOR}"
+                                " x maxMessageSize (all its bodies together); split the message or the batch")
+            if max_inline is not None and total > max_inline:
+                return MORE
+            if not out and not data:
+                break  # all input read, nothing more comes out: the stream is cut short
     except zlib.error as exc:
         return _refusal(index, f"sysFlag {flag:#x} says the body is zlib-compressed but it does not inflate ({exc});"
                         " send it zlib-compressed or clear COMPRESSED_FLAG")
     if not inflater.eof or inflater.unused_data:
         what = "ends before its zlib stream does" if not inflater.eof else "has bytes after its zlib stream"
         return _refusal(index, f"the compressed body {what}; send one whole zlib stream or clear COMPRESSED_FLAG")
-    return None
+    return total
 
 
 # send header fields that are numbers: RocketMQ's Integer.parseInt takes "+1"; Java clients never write a sign

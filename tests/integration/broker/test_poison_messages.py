@@ -116,6 +116,22 @@ async def test_a_body_flagged_compressed_must_inflate(client, code):
 
 
 @pytest.mark.parametrize("code", ALL_CODES)
+async def test_compressed_bodies_that_inflate_past_eight_times_max_message_size_per_request_are_refused(client, code):
+    """A few KiB of zlib can inflate to gigabytes: every consumer would have to hold it. The broker inflates at most
+    8 x maxMessageSize per request (32 MiB here), past the first MiB in a thread, and refuses the rest."""
+    bomb = zlib.compress(b"\0" * (9 * 1024 * 1024))  # 9 KiB -> 9 MiB
+    await client.create_topic(TOPIC, queues=1)
+    before = await max_offset(client, TOPIC)
+    bombs = [message(zlib.compress(b"\0" * (33 * 1024 * 1024)))] if code != RequestCode.SEND_BATCH_MESSAGE else [
+        message(bomb) for _ in range(4)]  # each fits, together they do not
+    resp = await client.send(TOPIC, 0, bombs, code=code, sys_flag=0x1)
+    assert resp.code == RC.MESSAGE_ILLEGAL, resp.remark
+    assert "inflates past the request's limit of 8 x maxMessageSize" in resp.remark
+    assert await max_offset(client, TOPIC) == before
+    assert (await client.send(TOPIC, 0, [message(bomb)], code=code, sys_flag=0x1)).code == RC.SUCCESS
+
+
+@pytest.mark.parametrize("code", ALL_CODES)
 async def test_a_queue_id_with_a_sign_is_refused_and_a_negative_one_lets_the_broker_pick(client, code):
     await client.create_topic(TOPIC, queues=1)
     before = await max_offset(client, TOPIC)

@@ -121,20 +121,26 @@ def test_the_flags_clients_set_pass(flag):
 
 def test_a_compressed_body_must_be_one_whole_zlib_stream_within_the_inflate_limit():
     good = zlib.compress(b"payload " * 1000)
-    assert v.compressed_body(good, v.COMPRESSED_FLAG, MAX) is None
-    assert v.compressed_body(good, v.COMPRESSED_FLAG | v.COMPRESSION_ZLIB, MAX) is None
-    assert v.compressed_body(b"not zlib at all", 0, MAX) is None  # not flagged: nothing to check
-    for body, part in [(b"not zlib at all", "does not inflate"), (good[:-3], "ends before"),
+    assert v.compressed_body(good, v.COMPRESSED_FLAG, MAX) == 8000  # its inflated size, counted against a budget
+    assert v.compressed_body(good, v.COMPRESSED_FLAG | v.COMPRESSION_ZLIB, MAX) == 8000
+    assert v.compressed_body(b"not zlib at all", 0, MAX) == 0  # not flagged: nothing to check
+    for body, part in [(b"not zlib at all", "does not inflate"), (good[:-3], "ends before"), (b"", "ends before"),
                        (good + b"junk", "bytes after"), (zlib.compress(b"\0" * (9 * 1024 * 1024)), "inflates past")]:
-        bad = v.compressed_body(body, v.COMPRESSED_FLAG, 1024 * 1024, index=2)
-        assert bad is not None and part in bad.remark and bad.remark.startswith("message 2:"), (part, bad)
+        bad = v.compressed_body(body, v.COMPRESSED_FLAG, 8 * 1024 * 1024, index=2)
+        assert isinstance(bad, v.Rejection) and part in bad.remark and bad.remark.startswith("message 2:"), (part, bad)
+
+
+def test_a_big_inflation_stops_at_max_inline_so_the_rest_runs_off_the_event_loop():
+    bomb = zlib.compress(b"\0" * (4 * 1024 * 1024))  # 4 KiB that inflate to 4 MiB
+    assert v.compressed_body(bomb, v.COMPRESSED_FLAG, MAX, max_inline=1 << 20) is v.MORE
+    assert v.compressed_body(bomb, v.COMPRESSED_FLAG, MAX) == 4 * 1024 * 1024
 
 
 def test_lz4_and_zstd_bodies_need_their_frame_magic():
-    assert v.compressed_body(b"\x04\x22\x4d\x18rest", v.COMPRESSED_FLAG | v.COMPRESSION_LZ4, MAX) is None
-    assert v.compressed_body(b"\x28\xb5\x2f\xfdrest", v.COMPRESSED_FLAG | v.COMPRESSION_ZSTD, MAX) is None
+    assert v.compressed_body(b"\x04\x22\x4d\x18rest", v.COMPRESSED_FLAG | v.COMPRESSION_LZ4, MAX) == 0
+    assert v.compressed_body(b"\x28\xb5\x2f\xfdrest", v.COMPRESSED_FLAG | v.COMPRESSION_ZSTD, MAX) == 0
     bad = v.compressed_body(zlib.compress(b"x"), v.COMPRESSED_FLAG | v.COMPRESSION_ZSTD, MAX)
-    assert bad is not None and "zstd frame" in bad.remark
+    assert isinstance(bad, v.Rejection) and "zstd frame" in bad.remark
 
 
 @pytest.mark.parametrize(
