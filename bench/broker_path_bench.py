@@ -8,7 +8,10 @@ should do no per-message Python work, its body being the stored records as memor
 - send: 128 x 1 KiB messages per SEND_BATCH_MESSAGE. ``raw`` is what the processor does (``decode_batch`` ->
   ``RawBatch`` -> ``MessageStore.put_batch``); ``drafts`` stores the same decoded batch the way a straight port of
   the gRPC path would (a properties dict and a ``MessageDraft`` per message -> ``put_messages``); ``processor`` is
-  the whole request through ``broker.processors.send``. Interleaved, one run.
+  the whole request through ``broker.processors.send``; ``processor single`` is SEND_MESSAGE_V2 with one 1 KiB
+  message (UNIQ_KEY, TAGS, KEYS, WAIT), the common producer's request. Interleaved, one run.
+- validation (issue 22 items 5 and 8): what ``broker.processors.validate`` adds per message on those requests
+  (the properties scan of a single send and of a 128-message batch, the header check), measured alone.
 - pull: 128-message pulls (``maxTransferCountOnMessageInMemory=128``) from a single-queue topic and from a topic
   whose records interleave with another queue's (every record its own run), through ``broker.processors.pull``.
 
@@ -95,6 +98,44 @@ def _batch_frame(topic: str, seq: int) -> bytes:
     return encode_bytes(RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, ext=ext, body=body))[4:]
 
 
+SINGLE_PROPS = "UNIQ_KEY\x01{seq:032X}\x02TAGS\x01t\x02KEYS\x01k{seq}\x02WAIT\x01true"
+
+
+def _single_frame(topic: str, seq: int) -> bytes:
+    from remoting.codes import RequestCode
+    from remoting.frame_codec import RemotingCommand, encode_bytes
+
+    ext = {"a": "pg", "b": topic, "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1", "h": "0",
+           "i": SINGLE_PROPS.format(seq=seq), "j": "0", "k": "false"}
+    return encode_bytes(RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext=ext, body=b"x" * BODY))[4:]
+
+
+def _validation_us(rounds: int) -> dict[str, float] | None:
+    """CPU per message of the send checks alone; None on a tree without them."""
+    from broker.processors import validate
+    from remoting.message_codec import decode_batch
+
+    if not hasattr(validate, "properties_text"):
+        return None
+    text = SINGLE_PROPS.format(seq=7)
+    ext = {"a": "pg", "b": "T", "e": "0", "f": "0", "g": "1", "h": "0", "i": text, "j": "0"}
+    frame = _batch_frame("T", 1)
+    from remoting.frame_codec import decode
+
+    parts = [e[2] for e in decode_batch(decode(frame).body, 65536, 4 << 20)]
+    out = {}
+    cpu0 = time.thread_time()
+    for _ in range(rounds):
+        validate.send_header(ext, True, 0, 1)
+        validate.properties_text(text)
+    out["single: header + properties"] = (time.thread_time() - cpu0) / rounds * 1e6
+    cpu0 = time.thread_time()
+    for _ in range(rounds // 10):
+        validate.properties_bytes(b"\x02".join(parts), parts)
+    out[f"batch of {BATCH}: properties scan"] = (time.thread_time() - cpu0) / (rounds // 10) / BATCH * 1e6
+    return out
+
+
 async def _send_sample(ctx, variant: str, frames: list[bytes]) -> float:
     from broker.processors import send
     from broker.store.types import MessageDraft, RawBatch
@@ -106,6 +147,12 @@ async def _send_sample(ctx, variant: str, frames: list[bytes]) -> float:
     born = ("127.0.0.1", 50000)
     suffix = b"CLUSTER\x01DefaultCluster\x02"
     cpu0 = time.thread_time()
+    if variant == "processor single":
+        for frame in frames:
+            reply = await send.serve_send(ctx, conn, decode(frame))
+            assert reply.code == 0, reply.remark
+            encode(reply)
+        return (time.thread_time() - cpu0) / len(frames) * 1e6
     for frame in frames:
         request = decode(frame)
         if variant == "processor":
@@ -175,10 +222,15 @@ async def run(requests: int, runs: int) -> dict:
     root = Path(tempfile.mkdtemp(prefix="broker-path-"))
     try:
         ctx = await _context(root)
-        send_us: dict[str, list[float]] = {"drafts": [], "raw": [], "processor": []}
+        send_us: dict[str, list[float]] = {"drafts": [], "raw": [], "processor": [], "processor single": []}
         seq = 0
         for _ in range(runs):
             for variant, samples in send_us.items():
+                if variant == "processor single":
+                    frames = [_single_frame("SendProc", seq + i) for i in range(requests * BATCH)]
+                    seq += requests * BATCH
+                    samples.append(await _send_sample(ctx, variant, frames))
+                    continue
                 frames = [_batch_frame("SendProc", seq + i) for i in range(requests)]
                 seq += requests
                 samples.append(await _send_sample(ctx, variant, frames))
@@ -190,7 +242,10 @@ async def run(requests: int, runs: int) -> dict:
             pull_us["single queue"].append(_pull_sample(ctx, _pull_frames("Solo", pulls))[0])
             pull_us["interleaved queues"].append(_pull_sample(ctx, _pull_frames("Mixed", pulls))[0])
         await ctx.store.stop()
+        validation = [_validation_us(20_000) for _ in range(runs)]
         return {
+            "validation_us_per_message": None if validation[0] is None else {
+                k: median_of([v[k] for v in validation]) for k in validation[0]},
             "send_us_per_message": {k: median_of(v) for k, v in send_us.items()},
             "pull_us_per_message": {k: median_of(v) for k, v in pull_us.items()},
             "samples": {"send": send_us, "pull": pull_us},
@@ -206,10 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     result = asyncio.run(run(args.requests, args.runs))
     print_table(
-        f"SEND_BATCH_MESSAGE, {BATCH} x {BODY} B per request: loop-thread CPU per message",
+        f"SEND_BATCH_MESSAGE, {BATCH} x {BODY} B per request (processor single: one per request): loop-thread CPU"
+        " per message",
         ["path", "µs/message"],
         [[k, v] for k, v in result["send_us_per_message"].items()],
     )
+    if result["validation_us_per_message"]:
+        print_table("send checks alone (broker.processors.validate): CPU per message", ["check", "µs/message"],
+                    [[k, v] for k, v in result["validation_us_per_message"].items()])
     print_table(
         f"PULL_MESSAGE, {PULL} messages per pull: loop-thread CPU per message",
         ["topic", "µs/message"],

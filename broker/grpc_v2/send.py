@@ -6,7 +6,9 @@ Queue choice: a message with a message_group (FIFO) goes to ``crc32(group) % wri
 one queue; any other to a queue ``admit`` picks. The answer has one entry per message (the official client sends
 one and asserts exactly one entry), each with the client's message_id and the queue offset; the top-level status
 is the first non-OK entry's (errors belong there: the client ignores entry statuses). A weak "stored" status of a
-SYNC_MASTER is never OK (``codes.put_status``). Transactional messages are refused with UNSUPPORTED.
+SYNC_MASTER is never OK (``codes.put_status``). Transactional messages are refused with UNSUPPORTED. What is stored
+passes the remoting senders' property rules (``validate.properties_dict``): a system property name among the user
+properties is refused by ``convert.to_draft`` (ILLEGAL_MESSAGE_PROPERTY_KEY), as RocketMQ's proxy refuses it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from broker.grpc_v2 import codes
 from broker.grpc_v2.convert import BadMessage, to_draft
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
+from broker.processors import validate
 from broker.processors.send_admit import Refusal, admit
 from broker.store.types import PutStatus
 from remoting.message_headers import DEFAULT_TOPIC, SendHeader
@@ -63,6 +66,10 @@ async def _send_one(ctx: BrokerContext, msg: pb.Message, born_host: tuple[str, i
                          cluster=ctx.settings.broker.broker_cluster_name)
     except BadMessage as exc:
         entry.status.CopyFrom(codes.status(exc.code, str(exc)))
+        return entry
+    bad = validate.properties_dict(draft.properties)  # the remoting senders' rules, on what will be stored
+    if bad:
+        entry.status.CopyFrom(codes.status(pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY, bad.remark))
         return entry
     result = await ctx.store.put_messages(target.topic, target.queue_id, [draft])
     # PUT_OK (nearly every send) copies the prebuilt OK status; put_status builds one, with its advice, per call

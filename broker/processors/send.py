@@ -3,8 +3,12 @@
 send only it), 310/320 the one-letter V2 keys; ``SendHeader.parse`` reads both. ``batch``/``m`` (or code 320)
 selects the batch body of §3.5.
 
-Checks: ``send_admit`` (role, permission, transactions, topic, queue), then the messages: bodies non-empty and
-at most ``maxMessageSize`` (13 MESSAGE_ILLEGAL with a remark), DELAY an integer (clamped to the highest level). Stored properties are
+Checks (``validate``, shared with the v2 SendMessage): the header's numbers without a sign, a bornTimestamp in
+1970..9999 and a sysFlag of MessageSysFlag's bits without the address-layout ones (29 / 13); ``send_admit`` (role,
+permission, transactions, topic, queue); then the messages: bodies non-empty and at most ``maxMessageSize``, every
+system property RocketMQ or pyrmq parses (DELAY, TIMER_*, REAL_QID, MAX_OFFSET, UNIQ_KEY's length, ...) strict
+ASCII decimal in range, a body flagged COMPRESSED that inflates (13 MESSAGE_ILLEGAL with a remark naming the
+property or the message). A DELAY above the highest level is clamped to it, as RocketMQ does. Stored properties are
 the client's (plus, for a batch, the batch's own after each message's), with ``CLUSTER`` added and ``WAIT``
 dropped; ``WAIT=false`` still means "answer without waiting for the flush and the slave".
 
@@ -32,13 +36,14 @@ from operator import itemgetter
 
 from broker.context import BrokerContext
 from broker.dedup import FirstSend, SendDedupWindow
+from broker.processors import validate
 from broker.processors.send_admit import Refusal, Target, admit
 from broker.processors.status_map import put_code
 from broker.store.types import MessageDraft, PutResult, PutStatus, RawBatch
 from remoting.codes import RequestCode, ResponseCode
 from remoting.connection import Connection
 from remoting.frame_codec import RemotingCommand, response_to
-from remoting.headers import INT_MAX, INT_MIN, NumberError, parse_host_port, parse_int
+from remoting.headers import parse_host_port
 from remoting.message_codec import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_UNIQ_KEY,
@@ -58,6 +63,7 @@ PROPERTY_CLUSTER = "CLUSTER"
 MAX_BATCH_MESSAGES = 65536
 _DELAY_KEY = PROPERTY_DELAY_TIME_LEVEL.encode() + b"\x01"
 MIN_ANSWER_MARGIN_MS = 100  # at least this much of the sender's time is left for the answer's way back
+INLINE_INFLATE = 1 << 20  # bytes of a compressed body inflated on the event loop before the check moves to a thread
 
 
 def answer_deadline(timeout_millis: int | None) -> float | None:
@@ -112,20 +118,6 @@ def _batch_properties(ctx: BrokerContext, text: str) -> tuple[dict[str, str], bo
     return props, wait
 
 
-def _bad_delay(ctx: BrokerContext, props: dict[str, str], index: int) -> str | None:
-    """A DELAY that is not an integer is refused; like RocketMQ, a level above the highest is clamped to it (a
-    Java consumer's fallback sends DELAY = 3 + reconsumeTimes, past 18 after enough retries) and one of 0 or
-    below means no delay (both done by the store)."""
-    delay = props.get(PROPERTY_DELAY_TIME_LEVEL)
-    if delay is None:
-        return None
-    try:
-        parse_int(delay, INT_MIN, INT_MAX)
-    except NumberError:
-        return f"message {index} DELAY={delay[:20]!r} is not a delay level; use 0..{ctx.max_delay_level}"
-    return None
-
-
 class _Batch:
     """The messages of one request, in the form the store takes: drafts, or a raw batch."""
 
@@ -162,12 +154,13 @@ def _single(ctx: BrokerContext, conn: Connection, h: SendHeader, body: bytes, ta
         return "message 0 has an empty body; send a non-empty body"
     if size > ctx.max_message_size:
         return f"message 0 body is {size} bytes, over maxMessageSize {ctx.max_message_size}; split or compress it"
+    if h.properties:
+        bad = validate.properties_text(h.properties)
+        if bad:
+            return bad.remark
     props, wait = _batch_properties(ctx, h.properties)
     if target.to_dlq:
         props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-    bad = _bad_delay(ctx, props, 0)
-    if bad:
-        return bad
     draft = MessageDraft(body, props, h.flag, h.born_timestamp, _born_host(conn), h.reconsume_times, h.sys_flag)
     return _Batch([size], wait, lambda: [props.get(PROPERTY_UNIQ_KEY, "")], drafts=[draft])
 
@@ -177,16 +170,25 @@ def _batch(ctx: BrokerContext, conn: Connection, h: SendHeader, body: bytes) -> 
         entries = decode_batch(body, MAX_BATCH_MESSAGES, ctx.max_message_size)
     except BatchError as exc:
         return f"the SEND_BATCH_MESSAGE body is not valid: {exc} (maxMessageSize={ctx.max_message_size})"
+    if h.properties:
+        bad = validate.properties_text(h.properties)
+        if bad:
+            return f"the batch's properties: {bad.remark}"
     batch_props, wait = _batch_properties(ctx, h.properties)
     if PROPERTY_DELAY_TIME_LEVEL in batch_props:
         return "a batch cannot carry a batch-wide DELAY; send delayed messages one by one"
+    own_props = list(map(itemgetter(2), entries))
+    joined = b"\x02".join(own_props)  # the properties only, not the bodies
+    bad = validate.properties_bytes(joined, own_props)
+    if bad:
+        return bad.remark
     sizes = list(map(len, map(itemgetter(1), entries)))
 
     def keys() -> list[str]:
         return [property_value(e[2], PROPERTY_UNIQ_KEY) or "" for e in entries]
 
     born_host = _born_host(conn)
-    if _DELAY_KEY not in b"\x02".join(map(itemgetter(2), entries)):  # the properties only, not the bodies
+    if _DELAY_KEY not in joined:
         suffix = encode_properties(batch_props)
         raw = RawBatch(entries, suffix, h.sys_flag, h.born_timestamp, born_host, h.reconsume_times, wait)
         return _Batch(sizes, wait, keys, raw=raw)
@@ -194,22 +196,45 @@ def _batch(ctx: BrokerContext, conn: Connection, h: SendHeader, body: bytes) -> 
     for i, (flag, msg_body, own) in enumerate(entries):
         props = decode_properties(own)
         props.update(batch_props)
-        bad = _bad_delay(ctx, props, i)
-        if bad:
-            return bad
         drafts.append(MessageDraft(msg_body, props, flag, h.born_timestamp, born_host, h.reconsume_times, h.sys_flag))
     return _Batch(sizes, wait, keys, drafts=drafts)
+
+
+async def _inflates(ctx: BrokerContext, batch: _Batch, flag: int, indexed: bool) -> str | None:
+    """Why the bodies of a request flagged COMPRESSED are not what the flag says, or None: together they may
+    inflate to MAX_INFLATED_FACTOR x maxMessageSize. The first INLINE_INFLATE bytes of each are inflated on the
+    event loop (a real compressed body fits), the rest of a check in a thread: a small zlib bomb must not hold the
+    loop."""
+    bodies = [e[1] for e in batch.raw.entries] if batch.raw is not None else [d.body for d in batch.drafts]
+    budget = validate.MAX_INFLATED_FACTOR * ctx.max_message_size
+    for i, body in enumerate(bodies):
+        index = i if indexed else None
+        got = validate.compressed_body(body, flag, budget, index, max_inline=INLINE_INFLATE)
+        if got is validate.MORE:
+            got = await asyncio.to_thread(validate.compressed_body, body, flag, budget, index)
+        if isinstance(got, validate.Rejection):
+            return got.remark
+        budget -= got
+    return None
 
 
 async def serve_send(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -> RemotingCommand:
     h = SendHeader.parse(request.code, request.ext)
     deadline = answer_deadline(h.timeout_millis)
+    ext = request.ext
+    bad = validate.send_header(ext, request.code != RequestCode.SEND_MESSAGE and bool(ext) and "b" in ext,
+                               h.sys_flag, h.born_timestamp)
+    if bad:
+        _count(ctx, h.topic, 0 if h.batch else 1, bad.code, None)
+        return _refuse(request, bad.code, bad.remark, h.queue_id)
     admitted = admit(ctx, h)
     if isinstance(admitted, Refusal):
         _count(ctx, h.topic, 0 if h.batch else 1, admitted.code, None)
         return _refuse(request, admitted.code, admitted.remark, h.queue_id)
     body = request.body_bytes()
     batch = _batch(ctx, conn, h, body) if h.batch else _single(ctx, conn, h, body, admitted)
+    if not isinstance(batch, str) and h.sys_flag & validate.COMPRESSED_FLAG:
+        batch = await _inflates(ctx, batch, h.sys_flag, h.batch) or batch
     if isinstance(batch, str):
         _count(ctx, admitted.topic, 0 if h.batch else 1, ResponseCode.MESSAGE_ILLEGAL, None)
         return _refuse(request, ResponseCode.MESSAGE_ILLEGAL, batch, admitted.queue_id)

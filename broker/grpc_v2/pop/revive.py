@@ -32,7 +32,7 @@ from broker.grpc_v2.pop.state import TAG_ACK, Ack, Checkpoint, PopState
 from broker.store.types import GetStatus, MessageDraft
 from common.metrics import label_value
 from common.perm import PERM_RW
-from remoting.message_codec import PROPERTY_RETRY_TOPIC, StoredMessage, decode
+from remoting.message_codec import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_RETRY_TOPIC, StoredMessage, decode
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ async def requeue(ctx: BrokerContext, group: str, topic: str, m: StoredMessage, 
     props = dict(m.properties)
     props.setdefault(PROPERTY_RETRY_TOPIC, topic)
     if to_dlq:
+        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)  # a dead letter waits for no level (a bad one is refused)
         cfg, created = ctx.topics.create_dlq_topic(group)
         if created:
             ctx.topics_changed()

@@ -14,6 +14,12 @@ background passes.
   then commit the offset past the read and answer. Two consumers of a group therefore never get the same message
   while it is invisible. Empty: long-poll until a message for the topic or its retry topic is dispatched, up to
   ``min(long_polling_timeout, deadline - 1 s)``, then one more read; still empty: MESSAGE_NOT_FOUND.
+* **A record the broker cannot give a v2 consumer** (``convert.Unconvertible``: a stored property that is not
+  what RocketMQ parses, a time outside protobuf's range; or one that does not decode) is that message's problem,
+  never its queue's: it is copied to ``%DLQ%{group}`` (``requeue``, as revive and ForwardMessageToDeadLetterQueue
+  do), left out of the checkpoint and passed by the committed offset (a FIFO redelivery is acked), with a
+  rate-limited log line; the messages around it are delivered. A DLQ copy the store refuses for good
+  (MESSAGE_ILLEGAL) is dropped with that line; any other failure delivers nothing and keeps the offset.
 * **Ack**: an ``ack`` record is written, then the offset's bit set. Handles that do not parse, are expired, name
   another broker or no in-flight message answer INVALID_RECEIPT_HANDLE saying which.
 * **ChangeInvisibleDuration**: a new one-message checkpoint (pop time now), then the old one acked; the answer
@@ -41,7 +47,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from broker.context import BrokerContext
 from broker.grpc_v2 import codes
-from broker.grpc_v2.convert import to_proto
+from broker.grpc_v2.convert import Unconvertible, to_proto
 from broker.grpc_v2.observe import V2Metrics
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
@@ -50,6 +56,7 @@ from broker.grpc_v2.pop.receipt import TOPIC_NORMAL, TOPIC_RETRY, Receipt, parse
 from broker.grpc_v2.pop.revive import (
     AUTO_RENEW_INTERVAL_S,
     AUTO_RENEW_INVISIBLE_MS,
+    HANDED_ON,
     REVIVE_INTERVAL_S,
     Reviver,
     read_message,
@@ -60,11 +67,15 @@ from broker.grpc_v2.pop.revive_log import ReviveLog, clock_ms
 from broker.grpc_v2.pop.state import TAG_ACK, Ack, Checkpoint, PopState
 from broker.metadata.topics import is_system_topic
 from broker.processors import validate
-from broker.store.types import GetStatus
+from broker.processors.validate import MAX_INFLATED_FACTOR
+from broker.store.types import GetStatus, PutStatus
+from common.log import RateLimitedLog
 from common.perm import perm_readable
-from remoting.message_codec import StoredMessage, TagFilter, decode
+from remoting.message_codec import MessageCodecError, StoredMessage, TagFilter, decode
 
 log = logging.getLogger(__name__)
+poison_log = RateLimitedLog(log)
+_REFUSED_FOR_GOOD = (PutStatus.MESSAGE_ILLEGAL.value, PutStatus.PROPERTIES_SIZE_EXCEEDED.value)
 
 MAX_BATCH = 32
 MIN_INVISIBLE_MS = 10_000
@@ -237,14 +248,14 @@ class PopService:
             self.metrics.on_delivered(how.topic, how.group, len(out), sum(len(m.body) for m in out))
         return out
 
-    def _fifo_redeliveries(self, how: _Pop, queue_id: int, count: int) -> tuple[list[StoredMessage], list[int], bool]:
+    def _fifo_redeliveries(self, how: _Pop, queue_id: int, count: int):
         """A FIFO queue's expired, un-acked messages to hand out again (at most ``count``, lowest offset first,
-        each with its next attempt), and whether there are more than fit. Messages past their last attempt are
-        left to revive, which dead-letters them."""
+        each with its next attempt and the checkpoint holding it), and whether there are more than fit. Messages
+        past their last attempt are left to revive, which dead-letters them."""
         group_cfg = self.ctx.groups.get(how.group)
         max_attempts = (group_cfg.retry_max_times if group_cfg is not None else 16) + 1
-        records, attempts, more = [], [], False
-        for offset, attempt, _ck in self.state.fifo_redeliveries(how.topic, how.group, queue_id):
+        records, attempts, holders, more = [], [], [], False
+        for offset, attempt, ck in self.state.fifo_redeliveries(how.topic, how.group, queue_id):
             if attempt >= max_attempts:
                 continue
             if len(records) >= count:
@@ -254,7 +265,54 @@ class PopService:
             if m is not None:  # gone from the store: revive drops it
                 records.append(m)
                 attempts.append(attempt + 1)
-        return records, attempts, more
+                holders.append(ck)
+        return records, attempts, holders, more
+
+    def _decode(self, raws, real_topic: str, queue_id: int) -> list[StoredMessage]:
+        """The records of a read; one that does not decode is skipped (the committed offset passes it)."""
+        out = []
+        for raw in raws:
+            try:
+                out.append(decode(raw))
+            except (MessageCodecError, ValueError, IndexError) as exc:
+                poison_log.log(logging.ERROR, "a record of %s queue %d does not decode (%s); skipped for pop"
+                               " consumers", real_topic, queue_id, exc)
+        return out
+
+    def _convert(self, how: _Pop, m: StoredMessage, attempt: int) -> pb.Message | str:
+        """The v2 message of a record (its receipt handle set later), or why it cannot be one."""
+        try:
+            return to_proto(m, topic=how.topic, receipt_handle="", invisible_ms=how.invisible_ms,
+                            store_host=self.ctx.settings.broker.broker_addr, attempt=attempt,
+                            max_inflated=MAX_INFLATED_FACTOR * self.ctx.max_message_size)
+        except Unconvertible as exc:
+            return str(exc)
+        except (ValueError, TypeError, OverflowError) as exc:  # protobuf's own range and type checks
+            return f"{type(exc).__name__}: {exc}"
+
+    async def _dead_letter(self, how: _Pop, real_topic: str, queue_id: int, m: StoredMessage, why: str,
+                           holder: Checkpoint | None) -> bool:
+        """Move one record a consumer cannot be given to ``%DLQ%{group}`` (a FIFO redelivery's checkpoint gets its
+        ack); False when the store failed for now (nothing is delivered, the offset stays)."""
+        st, put_status = await requeue(self.ctx, how.group, how.topic, m, to_dlq=True)
+        if st.code in HANDED_ON:
+            self.metrics.on_dlq(how.topic, how.group)
+            poison_log.log(logging.ERROR, "message %s@%d (%s) of %s cannot be given to v2 consumers: %s; moved to"
+                           " %%DLQ%%%s", real_topic, m.queue_offset, m.msg_id, how.group, why, how.group)
+        elif put_status in _REFUSED_FOR_GOOD:
+            poison_log.log(logging.ERROR, "message %s@%d (%s) of %s cannot be given to v2 consumers: %s; its DLQ copy"
+                           " was refused (%s), so it is skipped", real_topic, m.queue_offset, m.msg_id, how.group,
+                           why, st.message)
+        else:
+            poison_log.log(logging.ERROR, "message %s@%d of %s cannot be given to v2 consumers (%s) and its DLQ copy"
+                           " failed (%s); retried on the next receive", real_topic, m.queue_offset, how.group, why,
+                           st.message)
+            return False
+        if holder is not None:
+            await self._ack(how.group, Receipt(holder.start_offset, holder.pop_time_ms, holder.invisible_ms,
+                                               TOPIC_NORMAL, self.ctx.broker_name, queue_id, m.queue_offset,
+                                               m.physical_offset), real_topic)
+        return True
 
     async def _pop_queue(self, how: _Pop, real_topic, queue_id, count, tag_filter, topic_type):
         store, offsets, group = self.ctx.store, self.ctx.offsets, how.group
@@ -262,11 +320,12 @@ class PopService:
         async with lock:
             records: list[StoredMessage] = []
             attempts: list[int] = []
+            holders: list[Checkpoint | None] = []
             more = False
             if how.fifo:
                 if self.state.fifo_blocked(real_topic, group, queue_id, clock_ms()):
                     return []  # the order lock: a batch of this queue is in flight
-                records, attempts, more = self._fifo_redeliveries(how, queue_id, count)
+                records, attempts, holders, more = self._fifo_redeliveries(how, queue_id, count)
             result = None
             if not more and len(records) < count:
                 offset = offsets.query(group, real_topic, queue_id)
@@ -275,14 +334,26 @@ class PopService:
                 result = store.get_message(group, real_topic, queue_id, offset, count - len(records),
                                            tag_filter=tag_filter)
                 if result.status is GetStatus.FOUND:
-                    fresh = [decode(raw) for raw in result.records]
+                    fresh = self._decode(result.records, real_topic, queue_id)
                     records += fresh
                     attempts += [m.reconsume_times + 1 for m in fresh]
+                    holders += [None] * len(fresh)
                 else:
                     nxt = result.next_begin_offset
                     if nxt > offset and result.status is not GetStatus.OFFSET_OVERFLOW_BADLY:
                         offsets.commit(group, real_topic, queue_id, nxt)  # filtered away or moved: nothing new
                     result = None
+            protos = [self._convert(how, m, a) for m, a in zip(records, attempts)]
+            if any(type(p) is str for p in protos):
+                kept = []
+                for m, a, h, p in zip(records, attempts, holders, protos):
+                    if type(p) is not str:
+                        kept.append((m, a, p))
+                    elif not await self._dead_letter(how, real_topic, queue_id, m, p, h):
+                        return []
+                records, attempts, protos = [k[0] for k in kept], [k[1] for k in kept], [k[2] for k in kept]
+                if not records and result is not None:
+                    offsets.commit(group, real_topic, queue_id, result.next_begin_offset)
             if not records:
                 return []
             start = records[0].queue_offset
@@ -297,13 +368,11 @@ class PopService:
             self.state.add_checkpoint(ck)
             if result is not None:
                 offsets.commit(group, real_topic, queue_id, result.next_begin_offset)
-        out = []
-        for m, attempt in zip(records, attempts):
+        for m, message in zip(records, protos):
             receipt = Receipt(start, pop_time, how.invisible_ms, topic_type, self.ctx.broker_name, queue_id,
                               m.queue_offset, m.physical_offset)
-            out.append(to_proto(m, topic=how.topic, receipt_handle=receipt.encode(), invisible_ms=how.invisible_ms,
-                                store_host=self.ctx.settings.broker.broker_addr, attempt=attempt))
-        return out
+            message.system_properties.receipt_handle = receipt.encode()
+        return protos
 
     # ack / change / DLQ -------------------------------------------------------------------------------------
     def _check_handle(self, group: str, topic: str, handle: str) -> tuple[Receipt, str] | pb.Status:

@@ -36,18 +36,21 @@ async def test_a_delayed_message_is_delivered_to_its_topic_after_its_level_and_n
     assert "DELAY" not in msg.properties
 
 
-async def test_a_level_past_the_highest_is_clamped_to_it_and_zero_or_below_means_no_delay(client):
-    """RocketMQ's rule: a Java consumer's %RETRY% fallback sends DELAY = 3 + reconsumeTimes, past the levels."""
+async def test_a_level_past_the_highest_is_clamped_to_it_and_zero_means_no_delay(client):
+    """RocketMQ's rule, kept: a level past the highest is clamped to it (a Java consumer's %RETRY% fallback sends
+    DELAY = 3 + reconsumeTimes, past the levels) and 0 is no delay. A negative level, which RocketMQ's parseInt
+    took as "no delay" too, is refused (issue 22 item 8): no client writes one, and 0 says it."""
     topic = "DelayClampTopic"
     await client.create_topic(topic, queues=1)
-    for delay in ("0", "-1"):
-        assert (await client.send(topic, 0, [message(delay.encode(), DELAY=delay)])).code == ResponseCode.SUCCESS
-    assert [m.body for m in (await client.pull("g-clamp", topic, 0, 0)).messages] == [b"0", b"-1"]
+    assert (await client.send(topic, 0, [message(b"0", DELAY="0")])).code == ResponseCode.SUCCESS
+    negative = await client.send(topic, 0, [message(b"-1", DELAY="-1")])
+    assert negative.code == ResponseCode.MESSAGE_ILLEGAL and "send a delay level: 0 (no delay)" in negative.remark
+    assert [m.body for m in (await client.pull("g-clamp", topic, 0, 0)).messages] == [b"0"]
     sent_at = time.time()
     assert (await client.send(topic, 0, [message(b"19", DELAY="19")])).code == ResponseCode.SUCCESS
 
     async def delivered():
-        return (await client.pull("g-clamp", topic, 0, 2)).messages
+        return (await client.pull("g-clamp", topic, 0, 1)).messages
 
     [msg] = await async_wait_until(delivered, 10, "the clamped message was never delivered")
     assert msg.body == b"19" and time.time() - sent_at >= 1.9  # the highest of "1s 1s 2s"

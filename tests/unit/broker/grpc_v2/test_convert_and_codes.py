@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 
 from broker.grpc_v2 import codes
-from broker.grpc_v2.convert import BadMessage, delay_level, to_draft, to_proto
+from broker.grpc_v2.convert import BadMessage, Unconvertible, delay_level, to_draft, to_proto
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.store.types import PutStatus
 from remoting.message_codec import StoredMessage
@@ -50,6 +52,14 @@ def test_delivery_timestamp_picks_the_smallest_level_not_shorter_and_refuses_pas
     ({"tag": "a||b"}, pb.Code.ILLEGAL_MESSAGE_TAG),
     ({"prop": ("UNIQ_KEY", "x")}, pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
     ({"prop": ("a\x01", "x")}, pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+    # RocketMQ's system properties are no user properties (issue 22 item 5): a consumer would parse them
+    ({"prop": ("TIMER_DELAY_SEC", "²")}, pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+    ({"prop": ("RECONSUME_TIME", "1")}, pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+    ({"prop": ("__STARTDELIVERTIME", "1")}, pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+    ({"message_id": "M" * 129}, pb.Code.ILLEGAL_MESSAGE_ID),
+    ({"delivery_s": -5}, pb.Code.ILLEGAL_DELIVERY_TIME),
+    ({"born_s": -5}, pb.Code.BAD_REQUEST),
+    ({"born_s": 253_402_300_800}, pb.Code.BAD_REQUEST),
 ])
 def test_bad_messages_are_refused_with_the_v2_code(change, code):
     m = _msg(message_id=change.get("message_id", "ID1"), tag=change.get("tag", "t"))
@@ -57,6 +67,10 @@ def test_bad_messages_are_refused_with_the_v2_code(change, code):
         m.body = change["body"]
     if "prop" in change:
         m.user_properties[change["prop"][0]] = change["prop"][1]
+    if "delivery_s" in change:
+        m.system_properties.delivery_timestamp.seconds = change["delivery_s"]
+    if "born_s" in change:
+        m.system_properties.born_timestamp.seconds = change["born_s"]
     with pytest.raises(BadMessage) as err:
         _draft(m)
     assert err.value.code == code
@@ -80,3 +94,37 @@ def test_weak_stored_statuses_are_never_ok_and_say_stored():
         st = codes.put_status(put)
         assert st.code == code and "stored on the master" in st.message
     assert codes.put_status(PutStatus.PUT_OK).code == pb.Code.OK
+
+
+def _stored(props=None, born_ms=1_000, reconsume=0, body=b"hello", sys_flag=0) -> StoredMessage:
+    return StoredMessage("t", 0, 7, 1234, 200, body, {"UNIQ_KEY": "ID1", **(props or {})}, 0, sys_flag, born_ms,
+                         ("10.0.0.1", 5), 2_000, ("127.0.0.1", 10911), reconsume, 0)
+
+
+@pytest.mark.parametrize(("stored", "part"), [
+    (_stored({"TIMER_DELIVER_MS": "²"}), "TIMER_DELIVER_MS='²'"),
+    (_stored({"TIMER_DELIVER_MS": "٣"}), "TIMER_DELIVER_MS='٣'"),  # int() would have made it 3
+    (_stored({"TIMER_DELIVER_MS": "-1"}), "TIMER_DELIVER_MS=-1"),
+    (_stored(born_ms=-(10**17)), "bornTimestamp"),
+    (_stored(reconsume=2**31 - 1), "reconsumeTimes"),
+    (_stored(body=b"not zlib", sys_flag=0x1), "does not inflate"),
+    (_stored(body=zlib.compress(b"x" * 5000), sys_flag=0x1), "inflates past 4096 bytes"),
+    (_stored(body=zlib.compress(b"x" * 50)[:-4], sys_flag=0x301), "ends before"),
+])
+def test_a_record_a_v2_consumer_cannot_take_raises_unconvertible_naming_the_field(stored, part):
+    """The receive path turns this into that one message's problem (to the DLQ), never the queue's."""
+    with pytest.raises(Unconvertible, match=part.replace("(", r"\(")):
+        to_proto(stored, topic="t", receipt_handle="H", invisible_ms=15_000, store_host="b", max_inflated=4096)
+
+
+def test_a_zlib_body_is_handed_out_inflated_and_lz4_as_stored():
+    """RocketMQ 4 producers compress bodies over 4 KiB; RocketMQ's proxy gives v2 consumers the inflated body."""
+    text = b"a RocketMQ 4 producer compressed this " * 200
+    for flag in (0x1, 0x301):
+        m = to_proto(_stored(body=zlib.compress(text), sys_flag=flag), topic="t", receipt_handle="H",
+                     invisible_ms=15_000, store_host="b")
+        assert m.body == text and m.system_properties.body_digest.checksum == format(zlib.crc32(text), "08X")
+        assert m.system_properties.body_encoding == pb.Encoding.IDENTITY
+    lz4 = b"\x04\x22\x4d\x18frame"
+    assert to_proto(_stored(body=lz4, sys_flag=0x101), topic="t", receipt_handle="H", invisible_ms=15_000,
+                    store_host="b").body == lz4
