@@ -1,4 +1,4 @@
-"""A broker group's replica state in controller mode (RocketMQ 5's SyncStateInfo + BrokerReplicaInfo), as stored in etcd.
+"""A broker group's replica state in controller mode (RocketMQ 5's SyncStateInfo + BrokerReplicaInfo), as in etcd.
 
 One ``GroupState`` per (clusterName, brokerName), serialised to one JSON object under one etcd key
 (``controller.store``) and changed only by compare-and-swap, so every field below changes together or not at all:
