@@ -99,7 +99,7 @@ class ReplicasManager:
         self._clock_ms = clock_ms
         self.live = LiveTable(clock_ms)
         self.cache: dict[str, tuple[GroupState, int]] = {}  # brokerName -> (state, mod_revision) last read/written
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, list] = {}  # brokerName -> [lock, tasks using it]
         self.scan_after_ms = 0
         self._tasks: set[asyncio.Task] = set()
 
@@ -133,30 +133,41 @@ class ReplicasManager:
         self, broker_name: str, rule: Callable[[GroupState | None], Outcome]
     ) -> tuple[Outcome, GroupState | None]:
         """Apply ``rule`` to the group's current state and write its result by CAS; (outcome, state after)."""
-        lock = self._locks.setdefault(broker_name, asyncio.Lock())
-        async with lock:
-            attempts = self.config.elect_master_max_retry_count
-            for attempt in range(attempts):
-                self.require_active()
-                state, rev = await self.read(broker_name)
-                outcome = rule(state)
-                if outcome.state is None:
-                    return outcome, state
-                fence = self.campaign.fence
-                if fence is None:
-                    raise NotActive("this controller stepped down")
-                try:
-                    new_rev = await self.store.cas_group(outcome.state, rev, fence)
-                except CasRefused as exc:
-                    if exc.reason == "fenced":
-                        self.campaign.step_down(str(exc))
-                        raise NotActive(str(exc)) from None
-                    log.info("%s (attempt %d of %d)", exc, attempt + 1, attempts)
-                    continue
-                self.cache[broker_name] = (outcome.state, new_rev)
-                return outcome, outcome.state
-            return Outcome(ResponseCode.SYSTEM_BUSY,
-                           f"{broker_name} changed under {attempts} attempts in a row; retry the request"), None
+        entry = self._locks.setdefault(broker_name, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                return await self._decide(broker_name, rule)
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:  # bounded: a lock per group being decided on now, not per name ever seen
+                del self._locks[broker_name]
+
+    async def _decide(
+        self, broker_name: str, rule: Callable[[GroupState | None], Outcome]
+    ) -> tuple[Outcome, GroupState | None]:
+        attempts = self.config.elect_master_max_retry_count
+        for attempt in range(attempts):
+            self.require_active()
+            state, rev = await self.read(broker_name)
+            outcome = rule(state)
+            if outcome.state is None:
+                return outcome, state
+            fence = self.campaign.fence
+            if fence is None:
+                raise NotActive("this controller stepped down")
+            try:
+                new_rev = await self.store.cas_group(outcome.state, rev, fence)
+            except CasRefused as exc:
+                if exc.reason == "fenced":
+                    self.campaign.step_down(str(exc))
+                    raise NotActive(str(exc)) from None
+                log.info("%s (attempt %d of %d)", exc, attempt + 1, attempts)
+                continue
+            self.cache[broker_name] = (outcome.state, new_rev)
+            return outcome, outcome.state
+        return Outcome(ResponseCode.SYSTEM_BUSY,
+                       f"{broker_name} changed under {attempts} attempts in a row; retry the request"), None
 
     async def elect(self, broker_name: str, *, designated: int | None = None, first_by: int | None = None,
                     why: str) -> tuple[Outcome, GroupState | None]:

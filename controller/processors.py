@@ -35,7 +35,7 @@ import orjson
 from common.log import RateLimitedLog
 from controller import election
 from controller.manager import NotActive, ReplicasManager, sync_state_set_body
-from controller.state import GroupState, LiveInfo
+from controller.state import GroupState, LiveInfo, name_problem
 from controller.store import StoreUnavailable
 from remoting.codes import RequestCode, ResponseCode
 from remoting.connection import Connection
@@ -55,6 +55,14 @@ def _addr(fields: Fields, name: str) -> str:
         parse_host_port(value, f"header field {name}")
     except NumberError as exc:
         raise HeaderError(f"{fields.what}: {exc}") from None
+    return value
+
+
+def _name(fields: Fields, name: str) -> str:
+    value = fields.req_str(name)
+    problem = name_problem(value, f"header field {name}")
+    if problem:
+        raise HeaderError(f"{fields.what}: {problem}")
     return value
 
 
@@ -116,7 +124,7 @@ class ControllerProcessors:
     # identity -----------------------------------------------------------------------------------------------
     async def get_next_broker_id(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         fields = Fields(request.ext, "GET_NEXT_BROKER_ID")
-        cluster, name = fields.req_str("clusterName"), fields.req_str("brokerName")
+        cluster, name = _name(fields, "clusterName"), _name(fields, "brokerName")
         state, _ = await self.manager.read(name)
         next_id = state.next_broker_id() if state is not None else 1
         return response_to(request, RC.SUCCESS, None,
@@ -124,7 +132,7 @@ class ControllerProcessors:
 
     async def apply_broker_id(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         fields = Fields(request.ext, "APPLY_BROKER_ID")
-        cluster, name = fields.req_str("clusterName"), fields.req_str("brokerName")
+        cluster, name = _name(fields, "clusterName"), _name(fields, "brokerName")
         broker_id = _broker_id(fields, "appliedBrokerId")
         code = fields.req_str("registerCheckCode")
         outcome, _ = await self.manager.decide(
@@ -133,7 +141,7 @@ class ControllerProcessors:
 
     async def register_broker(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         fields = Fields(request.ext, "CONTROLLER_REGISTER_BROKER")
-        cluster, name = fields.req_str("clusterName"), fields.req_str("brokerName")
+        cluster, name = _name(fields, "clusterName"), _name(fields, "brokerName")
         broker_id = _broker_id(fields)
         address = _addr(fields, "brokerAddress")
         outcome, state = await self.manager.decide(name, lambda s: election.register_broker(s, broker_id, address))
@@ -150,8 +158,8 @@ class ControllerProcessors:
 
     async def heartbeat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         fields = Fields(request.ext, "BROKER_HEARTBEAT")
-        fields.req_str("clusterName")
-        name = fields.req_str("brokerName")
+        _name(fields, "clusterName")
+        name = _name(fields, "brokerName")
         address = _addr(fields, "brokerAddr")
         state = await self.manager.cached(name)
         broker_id = fields.long("brokerId")
@@ -185,7 +193,7 @@ class ControllerProcessors:
     # replicas -----------------------------------------------------------------------------------------------
     async def elect_master(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         fields = Fields(request.ext, "CONTROLLER_ELECT_MASTER")
-        name = fields.req_str("brokerName")
+        name = _name(fields, "brokerName")
         designate = fields.bool("designateElect", False)
         broker_id = fields.long("brokerId")
         if broker_id is not None and broker_id < 1:
@@ -212,7 +220,7 @@ class ControllerProcessors:
 
     async def alter_sync_state_set(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         fields = Fields(request.ext, "CONTROLLER_ALTER_SYNC_STATE_SET")
-        name = fields.req_str("brokerName")
+        name = _name(fields, "brokerName")
         master_id = _broker_id(fields, "masterBrokerId")
         master_epoch = fields.req_int("masterEpoch")
         try:
@@ -237,7 +245,7 @@ class ControllerProcessors:
 
     async def get_replica_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         fields = Fields(request.ext, "CONTROLLER_GET_REPLICA_INFO")
-        name = fields.req_str("brokerName")
+        name = _name(fields, "brokerName")
         state, _ = await self.manager.read(name)
         if state is None:
             return response_to(request, RC.CONTROLLER_BROKER_METADATA_NOT_EXIST,

@@ -29,6 +29,7 @@ heartbeat timeout before it treats a silent broker as dead. Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 
 import orjson
@@ -41,8 +42,19 @@ FIRST_BROKER_ID = 1  # RocketMQ's MixAll.FIRST_BROKER_CONTROLLER_ID
 DEFAULT_ELECTION_PRIORITY = INT_MAX  # RocketMQ's brokerElectionPriority default; lower is preferred
 
 
+NAME_RE = re.compile(r"[A-Za-z0-9_.%|-]{1,127}\Z")  # cluster and broker names: safe inside an etcd key
+
+
 class StateError(ValueError):
     """A stored or proposed group state that breaks an invariant (names the field)."""
+
+
+def name_problem(value: str, what: str) -> str | None:
+    """Why ``value`` cannot name a cluster or broker group, or None."""
+    if not NAME_RE.match(value):
+        return (f"{what} {value[:60]!r} must be 1 to 127 letters, digits or '_', '.', '%', '|', '-' "
+                "(it becomes part of an etcd key)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -79,8 +91,10 @@ class GroupState:
     sync_state_set_epoch: int = 0
 
     def check(self) -> GroupState:
-        if not self.cluster_name or not self.broker_name:
-            raise StateError("clusterName and brokerName must not be empty")
+        for value, what in ((self.cluster_name, "clusterName"), (self.broker_name, "brokerName")):
+            problem = name_problem(value, what)
+            if problem:
+                raise StateError(problem)
         for broker_id in self.members:
             if broker_id < FIRST_BROKER_ID:
                 raise StateError(f"members: brokerId {broker_id} is below {FIRST_BROKER_ID}")

@@ -213,6 +213,14 @@ async def test_designated_switchover_and_bad_input(controllers):
         assert resp.code == RC.CONTROLLER_BROKER_ID_INVALID
         data = await b1.call(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, body=b'["broker-a"]')
         assert data.code == RC.SUCCESS and b'"masterBrokerId":2' in data.body_bytes()
+        # names that would escape the group's etcd key, and bodies of the wrong shape, are refused as such
+        bad = await b1.call(RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, {"clusterName": "c", "brokerName": "a/../b"})
+        assert bad.code == RC.INVALID_PARAMETER and "etcd key" in bad.remark
+        bad = await b1.call(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, body=b'{"x": 1}')
+        assert bad.code == RC.INVALID_PARAMETER and "JSON list of brokerNames" in bad.remark
+        bad = await b2.call(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+                            {"brokerName": "broker-a", "masterBrokerId": "2", "masterEpoch": "2"}, b"[1]")
+        assert bad.code == RC.INVALID_PARAMETER and "syncStateSetEpoch" in bad.remark
     finally:
         for b in (b1, b2, b3):
             await b.close()
