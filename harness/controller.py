@@ -16,6 +16,7 @@ from pathlib import Path
 
 import orjson
 
+from controller.client import ControllerClient
 from harness.procs import ServerProcess, free_port, write_conf
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
@@ -59,6 +60,7 @@ class BrokerDriver:
         self.address = address
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.client = RemotingClient(name=f"driver-{address}")
+        self.controller = ControllerClient(controllers, client=self.client, timeout_s=5.0)
         self.broker_id: int | None = None
         self.epoch = 0
         self.max_offset = 0
@@ -69,27 +71,9 @@ class BrokerDriver:
     async def call(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"", *,
                    addr: str | None = None, timeout_s: float = 5.0) -> RemotingCommand:
         """Send to ``addr`` or to the active controller (following CONTROLLER_NOT_LEADER, as a broker does)."""
-        targets = [addr] if addr else list(self.controllers)
-        last: RemotingCommand | None = None
-        for target in targets * 2:
-            try:
-                resp = await self.client.invoke(target, RemotingCommand(code, ext=dict(ext or {}), body=body),
-                                                timeout_s)
-            except RemotingError:
-                continue
-            if resp.code != ResponseCode.CONTROLLER_NOT_LEADER or addr:
-                return resp
-            last = resp
-            leader = (resp.ext or {}).get("controllerLeaderAddress")
-            if leader:
-                resp = await self.client.invoke(leader, RemotingCommand(code, ext=dict(ext or {}), body=body),
-                                                timeout_s)
-                if resp.code != ResponseCode.CONTROLLER_NOT_LEADER:
-                    return resp
-                last = resp
-        if last is None:
-            raise RemotingError(";".join(self.controllers), f"no controller answered request {code}")
-        return last
+        if addr:
+            return await self.client.invoke(addr, RemotingCommand(code, ext=dict(ext or {}), body=body), timeout_s)
+        return await self.controller.call(code, ext, body)
 
     async def join(self) -> RemotingCommand:
         """GET_NEXT_BROKER_ID, APPLY_BROKER_ID, REGISTER_BROKER (retrying a lost race for an id); the register reply."""

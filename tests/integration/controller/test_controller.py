@@ -9,6 +9,7 @@ import urllib.request
 
 import pytest
 
+from controller.client import ControllerClient, ControllerError
 from controller.state import GroupState, Member
 from controller.store import Campaign, CasRefused, EtcdStore, Fence, parse_endpoints
 from harness.controller import BrokerDriver
@@ -249,3 +250,26 @@ async def test_etcd_majority_loss_elects_nothing_and_says_why(controllers, etcd)
     finally:
         for b in (b1, b2, b3):
             await b.close()
+
+
+async def test_the_controller_client_follows_the_active_one_and_types_the_answers(controllers):
+    active = await one_active(controllers)
+    standby = next(c for c in controllers if c is not active)
+    client = ControllerClient([standby.addr, active.addr])  # the standby first: the client must be redirected
+    try:
+        broker_id = await client.next_broker_id("c", "broker-b")
+        assert broker_id == 1 and client.active == active.addr
+        await client.apply_broker_id("c", "broker-b", 1, "127.0.0.1:20911;1")
+        info = await client.register("c", "broker-b", 1, "127.0.0.1:20911")
+        assert info.master_broker_id is None and info.master_epoch == 0
+        await client.heartbeat("c", "broker-b", "127.0.0.1:20911", 1, timeout_ms=60_000)
+        code, _, info = await client.elect("c", "broker-b", 1)
+        assert code == RC.SUCCESS and info.master_broker_id == 1 and info.sync_state_set == {1}
+        assert await client.replica_info("broker-b") == info
+        with pytest.raises(ControllerError) as refused:
+            await client.alter_sync_state_set("broker-b", 1, 0, {1}, info.sync_state_set_epoch)
+        assert refused.value.code == RC.CONTROLLER_FENCED_MASTER_EPOCH and "stale" in refused.value.remark
+        assert await client.alter_sync_state_set("broker-b", 1, 1, {1}, 1) == ({1}, 1)
+        assert (await client.metadata(standby.addr))["controllerLeaderAddress"] == active.addr
+    finally:
+        await client.close()
