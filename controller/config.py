@@ -25,10 +25,22 @@ from pathlib import Path
 
 from common import conf
 from common.ports import ANY_HOST, ListenPort
-from controller.store import parse_endpoints
+from remoting.headers import parse_host_port
 
 CONTROLLER_DEFAULT_PORT = 9878
 METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")
+
+
+def parse_endpoints(text: str) -> list[tuple[str, int]]:
+    """``host:port[;host:port...]`` (commas accepted too); ValueError names a bad one."""
+    parts = [p.strip() for p in text.replace(",", ";").split(";") if p.strip()]
+    if not parts:
+        raise ValueError("no etcd endpoint given")
+    out = []
+    for part in parts:
+        part = part.removeprefix("http://")
+        out.append(parse_host_port(part, "etcd endpoint"))
+    return out
 
 
 @dataclass(frozen=True)

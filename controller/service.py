@@ -6,6 +6,9 @@ the key when it is free) and the scan (``scanNotActiveBrokerInterval``). Instanc
 any number may run against one etcd, standalone (``mqcontroller``) or embedded; exactly one is active at a time,
 and a stale one cannot write (see controller.store).
 
+Embedded (``enableControllerInNamesrv``, as RocketMQ's): the nameserver passes its own remoting server and metrics
+registry; the controller's codes are then served on the nameserver's port, and its metrics on the nameserver's page.
+
 Start: check the ports, listen (requests are answered from the start: CONTROLLER_NOT_LEADER until active), metrics,
 then the loops; etcd unreachable at start is no failure: the instance keeps trying and says why in its answers.
 Stop: the loops, resign the active key (another instance takes over at once instead of after the TTL), the
@@ -40,17 +43,19 @@ STANDBY_POLL_S = 0.5
 
 
 class ControllerService(Service):
-    def __init__(self, config: ControllerConfig) -> None:
+    def __init__(self, config: ControllerConfig, *, remoting: RemotingServer | None = None,
+                 metrics_registry=None) -> None:
         super().__init__("ControllerService")
         self.config = config
+        self.embedded = remoting is not None
         self.instance_id = config.controller_instance_id or (
             f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}")
         self.store = EtcdStore(config.etcd_endpoints, prefix=config.controller_store_path_prefix,
                                timeout_s=config.etcd_request_timeout_millis / 1000)
-        self.remoting = RemotingServer("controller", config.listen_host, config.listen_port)
+        self.remoting = remoting or RemotingServer("controller", config.listen_host, config.listen_port)
         self.bound_port = 0
         self.campaign = Campaign(self.store, self.instance_id, "", config.controller_lease_ttl_seconds)
-        self.metrics_registry = new_registry()
+        self.metrics_registry = metrics_registry if metrics_registry is not None else new_registry()
         self.metrics = ControllerMetrics(self.metrics_registry, node_id=self.instance_id,
                                          is_active=lambda: self.campaign.is_active,
                                          groups=lambda: [s for s, _ in self.manager.cache.values()])
@@ -64,7 +69,7 @@ class ControllerService(Service):
 
     @property
     def listen_addr(self) -> str:
-        host = self.config.listen_host
+        host = self.remoting.host if self.embedded else self.config.listen_host
         if host in ("0.0.0.0", "::", "[::]"):
             host = "127.0.0.1"
         return f"{host}:{self.bound_port}"
@@ -100,10 +105,13 @@ class ControllerService(Service):
         }
 
     async def on_start(self) -> None:
-        check_ports(self.config.listen_ports(), server="the controller")
-        self.bound_port = await self.remoting.start()
+        if self.embedded:  # the nameserver listens already and serves the metrics
+            self.bound_port = self.remoting.port
+        else:
+            check_ports(self.config.listen_ports(), server="the controller")
+            self.bound_port = await self.remoting.start()
         self.campaign.address = self.advertised_addr
-        if self.config.metrics_enabled:
+        if self.config.metrics_enabled and not self.embedded:
             self.metrics_server = MetricsServer(self.metrics_registry, host=self.config.metrics_prom_exporter_host,
                                                 port=self.config.metrics_prom_exporter_port)
             await self.metrics_server.start()
@@ -154,6 +162,7 @@ class ControllerService(Service):
         except Exception as exc:  # noqa: BLE001 - stopping: the lease expires by itself
             log.info("resigning the active key failed: %s", exc)
         await self.manager.close()
-        await self.remoting.stop(STOP_GRACE_S)
+        if not self.embedded:
+            await self.remoting.stop(STOP_GRACE_S)
         await self.store.close()
         log.info("controller %s stopped", self.instance_id)

@@ -37,7 +37,6 @@ import orjson
 
 from common.errors import PyrmqError
 from controller.state import GroupState, StateError
-from remoting.headers import parse_host_port
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -70,18 +69,6 @@ class ActiveInfo:
     instance_id: str
     address: str
     create_revision: int
-
-
-def parse_endpoints(text: str) -> list[tuple[str, int]]:
-    """``host:port[;host:port...]`` (commas accepted too); ValueError names a bad one."""
-    parts = [p.strip() for p in text.replace(",", ";").split(";") if p.strip()]
-    if not parts:
-        raise ValueError("no etcd endpoint given")
-    out = []
-    for part in parts:
-        part = part.removeprefix("http://")
-        out.append(parse_host_port(part, "etcd endpoint"))
-    return out
 
 
 class EtcdStore:

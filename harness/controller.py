@@ -23,6 +23,9 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import RemotingError
 from remoting.frame_codec import RemotingCommand
 
+# fast timings for tests: scans every 200 ms, a broker silent for 1.5 s is dead, a dead active is replaced in ~2 s
+FAST = {"scanNotActiveBrokerInterval": 200, "controllerHeartBeatTimeoutMills": 1500, "controllerLeaseTtlSeconds": 2,
+        "etcdRequestTimeoutMillis": 1000}
 CONTROLLER_READY = re.compile(r"The Controller boot success\. listen=(\S+) id=(\S+)")
 
 

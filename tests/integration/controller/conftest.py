@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.controller import Controller
+from harness.controller import FAST, Controller
 from harness.etcd import EtcdServer, ensure_etcd
-
-# fast timings for tests: scans every 200 ms, a broker silent for 1.5 s is dead, a dead active is replaced in ~2 s
-FAST = {"scanNotActiveBrokerInterval": 200, "controllerHeartBeatTimeoutMills": 1500, "controllerLeaseTtlSeconds": 2,
-        "etcdRequestTimeoutMillis": 1000}
 
 
 @pytest.fixture

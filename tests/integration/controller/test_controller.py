@@ -11,8 +11,10 @@ import pytest
 
 from controller.client import ControllerClient, ControllerError
 from controller.state import GroupState, Member
-from controller.store import Campaign, CasRefused, EtcdStore, Fence, parse_endpoints
-from harness.controller import BrokerDriver
+from controller.config import parse_endpoints
+from controller.store import Campaign, CasRefused, EtcdStore, Fence
+from harness.controller import FAST, BrokerDriver
+from harness.procs import Namesrv
 from harness.procs import free_port
 from harness.waiting import async_wait_until
 from remoting.client import RemotingClient
@@ -273,3 +275,25 @@ async def test_the_controller_client_follows_the_active_one_and_types_the_answer
         assert (await client.metadata(standby.addr))["controllerLeaderAddress"] == active.addr
     finally:
         await client.close()
+
+
+async def test_the_controller_runs_inside_the_nameserver(tmp_path, etcd):
+    """enableControllerInNamesrv: the controller's codes on the nameserver's port, its series on its page."""
+    with Namesrv(tmp_path / "ns", enableControllerInNamesrv=True, controllerStoreEtcdEndpoints=etcd.endpoint,
+                 controllerInstanceId="ns-controller", **FAST) as ns:
+        assert (await one_active([ns])) is ns
+        meta = await metadata(ns.addr)
+        assert meta["controllerLeaderId"] == "ns-controller" and meta["controllerLeaderAddress"] == ns.addr
+        client = ControllerClient([ns.addr])
+        try:
+            assert await client.next_broker_id("c", "broker-a") == 1
+            await client.apply_broker_id("c", "broker-a", 1, "127.0.0.1:30911;1")
+            await client.register("c", "broker-a", 1, "127.0.0.1:30911")
+            # the nameserver's own requests still work on the same port
+            resp = await client.client.invoke(ns.addr, RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO), 3)
+            assert resp.code == RC.SUCCESS
+        finally:
+            await client.close()
+        page = scrape(ns.metrics_port)
+        assert 'rocketmq_controller_active{node_id="ns-controller",node_type="controller"} 1.0' in page
+        assert "rocketmq_namesrv_live_brokers" in page
