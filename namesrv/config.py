@@ -10,12 +10,12 @@ long is closed, and a broker registered over it leaves the route (a broker regis
 only when a KV entry changes.
 
 The metrics exporter takes RocketMQ 5's broker keys and default: off (``metricsExporterType=DISABLE``) unless a conf
-sets ``metricsExporterType=PROM``, then on ``metricsPromExporterPort`` (5557).
+sets ``metricsExporterType=PROM``, then on ``metricsPromExporterPort`` (5557). A nameserver and a broker started
+with default confs on one host therefore never contend for 5557 (RocketMQ's nameserver has no exporter at all).
 
 ``enableControllerInNamesrv=true`` (RocketMQ 5's key, default false) runs the controller of controller mode inside
 the nameserver, on its port; the controller's keys (controller.config, ``controllerStoreEtcdEndpoints`` first) are
-read from the same file. Keys both declare (``listenPort``, the metrics keys) are the nameserver's. A nameserver and a broker started
-with default confs on one host therefore never contend for 5557 (RocketMQ's nameserver has no exporter at all).
+read from the same file. Keys both declare (``listenPort``, the metrics keys) are the nameserver's.
 """
 
 from __future__ import annotations
