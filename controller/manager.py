@@ -10,7 +10,9 @@
   Decisions on one group run one at a time.
 - The scan (``scan``): every ``scanNotActiveBrokerInterval``, each group whose master is not alive (or that has
   none) gets an election; a newly active instance skips it until one heartbeat timeout has passed since it became
-  active, so brokers that were heartbeating its predecessor are not taken for dead.
+  active, so brokers that were heartbeating its predecessor are not taken for dead. In that grace an election may
+  still promote a live member (a closed master connection, an operator), but never clears a master for want of
+  live candidates.
 - After an election, the group's alive brokers are told (NOTIFY_BROKER_ROLE_CHANGED, oneway, over the connection
   their heartbeats use) when ``notifyBrokerRoleChanged``; brokers also learn it by polling GET_REPLICA_INFO.
 
@@ -111,6 +113,10 @@ class ReplicasManager:
         self.cache.clear()
         self.scan_after_ms = self._clock_ms() + self.config.controller_heart_beat_timeout_mills
 
+    def in_grace(self) -> bool:
+        """True until one heartbeat timeout after this instance became active."""
+        return self._clock_ms() < self.scan_after_ms
+
     def require_active(self) -> None:
         if not self.campaign.is_active:
             raise NotActive("this controller is not the active one")
@@ -176,8 +182,14 @@ class ReplicasManager:
                 return Outcome(ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST,
                                f"the controller knows no broker group {broker_name}: its brokers must apply for ids "
                                "and register first")
-            return election.elect(state, self.live.alive(broker_name), designated=designated, first_by=first_by,
-                                  unclean=self.config.enable_elect_unclean_master)
+            outcome = election.elect(state, self.live.alive(broker_name), designated=designated,
+                                     first_by=first_by, unclean=self.config.enable_elect_unclean_master)
+            if outcome.state is not None and not outcome.state.has_master and self.in_grace():
+                # just became active: brokers that heartbeated the predecessor may not have reached us yet, so
+                # "nobody alive" is not known yet; leave the master in place until the grace ends
+                return Outcome(outcome.code, outcome.remark + "; not applied: this controller became active less "
+                               "than one heartbeat timeout ago", None)
+            return outcome
 
         before = self.cache.get(broker_name)
         outcome, state = await self.decide(broker_name, rule)
@@ -217,7 +229,7 @@ class ReplicasManager:
 
     async def scan(self) -> None:
         """One pass: elect in every group whose master is not alive (only on the active instance)."""
-        if not self.campaign.is_active or self._clock_ms() < self.scan_after_ms:
+        if not self.campaign.is_active or self.in_grace():
             return
         for state, rev in await self.store.list_groups():
             self.cache[state.broker_name] = (state, rev)

@@ -297,3 +297,27 @@ async def test_the_controller_runs_inside_the_nameserver(tmp_path, etcd):
         page = scrape(ns.metrics_port)
         assert 'rocketmq_controller_active{node_id="ns-controller",node_type="controller"} 1.0' in page
         assert "rocketmq_namesrv_live_brokers" in page
+
+
+@pytest.mark.parametrize("controller_conf", [{"controllerHeartBeatTimeoutMills": 60_000}])
+async def test_a_newly_active_controller_never_clears_a_master_it_has_not_heard_from_yet(controllers):
+    active = await one_active(controllers)
+    b1, b2, b3 = await group_of_three(controllers)
+    try:
+        for b in (b1, b2, b3):
+            await b.stop_heartbeats()
+        active.kill()
+        standby = await one_active([c for c in controllers if c is not active])
+        # the new active instance has heard from nobody yet: "no live candidate" is not a fact it knows
+        resp = await b2.call(RequestCode.CONTROLLER_ELECT_MASTER, {
+            "clusterName": "c", "brokerName": "broker-a", "brokerId": "2", "designateElect": "false"},
+            addr=standby.addr)
+        assert resp.code == RC.CONTROLLER_MASTER_NOT_AVAILABLE and "not applied" in resp.remark
+        resp, body = await b2.replica_info()
+        assert resp.ext["masterBrokerId"] == "1" and resp.ext["masterEpoch"] == "1"
+        # a live member of the set is still promoted at once
+        await b2.heartbeat()
+        assert (await b2.elect()).ext["masterBrokerId"] == "2"
+    finally:
+        for b in (b1, b2, b3):
+            await b.close()
