@@ -255,6 +255,8 @@ class Campaign:
         other = await self.store.get_active()
         if other is not None:  # one read per round while someone else is active
             self.active_info = other
+            if other.instance_id == self.instance_id and self.lease_id:
+                await self._drop_lease()  # our own key from before a step-down (etcd was away): free it now
             return False
         sent = self._clock()  # the lease's TTL runs from its grant: count from before we asked
         self.lease_id = await self.store.grant(self.ttl_s)
