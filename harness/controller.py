@@ -70,6 +70,8 @@ class BrokerDriver:
         self.priority: int | None = None
         self._beating: asyncio.Task | None = None
         self.last_heartbeat: RemotingCommand | None = None
+        self.notified: list[dict[str, str]] = []  # NOTIFY_BROKER_ROLE_CHANGED headers the controller pushed
+        self.client.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self._on_notify)
 
     async def call(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"", *,
                    addr: str | None = None, timeout_s: float = 5.0) -> RemotingCommand:
@@ -77,6 +79,9 @@ class BrokerDriver:
         if addr:
             return await self.client.invoke(addr, RemotingCommand(code, ext=dict(ext or {}), body=body), timeout_s)
         return await self.controller.call(code, ext, body)
+
+    def _on_notify(self, conn, request: RemotingCommand) -> None:
+        self.notified.append(dict(request.ext or {}))
 
     async def join(self) -> RemotingCommand:
         """GET_NEXT_BROKER_ID, APPLY_BROKER_ID, REGISTER_BROKER (retrying a lost race for an id); the register reply."""

@@ -2,7 +2,8 @@
 
 ``EtcdServer(workdir).start()`` runs a one-member etcd with its own data directory, client and peer URLs on free
 loopback ports, and returns once ``/health`` answers ``{"health":"true"}``; ``stop()`` is TERM then KILL, each
-bounded; ``kill()`` is SIGKILL (a crash: the majority of a one-member cluster is gone). ``start()`` after
+bounded; ``kill()`` is SIGKILL (a crash: the majority of a one-member cluster is gone); ``pause()``/``resume()``
+are SIGSTOP/SIGCONT (an etcd that accepts connections and never answers). ``start()`` after
 ``stop()``/``kill()`` restarts it on the same ports and data, so the store's revisions survive as in production.
 ``ensure_etcd()`` finds the binary or installs the package (``harness.debian_pkg``); tests skip with its reason.
 """
@@ -89,6 +90,15 @@ class EtcdServer:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
 
+    def pause(self) -> None:
+        """SIGSTOP: an etcd that accepts connections and answers nothing (a slow or hung store)."""
+        if self.running:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.running:
+            self.proc.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
         if self.running:
             self.proc.send_signal(signal.SIGKILL)
@@ -97,6 +107,7 @@ class EtcdServer:
     def stop(self, timeout_s: float = 10.0) -> None:
         if not self.running:
             return
+        self.resume()
         self.proc.terminate()
         try:
             self.proc.wait(timeout=timeout_s)

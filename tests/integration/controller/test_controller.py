@@ -13,7 +13,7 @@ from controller.client import ControllerClient, ControllerError
 from controller.state import GroupState, Member
 from controller.config import parse_endpoints
 from controller.store import Campaign, CasRefused, EtcdStore, Fence
-from harness.controller import FAST, BrokerDriver
+from harness.controller import FAST, BrokerDriver, Controller
 from harness.procs import Namesrv
 from harness.procs import free_port
 from harness.waiting import async_wait_until
@@ -147,6 +147,9 @@ async def test_a_silent_master_is_replaced_from_the_sync_state_set(controllers):
         resp, body = await wait_master(b2, 2)
         assert resp.ext["masterEpoch"] == "2" and resp.ext["masterAddress"] == b2.address
         assert body == {"syncStateSet": [2], "syncStateSetEpoch": 3}
+        for b in (b2, b3):  # the live members are told (notifyBrokerRoleChanged), not only left to poll
+            await async_wait_until(lambda b=b: any(n.get("masterBrokerId") == "2" and n.get("masterEpoch") == "2"
+                                                   for n in b.notified), 5, f"{b.address} notified of the change")
         # the deposed master's view is stale: its SyncStateSet change is fenced by the new masterEpoch
         stale = await b1.alter({1, 2}, master_epoch=1, sss_epoch=2)
         assert stale.code == RC.CONTROLLER_FENCED_MASTER_EPOCH
@@ -319,5 +322,45 @@ async def test_a_newly_active_controller_never_clears_a_master_it_has_not_heard_
         await b2.heartbeat()
         assert (await b2.elect()).ext["masterBrokerId"] == "2"
     finally:
+        for b in (b1, b2, b3):
+            await b.close()
+
+
+async def test_etcd_unreachable_at_start_then_a_second_endpoint(tmp_path, etcd):
+    dead = f"127.0.0.1:{free_port()}"
+    alone = Controller(tmp_path / "alone", dead, name="alone", **FAST).start()  # boots without etcd and says so
+    try:
+        driver = BrokerDriver([alone.addr], "c", "broker-a", "127.0.0.1:10911")
+        resp = await driver.call(RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "broker-a"})
+        assert resp.code == RC.CONTROLLER_NOT_LEADER and dead in resp.remark and "majority" in resp.remark
+        await driver.close()
+    finally:
+        alone.stop()
+    # an unreachable endpoint first in the list: the next call goes to the next one
+    both = Controller(tmp_path / "both", f"{dead};{etcd.endpoint}", name="both", **FAST).start()
+    try:
+        assert await one_active([both]) is both
+    finally:
+        both.stop()
+
+
+async def test_an_etcd_that_stops_answering_makes_the_active_controller_step_down(controllers, etcd):
+    await one_active(controllers)
+    b1, b2, b3 = await group_of_three(controllers)
+    try:
+        etcd.pause()  # connections stay open, nothing answers: every call ends at etcdRequestTimeoutMillis
+
+        async def refused():
+            resp = await b2.call(RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "broker-a"})
+            return resp if resp.code == RC.CONTROLLER_NOT_LEADER and "etcd" in (resp.remark or "") else None
+
+        await async_wait_until(refused, 20, "the controllers step down and say etcd does not answer", 0.2)
+        assert await active_of(controllers) == []
+        etcd.resume()
+        await one_active(controllers)
+        resp, body = await wait_master(b2, 1)
+        assert resp.ext["masterEpoch"] == "1" and body == {"syncStateSet": [1, 2], "syncStateSetEpoch": 2}
+    finally:
+        etcd.resume()
         for b in (b1, b2, b3):
             await b.close()
