@@ -12,15 +12,20 @@ only when a KV entry changes.
 The metrics exporter takes RocketMQ 5's broker keys and default: off (``metricsExporterType=DISABLE``) unless a conf
 sets ``metricsExporterType=PROM``, then on ``metricsPromExporterPort`` (5557). A nameserver and a broker started
 with default confs on one host therefore never contend for 5557 (RocketMQ's nameserver has no exporter at all).
+
+``enableControllerInNamesrv=true`` (RocketMQ 5's key, default false) runs the controller of controller mode inside
+the nameserver, on its port; the controller's keys (controller.config, ``controllerStoreEtcdEndpoints`` first) are
+read from the same file. Keys both declare (``listenPort``, the metrics keys) are the nameserver's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import conf
 from common.ports import ANY_HOST, NAMESRV_DEFAULT_PORT, ListenPort
+from controller.config import ControllerConfig
 
 METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")
 _INTERVAL_MS = "milliseconds between scans; 0 would spin the loop"
@@ -42,6 +47,10 @@ class NamesrvConfig:
     metrics_exporter_type: str = "DISABLE"  # PROM serves /metrics on metricsPromExporterPort
     metrics_prom_exporter_port: int = conf.port(5557, zero_means="any free port")
     metrics_prom_exporter_host: str = ""  # empty: all interfaces
+    # RocketMQ 5: run the controller (controller mode) inside this nameserver, on its port; the controller's keys
+    # (controllerStoreEtcdEndpoints ...) go in the same file and land in ``controller``
+    enable_controller_in_namesrv: bool = False
+    controller: ControllerConfig | None = field(default=None, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Messages start with the key so the loader prints "<file>: <key>: <problem>".
@@ -70,5 +79,7 @@ class NamesrvConfig:
 
 def load_namesrv_config(path: str | Path | None) -> NamesrvConfig:
     """Load ``path`` (``None``: defaults only); raises ``common.errors.ConfigError`` naming file, key and fix."""
-    (config,) = conf.load((NamesrvConfig,), path)
+    config, controller = conf.load((NamesrvConfig, ControllerConfig), path)
+    if config.enable_controller_in_namesrv:
+        object.__setattr__(config, "controller", controller)
     return config

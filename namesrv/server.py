@@ -58,6 +58,12 @@ class NamesrvServer(Service):
             metrics=self.metrics,
         )
         self.bound_port = 0
+        self.controller = None
+        if config.controller is not None:
+            from controller.service import ControllerService  # etcd's client only when the controller runs here
+
+            self.controller = ControllerService(config.controller, remoting=self.remoting,
+                                                metrics_registry=self.metrics_registry)
 
     def _broker_connections(self) -> int:
         return sum(1 for conn in self.remoting.connections if self.route_table.channel_in_use(conn))
@@ -80,6 +86,8 @@ class NamesrvServer(Service):
                                                 port=self.config.metrics_prom_exporter_port)
             await self.metrics_server.start()
         await self.housekeeping.start()
+        if self.controller is not None:
+            await self.controller.start()
         log.info(
             "nameserver listening on %s:%d (remoting); silent brokers expire after %d ms (scan every %d ms), "
             "idle connections close after %d s",
@@ -91,6 +99,8 @@ class NamesrvServer(Service):
         )
 
     async def on_stop(self) -> None:
+        if self.controller is not None:
+            await self.controller.stop()
         if self.metrics_server is not None:
             await self.metrics_server.stop()
         self.processors.stopping = True

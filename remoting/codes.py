@@ -36,6 +36,24 @@ class ResponseCode(enum.IntEnum):
     FILTER_DATA_NOT_LATEST = 28
     INVALID_PARAMETER = 29  # a request field that can never be valid (RocketMQ 5's number)
     CONSUMER_NOT_ONLINE = 206
+    # controller mode (RocketMQ 5's ResponseCode 2000-2016)
+    CONTROLLER_FENCED_MASTER_EPOCH = 2000
+    CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001
+    CONTROLLER_INVALID_MASTER = 2002
+    CONTROLLER_INVALID_REPLICAS = 2003
+    CONTROLLER_MASTER_NOT_AVAILABLE = 2004
+    CONTROLLER_INVALID_REQUEST = 2005
+    CONTROLLER_BROKER_NOT_ALIVE = 2006
+    CONTROLLER_NOT_LEADER = 2007
+    CONTROLLER_BROKER_METADATA_NOT_EXIST = 2008
+    CONTROLLER_INVALID_CLEAN_BROKER_METADATA = 2009
+    CONTROLLER_BROKER_NEED_TO_BE_REGISTERED = 2010
+    CONTROLLER_MASTER_STILL_EXIST = 2011
+    CONTROLLER_ELECT_MASTER_FAILED = 2012
+    CONTROLLER_ALTER_SYNC_STATE_SET_FAILED = 2013
+    CONTROLLER_BROKER_ID_INVALID = 2014
+    CONTROLLER_JRAFT_INTERNAL_ERROR = 2015
+    CONTROLLER_BROKER_LIVE_INFO_NOT_EXISTS = 2016
 
 
 MEANING: dict[ResponseCode, str] = {
@@ -64,6 +82,23 @@ MEANING: dict[ResponseCode, str] = {
     ResponseCode.FILTER_DATA_NOT_LATEST: "the filter data changed; resend the heartbeat",
     ResponseCode.INVALID_PARAMETER: "a request field is invalid",
     ResponseCode.CONSUMER_NOT_ONLINE: "no consumer of this group is connected",
+    ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH: "the request's masterEpoch is stale: a newer master was elected",
+    ResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH: "the request's syncStateSetEpoch is stale",
+    ResponseCode.CONTROLLER_INVALID_MASTER: "the sender is not the group's current master",
+    ResponseCode.CONTROLLER_INVALID_REPLICAS: "the proposed SyncStateSet names a broker that cannot be in it",
+    ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE: "no eligible broker: the group has no master",
+    ResponseCode.CONTROLLER_INVALID_REQUEST: "the controller request is invalid",
+    ResponseCode.CONTROLLER_BROKER_NOT_ALIVE: "the broker has not heartbeated within its timeout",
+    ResponseCode.CONTROLLER_NOT_LEADER: "this controller is not the active one; ask the one named in the remark",
+    ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST: "the controller knows no such broker group or broker",
+    ResponseCode.CONTROLLER_INVALID_CLEAN_BROKER_METADATA: "the broker metadata cannot be cleaned",
+    ResponseCode.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED: "apply for a brokerId and register first",
+    ResponseCode.CONTROLLER_MASTER_STILL_EXIST: "the group's master is alive and stays master",
+    ResponseCode.CONTROLLER_ELECT_MASTER_FAILED: "the election found no eligible broker",
+    ResponseCode.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED: "the SyncStateSet change was not applied",
+    ResponseCode.CONTROLLER_BROKER_ID_INVALID: "the brokerId is taken by another broker or out of range",
+    ResponseCode.CONTROLLER_JRAFT_INTERNAL_ERROR: "the controller's store failed",
+    ResponseCode.CONTROLLER_BROKER_LIVE_INFO_NOT_EXISTS: "the controller has no heartbeat of this broker",
 }
 
 # Codes under which a send was stored on the master (RocketMQ's "sendOK" set).
@@ -147,6 +182,18 @@ class RequestCode(enum.IntEnum):
     GET_SUBSCRIPTIONGROUP_CONFIG = 352
     # RocketMQ 5's HA runtime info (HARuntimeInfo), served by pyrmq's 4.x-style brokers too
     GET_BROKER_HA_STATUS = 907
+    # controller mode (RocketMQ 5): broker -> controller, admin -> controller, controller -> broker
+    BROKER_HEARTBEAT = 904
+    CONTROLLER_ALTER_SYNC_STATE_SET = 1001
+    CONTROLLER_ELECT_MASTER = 1002
+    CONTROLLER_REGISTER_BROKER = 1003
+    CONTROLLER_GET_REPLICA_INFO = 1004
+    CONTROLLER_GET_METADATA_INFO = 1005
+    CONTROLLER_GET_SYNC_STATE_DATA = 1006
+    GET_BROKER_EPOCH_CACHE = 1007
+    NOTIFY_BROKER_ROLE_CHANGED = 1008
+    CONTROLLER_GET_NEXT_BROKER_ID = 1012
+    CONTROLLER_APPLY_BROKER_ID = 1013
 
 
 class LanguageCode(enum.IntEnum):

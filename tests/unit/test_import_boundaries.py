@@ -53,7 +53,8 @@ def test_the_check_sees_broker_imports(tmp_path):
 # ties two modules together, so neither can be read, tested or replaced alone.
 
 STORE = ROOT / "broker" / "store"
-ALL_PACKAGES = ("bench", "broker", "client", "common", "connectors", "ctl", "harness", "namesrv", "remoting", "tests")
+ALL_PACKAGES = ("bench", "broker", "client", "common", "connectors", "controller", "ctl", "harness", "namesrv", "remoting",
+                "tests")
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}  # public despite the underscore
 PUBLIC_DESPITE_UNDERSCORE = NAMEDTUPLE_API | {"_exit"}  # os._exit: the documented way to end a process now
 

@@ -81,4 +81,16 @@ def test_print_config_renders_every_key_in_a_form_the_loader_reads_back(tmp_path
         "metricsExporterType",
         "metricsPromExporterPort",
         "metricsPromExporterHost",
+        "enableControllerInNamesrv",
     ]
+
+
+def test_the_embedded_controller_reads_its_keys_from_the_nameservers_file(tmp_path):
+    path = tmp_path / "namesrv.conf"
+    path.write_text("controllerStoreEtcdEndpoints=10.0.0.1:2379\n")
+    assert load_namesrv_config(path).controller is None  # off unless enableControllerInNamesrv=true
+    path.write_text("enableControllerInNamesrv=true\ncontrollerStoreEtcdEndpoints=10.0.0.1:2379\n")
+    assert load_namesrv_config(path).controller.etcd_endpoints == [("10.0.0.1", 2379)]
+    path.write_text("enableControllerInNamesrv=true\ncontrollerStoreEtcdEndpoints=nope\n")
+    with pytest.raises(ConfigError, match="controllerStoreEtcdEndpoints"):
+        load_namesrv_config(path)
