@@ -496,3 +496,29 @@ async def test_a_port_probe_that_sends_nothing_is_not_logged_as_a_refused_peer(t
     peer.send(b"GET / HTTP/1.1\r\n\r\n" + b"x" * 16)
     assert await peer.closed_by_peer()
     assert m.ha.counters.refused == 1  # the HTTP client, not the silent probe
+
+
+async def test_a_slave_refused_at_every_retry_logs_each_kind_of_line_at_most_once_per_interval(tmp_path, caplog,
+                                                                                               monkeypatch):
+    from broker.ha import slave as slave_mod
+
+    monkeypatch.setattr(slave_mod, "LOG_EVERY_S", 3600.0)  # one interval spans the whole test
+    caplog.set_level(logging.INFO, logger="broker.ha.slave")
+
+    async def refuse(reader, writer):  # a master whose slots are taken: closed at once, or refused after the hello
+        refuse.n += 1
+        if refuse.n % 2:
+            await reader.read(100)
+            writer.write(ha_codec.encode_error(ha_codec.ErrorCode.PEER_REFUSED, "refused"))
+        writer.close()
+
+    refuse.n = 0
+    server = await asyncio.start_server(refuse, "127.0.0.1", 0)
+    try:
+        s = await h.slave(tmp_path / "s", master_addr=f"127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        await async_wait_until(lambda: s.ha.counters.reconnects >= 4, 30, "four refused attempts")
+    finally:
+        server.close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "broker.ha.slave"]
+    assert sum("refused replication" in x for x in lines) == 1, lines
+    assert sum("closed:" in x for x in lines) == 1, lines
