@@ -67,3 +67,32 @@ class SilentFlood:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness.ha_flood ADDR N [HOSTS]``: run a flood in a process of its own (as an attacker would,
+    so its work lands on no measured event loop); prints ``flood ready`` once every connection opened, and on
+    SIGTERM one line ``connects=<n> closed_by_master=<n> open=<n>``."""
+    import signal
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    addr, n = args[0], int(args[1])
+    hosts = tuple(f"127.0.0.{i}" for i in range(1, int(args[2]) + 1)) if len(args) > 2 else ("127.0.0.1",)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        flood = await SilentFlood(addr, n, hosts).start()
+        print("flood ready", flush=True)
+        await stop.wait()
+        still_open = flood.open
+        await flood.stop()
+        print(f"connects={flood.connects} closed_by_master={flood.closed_by_master} open={still_open}", flush=True)
+
+    asyncio.run(run())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
