@@ -141,6 +141,12 @@ class MasterConnection:
     def closed(self) -> bool:
         return self._closed.is_set()
 
+    @property
+    def peer_gone(self) -> bool:
+        """The slave closed its end (EOF read, or the transport is closing) though the reader task has not ended
+        the connection yet: a reconnect that races its own close must not count as a second claimant."""
+        return self.reader.at_eof() or self.writer.is_closing()
+
     def start(self) -> None:
         now = time.monotonic()
         self.link.last_read_mono = now

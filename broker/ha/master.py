@@ -279,6 +279,8 @@ class HAMaster:
         if authenticated:
             self.slots.learn(mine.host)  # it proved the secret: its address keeps handshake slots of its own
         old = self.connections.get(bid)
+        if old is not None and not old.closed and old.peer_gone:
+            old.close(CloseReason.PEER_CLOSED)  # its slave closed it and is this reconnect: no second claimant
         live = old is not None and not old.closed
         silent_s = time.monotonic() - old.link.last_read_mono if live else 0.0
         decision = admit(authenticated=authenticated, live_with_same_id=live, old_silent_s=silent_s,
