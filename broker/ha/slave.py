@@ -61,7 +61,7 @@ from remoting.headers import parse_host_port
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 5.0
-HANDSHAKE_TIMEOUT_S = 10.0  # hello sent -> challenge received (the master allows 5 s for the whole handshake)
+HANDSHAKE_TIMEOUT_S = 10.0  # hello sent -> challenge received (the master allows 3 s for the whole handshake)
 MIN_BACKOFF_S = 0.1
 MAX_BACKOFF_S = 5.0
 BUFFER_BYTES = 8 * 1024 * 1024  # receive buffer per connection (frames are parsed and appended in place)
