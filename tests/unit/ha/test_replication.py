@@ -291,6 +291,26 @@ async def test_a_second_authenticated_claim_of_a_live_broker_id_is_refused_and_c
     await async_wait_until(lambda: 1 in m.ha.master.connections and
                            m.ha.master.connections[1].link.slave_addr == _local_addr(third), 10, "third took over")
     assert await first.closed_by_peer()
+    assert _duplicate_claims_series(m) == {"1": 1.0}
+
+
+def _duplicate_claims_series(node: h.Node) -> dict[str, float]:
+    """rocketmq_ha_duplicate_slave_claims_total by slave_broker_id, as a master's /metrics would show it."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from broker.metrics import BrokerMetrics
+    from common.metrics import new_registry
+
+    registry = new_registry()
+    metrics = BrokerMetrics(registry, cluster=h.CLUSTER, broker_name=h.BROKER, broker_id=0, role="SYNC_MASTER")
+    metrics.attach(ha=node.ha)
+    out = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for sample in family.samples:
+            if sample.name == "rocketmq_ha_duplicate_slave_claims_total":
+                out[sample.labels["slave_broker_id"]] = sample.value
+    return out
 
 
 async def test_without_a_secret_a_second_claim_of_a_live_broker_id_is_refused_and_the_first_stays(tmp_path):
