@@ -18,6 +18,7 @@ MODULES = [
     "bench.metrics_bench",
     "bench.replication_bench",
     "bench.failover_bench",
+    "bench.attack_ha",
     "bench.e2e_bench",
     "bench.rocketmq5_bench",
     "bench.deploy_bench",

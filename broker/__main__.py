@@ -31,9 +31,9 @@ def _make_server(settings: BrokerSettings):
 
 
 def render(settings: BrokerSettings) -> list[tuple[str, str]]:
-    """Every effective key for --print-config; an inline haAuthSecret is masked (the output lands in terminals)."""
-    pairs = conf.render(settings.broker) + conf.render(settings.store)
-    return [(k, "<hidden>" if k == "haAuthSecret" and v else v) for k, v in pairs]
+    """Every effective key for --print-config; secrets (haAuthSecret, haAuthSecretFile) read ``<set>``
+    (``common.conf.render``)."""
+    return conf.render(settings.broker) + conf.render(settings.store)
 
 
 def main(argv: list[str] | None = None) -> int:

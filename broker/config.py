@@ -11,7 +11,8 @@ One ``broker.conf`` feeds both classes by key name, as in RocketMQ. Differences 
 - RocketMQ's disk thresholds that were JVM system properties (``diskSpaceWarningLevelRatio`` 90,
   ``diskSpaceCleanForciblyRatio`` 85) are ordinary keys;
 - the HA stream additions of DESIGN.md §3: ``haAuthSecret`` / ``haAuthSecretFile`` (the cluster's shared secret:
-  only a slave that proves it holds it is served or counts toward SEND_OK), ``haSlaveCatchUpFrom`` and
+  only a slave that proves it holds it is served or counts toward SEND_OK; a config read shows ``<set>``, never the
+  secret or the file's path), ``haSlaveCatchUpFrom`` and
   ``haDisconnectedSlaveKeepInterval``; a SYNC_MASTER without a secret refuses to start unless
   ``haUnsafeAllowUnauthenticatedSlaves=true`` says the operator accepts that any TCP peer can confirm its sends;
 - ``grpcServerPort`` (RocketMQ 5's proxy key, 8081) is the broker's own: every broker serves the v2 endpoint.
@@ -173,8 +174,10 @@ class MessageStoreConfig:
     ha_slave_fallbehind_max: int = conf.ranged(256 * 1024 * 1024, 0, None, "bytes a slave may lag and stay in sync")
     ha_master_address: str = ""
     ha_slave_catch_up_from: CatchUpFrom = CatchUpFrom.MIN_OFFSET
-    ha_auth_secret: str = ""  # the cluster's HA secret inline; prefer haAuthSecretFile (kept out of the conf)
-    ha_auth_secret_file: str = ""  # a file whose first line is the secret (a Docker secret, a generated file)
+    # The cluster's HA secret inline; prefer haAuthSecretFile (kept out of the conf). Both are conf.secret(): config
+    # reads (--print-config, GET_BROKER_CONFIG) show conf.SECRET_MARKER, never the value or the file's path.
+    ha_auth_secret: str = conf.secret()
+    ha_auth_secret_file: str = conf.secret()  # a file whose first line is the secret (a Docker secret, a generated file)
     # Opt-out of HA authentication: any TCP peer that sends a hello is served and its acks count. Needed to run a
     # SYNC_MASTER without a secret; never set it where the HA port is reachable by anyone but the slaves.
     ha_unsafe_allow_unauthenticated_slaves: bool = False

@@ -174,6 +174,7 @@ class BrokerMetrics:
 
         self._store: StoreProvider | None = None
         self._ha: HAProvider | None = None
+        self._ha_duplicate_claims: Callable[[], dict[int, int]] | None = None  # a master's HACounters.duplicate_claims
         self._offsets: OffsetTableProvider | None = None
         self._queue_max: QueueMaxOffset | None = None
         self._queue_ts: QueueStoreTimestamp | None = None
@@ -216,6 +217,8 @@ class BrokerMetrics:
             )
         if ha is not None:
             self.set_providers(ha=ha.status)
+            counters = ha.counters
+            self._ha_duplicate_claims = lambda: counters.duplicate_claims
         if offsets is not None:
             self.set_providers(consumer_offsets=lambda: offsets.table)
 
@@ -329,6 +332,14 @@ class BrokerMetrics:
             out.extend(self._disk_families())
         if self._ha is not None:
             out.extend(self._ha_families(self._ha()))
+        if self._ha_duplicate_claims is not None and self.role != "SLAVE":
+            claims = CounterMetricFamily("rocketmq_ha_duplicate_slave_claims",
+                                         "Peers that proved the HA secret and claimed the brokerId of a live slave "
+                                         "link; each was refused (an alarm: two slaves share a brokerId, or the "
+                                         "secret leaked).", labels=["slave_broker_id"])
+            for broker_id, count in sorted(self._ha_duplicate_claims().items()):
+                claims.add_metric([str(broker_id)], count)
+            out.append(claims)
         return out
 
     @staticmethod

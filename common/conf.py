@@ -18,6 +18,11 @@ Conventions:
   ``key: value`` are accepted, as in Java properties files.
 - A dataclass may validate itself in ``__post_init__`` by raising ``ValueError``; the message is reported
   with the file name.
+- A field that holds a secret, or says where one is (``haAuthSecret``, ``haAuthSecretFile``), is declared with
+  ``secret()``: ``render`` (``--print-config``, GET_BROKER_CONFIG) shows ``SECRET_MARKER`` (``<set>``) when it is
+  set and nothing when it is not, its ``repr`` leaves it out, and no error of this module quotes a line's value. A
+  new secret key is redacted everywhere by being declared so; ``tests/unit/test_config_secrets.py`` walks every
+  config dataclass for fields named like secrets that are not.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ _CAMEL_BOUNDARY = re.compile(r"_([a-z0-9])")
 _ASCII_INT = re.compile(r"[+-]?[0-9]+")
 _ASCII_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
+SECRET_MARKER = "<set>"  # what config reads show for a secret that is set (never its value, never a path)
+
 PORT_MAX = 65535
 JAVA_INT_MAX = 2**31 - 1  # RocketMQ holds most numeric keys in a Java int: a larger value is no RocketMQ setting
 
@@ -49,6 +56,15 @@ def ranged(default: Any, lo: float | None, hi: float | None, why: str, **metadat
     ``why`` says what the bounds protect (or what a special value such as 0 means); it becomes the error's hint.
     """
     return dataclasses.field(default=default, metadata={"range": (lo, hi), "why": why, **metadata})
+
+
+def secret(default: str = "", **metadata: Any) -> Any:
+    """A field that holds a secret or names the file it is in: redacted by ``render``, left out of ``repr``."""
+    return dataclasses.field(default=default, repr=False, metadata={"secret": True, **metadata})
+
+
+def is_secret(field: dataclasses.Field) -> bool:
+    return bool(field.metadata.get("secret")) if field.metadata else False
 
 
 def port(default: int, zero_means: str | None = None, **metadata: Any) -> Any:
@@ -112,8 +128,11 @@ def parse_properties(text: str, source: str) -> dict[str, tuple[str, int]]:
             continue
         match = re.match(r"^([^=:\s]+)\s*[=:]\s*(.*)$", line)
         if not match:
+            # Only the start of the line is quoted: the rest may be a secret's value (``haAuthSecret 0123...``).
+            start = re.split(r"[=:\s]", line, maxsplit=1)[0][:40]
             raise ConfigError(
-                f"line {lineno} is not 'key=value': {raw!r}", source=source, hint="write one key=value per line"
+                f"line {lineno} is not 'key=value' (it starts with {start!r}; the rest is not shown)",
+                source=source, hint="write one key=value per line",
             )
         key, value = match.group(1), match.group(2).strip()
         if key in out:
@@ -193,6 +212,10 @@ def build(classes: tuple[type, ...], values: Mapping[str, str], *, source: str) 
             raise ConfigError("unknown key", source=source, key=key, hint=hint)
         for idx in owners:
             field = conf_keys(classes[idx])[key]
+            if is_secret(field) and raw.strip() == SECRET_MARKER:
+                raise ConfigError(f"{SECRET_MARKER} is what --print-config shows for a secret that is set, not a "
+                                  "secret", source=source, key=key, hint="put the secret itself (or use the key that "
+                                  "names a file holding it)")
             value = _convert(raw, hints_by_class[idx][field.name], source=source, key=key)
             check_range(field, value, source=source, key=key)
             per_class[idx][field.name] = value
@@ -240,13 +263,16 @@ def decode_text(data: bytes, source: str) -> str:
 
 
 def render(obj: Any) -> list[tuple[str, str]]:
-    """The effective ``(key, value)`` pairs of a config object, in declaration order (for --print-config)."""
+    """The effective ``(key, value)`` pairs of a config object, in declaration order (for --print-config and
+    GET_BROKER_CONFIG). A ``secret()`` field reads ``SECRET_MARKER`` when set, "" when not: never its value."""
     out = []
     for field in dataclasses.fields(obj):
         if not field.init:
             continue
         value = getattr(obj, field.name)
-        if isinstance(value, enum.Enum):
+        if is_secret(field):
+            text = SECRET_MARKER if value else ""
+        elif isinstance(value, enum.Enum):
             text = value.name
         elif isinstance(value, bool):
             text = "true" if value else "false"

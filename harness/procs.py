@@ -59,12 +59,16 @@ class PortConflict(RuntimeError):
 
 
 def write_conf(path: Path, values: dict[str, object]) -> Path:
+    """Write ``key=value`` lines, readable by this user only: a broker conf may hold ``haAuthSecret`` inline."""
     lines = []
     for key, value in values.items():
         if isinstance(value, bool):
             value = "true" if value else "false"
         lines.append(f"{key}={value}")
-    path.write_text("\n".join(lines) + "\n")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # also when the file existed with a wider mode
+    with os.fdopen(fd, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
     return path
 
 

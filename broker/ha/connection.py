@@ -17,7 +17,8 @@ the close), then streams frames of at most ``haTransferBatchSize`` body bytes, e
   buffer is not empty, one frame goes through ``loop.sendfile`` instead (it waits for the buffer to drain).
 When caught up it waits on ``wake`` (set by the store's append listener), never polls. A heartbeat frame goes out
 after ``haSendHeartbeatInterval`` without writes; the writer also expires the connection after
-``haHousekeepingInterval`` without reads.
+``haHousekeepingInterval`` without reads, also while it waits for a full socket to drain (a frozen slave reads
+nothing and must not hold its link, and with it its brokerId, for ever).
 
 Whichever task ends first closes the connection through a done-callback with a ``CloseReason``; error frames
 are written only by the writer task or before the tasks start, so they never interleave with a half-sent
@@ -139,6 +140,12 @@ class MasterConnection:
     @property
     def closed(self) -> bool:
         return self._closed.is_set()
+
+    @property
+    def peer_gone(self) -> bool:
+        """The slave closed its end (EOF read, or the transport is closing) though the reader task has not ended
+        the connection yet: a reconnect that races its own close must not count as a second claimant."""
+        return self.reader.at_eof() or self.writer.is_closing()
 
     def start(self) -> None:
         now = time.monotonic()
@@ -290,8 +297,8 @@ class MasterConnection:
                     sent = await self._send_sendfile_frame(loop, transport)
             else:
                 sent = self._send_memory_frames()
-                if sent:
-                    await self.writer.drain()
+                if sent and not await self._drain():
+                    return CloseReason.READ_IDLE
             if not sent:
                 # Counted but not readable at this offset yet (e.g. a file being rolled): wait for the next append,
                 # at most STALL_WAIT_S, rather than spin.
@@ -315,7 +322,26 @@ class MasterConnection:
             self.writer.write(encode_header(link.next_transfer, 0))
             link.last_write_mono = time.monotonic()
             self.counters.heartbeats_sent += 1
-            await self.writer.drain()
+            if not await self._drain():
+                raise ConnectionError(f"HA slave {link.slave_addr} read nothing for {self.idle_s:.1f} s "
+                                      "(haHousekeepingInterval) while its socket stayed full")
+
+    async def _drain(self) -> bool:
+        """``writer.drain()``, bounded: False (log line included) once nothing was read from the slave for
+        haHousekeepingInterval while waiting."""
+        link = self.link
+        while True:
+            remaining = self.idle_s - (time.monotonic() - link.last_read_mono)
+            if remaining <= 0:
+                log.warning("HA slave %s: nothing read for %.1f s (haHousekeepingInterval) while its socket stayed "
+                            "full; closing", link.slave_addr, time.monotonic() - link.last_read_mono)
+                return False
+            try:
+                async with asyncio.timeout(remaining):
+                    await self.writer.drain()
+                return True
+            except TimeoutError:
+                continue
 
     def _send_memory_frames(self) -> int:
         """Join up to COALESCE_BYTES of frames into one write; returns body bytes queued."""
@@ -403,7 +429,12 @@ class MasterConnection:
         self.writer.write(encode_header(sl.phy_offset, sl.length))
         link.next_transfer += sl.length  # acks may arrive before sendfile returns
         try:
-            sent = await loop.sendfile(transport, _FdFile(sl.fd), sl.file_position, sl.length, fallback=False)
+            try:
+                async with asyncio.timeout(self.idle_s):
+                    sent = await loop.sendfile(transport, _FdFile(sl.fd), sl.file_position, sl.length, fallback=False)
+            except TimeoutError:
+                raise ConnectionError(f"HA slave {link.slave_addr} took no frame bytes for {self.idle_s:.1f} s "
+                                      "(haHousekeepingInterval)") from None
             link.sendfile_frames += 1
             self.counters.sendfile_frames += 1
         except (asyncio.SendfileNotAvailableError, RuntimeError) as exc:

@@ -11,9 +11,18 @@ details go to this log), is closed, and never becomes a connection or a row of `
 counts as an ack (RocketMQ #3015). Without a secret (an ASYNC_MASTER without one, or a SYNC_MASTER with
 ``haUnsafeAllowUnauthenticatedSlaves``) step 3 is skipped and any peer with a matching hello is served.
 
-One live connection per brokerId (``state.admit``): an authenticated newcomer replaces the live one (the slave
-reconnecting); an unauthenticated one is refused while the live one lasts. At most ``MAX_HANDSHAKES`` handshakes
-run at once and ``MAX_CONNECTIONS`` slaves are served; beyond, peers are closed at once.
+One live connection per brokerId (``state.admit``), never displaced while it lives: a newcomer claiming its
+brokerId gets it only once the live one read nothing for ``haHousekeepingInterval`` (proven dead). A second
+claimant that proved the secret while the first still reads is an alarm (an ERROR line, rate-limited, and
+``counters.duplicate_claims``, exported as ``rocketmq_ha_duplicate_slave_claims_total``) and is refused: the
+secret proves membership of the cluster, not being that slave, and a swap would hand SYNC acks to the newcomer.
+
+Handshake slots (``state.HandshakeSlots``): at most ``MAX_HANDSHAKES_PER_HOST`` per source address; addresses a
+slave authenticated from draw from ``RESERVED_HANDSHAKES`` slots of their own, every other address shares
+``MAX_HANDSHAKES``; a peer that sent no hello for ``EVICT_SILENT_AFTER_S`` gives its slot to a newcomer, and the
+hello is due within ``HELLO_TIMEOUT_S``. So silent sockets cannot lock a real slave out (issue 22 item 2). At most
+``MAX_CONNECTIONS`` slaves are served. Refusals and evictions are logged through ``RateLimitedLog`` (a peer can
+cause them at will).
 
 ``push2slave_max_offset`` is the highest ack of any slave, monotonic for the master's life; each rise is passed
 to ``on_ack_listener`` (the group transfer). ``links`` keeps the last state of every slave served, for
@@ -39,11 +48,15 @@ from broker.ha.state import (
     CloseReason,
     ConnState,
     HACounters,
+    Handshake,
+    HandshakeSlots,
     SlaveLink,
+    SlotVerdict,
     admit,
     check_hello,
     proof_matches,
 )
+from common.log import RateLimitedLog
 from remoting.ha_codec import (
     CHALLENGE_NONCE_BYTES,
     ErrorCode,
@@ -59,8 +72,13 @@ from remoting.ha_codec import (
 
 log = logging.getLogger(__name__)
 
-HANDSHAKE_TIMEOUT_S = 5.0  # hello, challenge and proof together
-MAX_HANDSHAKES = 64  # handshakes in progress; beyond it new peers are closed at once (a bound on idle sockets)
+HANDSHAKE_TIMEOUT_S = 3.0  # hello, challenge and proof together (a slave answers each at once: one round trip)
+HELLO_TIMEOUT_S = 1.0  # a slave sends its hello with its connect
+MAX_HANDSHAKES = 64  # handshakes in progress from addresses no slave authenticated from (a bound on idle sockets)
+RESERVED_HANDSHAKES = 16  # kept for addresses a slave authenticated from before
+MAX_HANDSHAKES_PER_HOST = 4  # per source address (a slave needs one; a restarting one briefly two)
+EVICT_SILENT_AFTER_S = 0.25  # a handshake without a hello for this long gives its slot to a newcomer
+LOG_EVERY_S = 10.0  # refusal and eviction lines: at most one per kind per interval, with the count left out
 MAX_CONNECTIONS = 64  # slaves per master; beyond it peers are refused (a bound on accepted sockets)
 MAX_LINKS_KEPT = 64
 
@@ -84,8 +102,13 @@ class HAMaster:
         self.links: dict[int, SlaveLink] = {}  # brokerId -> last known state
         self.policy = TransferPolicy.from_config(store_config)  # read by every connection
         self._server: asyncio.AbstractServer | None = None
-        self._handshakes: set[asyncio.Task] = set()
+        self.slots = HandshakeSlots(total=MAX_HANDSHAKES, per_host=MAX_HANDSHAKES_PER_HOST,
+                                    reserved=RESERVED_HANDSHAKES, evict_after_s=EVICT_SILENT_AFTER_S)
+        self._handshakes: dict[Handshake, tuple[asyncio.Task | None, asyncio.StreamWriter]] = {}
         self._listening = False
+        self._slot_log = RateLimitedLog(log, LOG_EVERY_S)  # peers closed at once or evicted
+        self._refusal_log = RateLimitedLog(log, LOG_EVERY_S)  # handshakes refused or abandoned
+        self._duplicate_log = RateLimitedLog(log, LOG_EVERY_S)  # two live claimants of one brokerId (ERROR)
 
     # lifecycle -------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -106,8 +129,9 @@ class HAMaster:
         self._listening = False
         if self._server is not None:
             self._server.close()
-        for task in list(self._handshakes):
-            task.cancel()
+        for task, _writer in list(self._handshakes.values()):
+            if task is not None:
+                task.cancel()
         conns = list(self.connections.values())
         for conn in conns:
             conn.close(CloseReason.SHUTDOWN)
@@ -123,7 +147,7 @@ class HAMaster:
 
     @property
     def handshakes_in_progress(self) -> int:
-        return len(self._handshakes)
+        return len(self.slots)
 
     def on_ack(self, offset: int) -> None:
         self.counters.acks += 1
@@ -154,35 +178,56 @@ class HAMaster:
 
     # accept ----------------------------------------------------------------------------------------------
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if len(self._handshakes) >= MAX_HANDSHAKES:
+        peer = _peer(writer)
+        host = peer.rpartition(":")[0]
+        verdict, mine, victim = self.slots.claim(host, time.monotonic())
+        if mine is None:
             self.counters.refused += 1
-            log.warning("HA peer %s closed at once: %d handshakes already in progress", _peer(writer), MAX_HANDSHAKES)
+            why = (f"{MAX_HANDSHAKES_PER_HOST} handshakes from {host} already in progress"
+                   if verdict is SlotVerdict.HOST_FULL else "every handshake slot is taken by a peer that talks")
+            self._slot_log.warning("HA peer %s closed at once: %s", peer, why)
             writer.close()
             return
-        if task is not None:
-            self._handshakes.add(task)
-        try:
-            await self._handshake(reader, writer)
-        finally:
+        if victim is not None:
+            self.counters.handshakes_evicted += 1
+            task, victim_writer = self._handshakes.pop(victim, (None, None))
+            self._slot_log.warning("HA peer %s sent no hello for %.2f s; closed to make room for %s (silent peers "
+                                   "cannot hold the HA port's handshake slots)", _peer(victim_writer) if victim_writer
+                                   else victim.host, time.monotonic() - victim.started, peer)
+            if victim_writer is not None:
+                victim_writer.close()
             if task is not None:
-                self._handshakes.discard(task)
+                task.cancel()
+        self._handshakes[mine] = (asyncio.current_task(), writer)
+        try:
+            await self._handshake(reader, writer, mine)
+        finally:
+            self.slots.release(mine)
+            self._handshakes.pop(mine, None)
 
     def _refuse(self, writer: asyncio.StreamWriter, peer: str, why: str) -> None:
-        """Log ``why``; tell the peer only REFUSED_TO_PEER, without offsets (it has not authenticated)."""
+        """Log ``why`` (rate-limited); tell the peer only REFUSED_TO_PEER, without offsets (it has not
+        authenticated, or is refused anyway)."""
         self.counters.refused += 1
+        self._refusal_log.warning("HA peer %s refused: %s", peer, why)
+        self._close_refused(writer)
+
+    def _close_refused(self, writer: asyncio.StreamWriter) -> None:
         self.counters.error_frames_sent += 1
-        log.warning("HA peer %s refused: %s", peer, why)
         with contextlib.suppress(Exception):
             writer.write(encode_error(ErrorCode.PEER_REFUSED, REFUSED_TO_PEER))
             writer.close()
 
     async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                            peer: str) -> Hello | None:
+                            peer: str, mine: Handshake) -> Hello | None:
         """Hello, challenge, proof. Returns the hello of a peer that passed; None when it was refused or left."""
+        stage = "hello"
         try:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
-                hello = await read_hello(reader)
+                async with asyncio.timeout(HELLO_TIMEOUT_S):
+                    hello = await read_hello(reader)
+                mine.spoke = True
+                stage = "proof"
                 refusal = check_hello(hello, cluster=self.cluster, broker_name=self.broker_name)
                 if refusal is not None:
                     self._refuse(writer, peer, refusal.message)
@@ -197,8 +242,12 @@ class HAMaster:
                     return None
                 return hello
         except TimeoutError:
-            self._refuse(writer, peer, f"handshake not completed within {HANDSHAKE_TIMEOUT_S:.0f} s (a pyrmq slave "
-                                       "opens with a hello and answers the challenge at once)")
+            if stage == "hello":
+                self._refuse(writer, peer, f"no hello within {HELLO_TIMEOUT_S:.0f} s of the connect (a pyrmq slave "
+                                           "sends it at once)")
+            else:
+                self._refuse(writer, peer, f"handshake not completed within {HANDSHAKE_TIMEOUT_S:.0f} s (a pyrmq "
+                                           "slave answers the challenge at once)")
         except ProtocolError as exc:
             if exc.field == "hello" and exc.value == 0:
                 # connected and closed without a byte: a port probe or health check, not a slave
@@ -206,28 +255,47 @@ class HAMaster:
                 writer.close()
             elif exc.field == "proof":
                 self.counters.refused += 1
-                log.warning("HA peer %s left without answering the challenge (a slave without haAuthSecret?)", peer)
+                self._refusal_log.warning("HA peer %s left without answering the challenge (a slave without "
+                                          "haAuthSecret?)", peer)
                 writer.close()
             else:
                 self._refuse(writer, peer, exc.message)
         except (ConnectionError, OSError) as exc:
-            log.info("HA peer %s went away during the handshake: %r", peer, exc)
+            log.debug("HA peer %s went away during the handshake: %r", peer, exc)
             writer.close()
         return None
 
-    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, mine: Handshake) -> None:
         peer = _peer(writer)
         if not self._listening:
             writer.close()
             return
-        hello = await self._authenticate(reader, writer, peer)
+        hello = await self._authenticate(reader, writer, peer, mine)
         if hello is None or not self._listening:
             writer.close()
             return
         bid = hello.broker_id
         authenticated = bool(self.secret)
+        if authenticated:
+            self.slots.learn(mine.host)  # it proved the secret: its address keeps handshake slots of its own
         old = self.connections.get(bid)
-        decision = admit(authenticated=authenticated, live_with_same_id=old is not None and not old.closed)
+        if old is not None and not old.closed and old.peer_gone:
+            old.close(CloseReason.PEER_CLOSED)  # its slave closed it and is this reconnect: no second claimant
+        live = old is not None and not old.closed
+        silent_s = time.monotonic() - old.link.last_read_mono if live else 0.0
+        decision = admit(authenticated=authenticated, live_with_same_id=live, old_silent_s=silent_s,
+                         idle_s=self.policy.idle_s)
+        if decision is Admission.DUPLICATE:
+            self.counters.refused += 1
+            self.counters.duplicate_claims[bid] = self.counters.duplicate_claims.get(bid, 0) + 1
+            self._duplicate_log.log(
+                logging.ERROR, "HA: two live peers claim slave brokerId %d of %s/%s: %s holds it (read %.1f s ago) "
+                "and %s proved the cluster's HA secret too; the newcomer is refused and the live link kept (a live "
+                "link is replaced only after haHousekeepingInterval, %.0f s, without a read). Two slaves share "
+                "brokerId %d (give each its own), or the HA secret leaked (rotate it)", bid, self.cluster,
+                self.broker_name, old.link.slave_addr, silent_s, peer, self.policy.idle_s, bid)
+            self._close_refused(writer)
+            return
         if decision is Admission.REFUSE:
             self._refuse(writer, peer, f"brokerId {bid} is already connected from {old.link.slave_addr} and this "
                                        "master authenticates nobody (no haAuthSecret): the newcomer waits until "
@@ -242,9 +310,9 @@ class HAMaster:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if decision is Admission.REPLACE:
             self.counters.replaced += 1
-            log.warning("HA slave brokerId %d authenticated from %s; closing its older connection from %s (a "
-                        "reconnect; if this repeats every few seconds, two slaves share brokerId %d: give each slave "
-                        "of a brokerName its own)", bid, peer, old.link.slave_addr, bid)
+            log.warning("HA slave brokerId %d connected from %s; closing its older connection from %s, which read "
+                        "nothing for %.1f s (haHousekeepingInterval %.0f s: dead)", bid, peer, old.link.slave_addr,
+                        silent_s, self.policy.idle_s)
             old.close(CloseReason.REPLACED)
         link = SlaveLink(slave_addr=peer, broker_id=bid, broker_addr=hello.broker_addr,
                          connected_at_ms=int(time.time() * 1000), authenticated=authenticated)

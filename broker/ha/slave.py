@@ -20,7 +20,9 @@ reconnects to the new address). Per connection:
   reports with non-blocking ``transport.write`` calls, so their writes never interleave inside a report.
 A header offset that differs from the local max logs "master pushed offset X, slave max is Y" and reconnects
 at once from the local max. An error frame is logged at ERROR with the offsets and what to do. Other failures
-reconnect with bounded exponential backoff (0.1 s doubling to MAX_BACKOFF_S).
+reconnect with bounded exponential backoff (0.1 s doubling to MAX_BACKOFF_S). Lines that repeat with every
+retry (connect failures, refusals and error frames, closes of connections that never streamed, a task's
+traceback) go through ``RateLimitedLog``: at most one per kind per LOG_EVERY_S, with the count left out.
 
 Task-safety: event loop only; one connection at a time.
 """
@@ -37,6 +39,7 @@ import time
 from broker.config import MessageStoreConfig
 from broker.ha.state import CloseReason, HACounters, proof_matches, task_end
 from broker.store.types import StoreOffsetMismatch
+from common.log import RateLimitedLog
 from common.service import Service
 from remoting.ha_codec import (
     ERROR_FIXED_SIZE,
@@ -58,11 +61,12 @@ from remoting.headers import parse_host_port
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 5.0
-HANDSHAKE_TIMEOUT_S = 10.0  # hello sent -> challenge received (the master allows 5 s for the whole handshake)
+HANDSHAKE_TIMEOUT_S = 10.0  # hello sent -> challenge received (the master allows 3 s for the whole handshake)
 MIN_BACKOFF_S = 0.1
 MAX_BACKOFF_S = 5.0
 BUFFER_BYTES = 8 * 1024 * 1024  # receive buffer per connection (frames are parsed and appended in place)
 MAX_PENDING_WRITE_BYTES = 1024 * 1024  # reports queued because the master stopped reading: give up
+LOG_EVERY_S = 10.0  # lines that repeat with every reconnect attempt: at most one per kind per interval
 
 _ERROR_ADVICE = {
     ErrorCode.SLAVE_BEHIND_MASTER_MIN: "wipe the slave store (its commitlog and consumequeue directories) so it "
@@ -103,6 +107,11 @@ class HASlave(Service):
         self.last_error = ""
         self._addr_changed = asyncio.Event()
         self._conn: _SlaveConnection | None = None
+        # One limiter per kind, kept across connections: each retry would log them again.
+        self.connect_log = RateLimitedLog(log, LOG_EVERY_S)  # the master's HA port does not answer
+        self.refusal_log = RateLimitedLog(log, LOG_EVERY_S)  # error frames, untrusted masters, handshake timeouts
+        self.close_log = RateLimitedLog(log, LOG_EVERY_S)  # connections closed before anything streamed
+        self.crash_log = RateLimitedLog(log, LOG_EVERY_S)  # a reader or writer task died (with its traceback)
 
     def silence_s(self, now_mono: float) -> float | None:
         """Seconds since the master last sent a byte on the live connection; None while not connected."""
@@ -148,8 +157,8 @@ class HASlave(Service):
                         lambda: _ReceiveBuffer(BUFFER_BYTES, self.cfg.ha_transfer_batch_size), host, port)
             except (OSError, TimeoutError, ValueError) as exc:
                 self.last_error = f"connect to {addr} failed: {exc!r}"
-                log.warning("%s: cannot connect to master HA %s: %r; retrying in %.1f s (is haListenPort/brokerIP2 "
-                            "right?)", self.name, addr, exc, backoff)
+                self.connect_log.warning("%s: cannot connect to master HA %s: %r; retrying in %.1f s (is "
+                                         "haListenPort/brokerIP2 right?)", self.name, addr, exc, backoff)
                 self.counters.reconnects += 1
                 if await self.sleep(backoff):
                     return
@@ -278,12 +287,14 @@ class _SlaveConnection:
 
     def _on_task_done(self, task: asyncio.Task) -> None:
         reason, exc = task_end(task)
+        owner = self.owner
         if reason is CloseReason.PROTOCOL_ERROR:
-            log.warning("%s: invalid frame from master %s: %s", self.owner.name, self.addr, exc)
+            owner.refusal_log.warning("%s: invalid frame from master %s: %s", owner.name, self.addr, exc)
         elif isinstance(exc, (ConnectionError, OSError)):
-            log.info("%s: HA connection to %s broke: %r", self.owner.name, self.addr, exc)
+            owner.close_log.log(logging.INFO, "%s: HA connection to %s broke: %r", owner.name, self.addr, exc)
         elif exc is not None:
-            log.error("%s: HA task %s died: %r", self.owner.name, task.get_name(), exc, exc_info=exc)
+            owner.crash_log.log(logging.ERROR, "%s: HA task %s died: %r", owner.name, task.get_name(), exc,
+                                exc_info=exc)
         self.close(reason)
 
     def close(self, reason: CloseReason) -> None:
@@ -295,8 +306,10 @@ class _SlaveConnection:
         with contextlib.suppress(Exception):
             self.transport.close()
         if reason not in (CloseReason.SHUTDOWN,):
-            log.info("%s: HA connection to %s closed: %s (local max %d)", self.owner.name, self.addr, reason.value,
-                     self.owner.store.max_phy_offset)
+            # A connection that streamed is news; one refused or closed during the handshake repeats with every retry.
+            line = log if self.challenged.is_set() else self.owner.close_log
+            line.log(logging.INFO, "%s: HA connection to %s closed: %s (local max %d)", self.owner.name, self.addr,
+                     reason.value, self.owner.store.max_phy_offset)
         self._done.set_result(reason)
 
     def _write(self, data: bytes) -> None:
@@ -387,7 +400,8 @@ class _SlaveConnection:
                        "this group's master; check haAuthSecretFile on both and haMasterAddress")
         if problem:
             owner.last_error = f"master {self.addr} not trusted: {problem}"
-            log.error("%s: not replicating from master %s: %s", owner.name, self.addr, problem)
+            owner.refusal_log.log(logging.ERROR, "%s: not replicating from master %s: %s", owner.name, self.addr,
+                                  problem)
             return CloseReason.REFUSED
         self.reported = owner.store.max_phy_offset
         proof = slave_proof(secret, self.hello, challenge.nonce) if challenge.auth else b""
@@ -403,8 +417,9 @@ class _SlaveConnection:
         advice = _ERROR_ADVICE.get(frame.code, "see the master's log")
         owner.last_error = f"{frame.code.name}: {frame.message}"
         master_range = (f", master min {frame.master_min}, max {frame.master_max}" if frame.master_max >= 0 else "")
-        log.error("%s: master %s refused replication (%s): %s. Slave max offset %d%s. What to do: %s", owner.name,
-                  self.addr, frame.code.name, frame.message, owner.store.max_phy_offset, master_range, advice)
+        owner.refusal_log.log(logging.ERROR, "%s: master %s refused replication (%s): %s. Slave max offset %d%s. What "
+                              "to do: %s", owner.name, self.addr, frame.code.name, frame.message,
+                              owner.store.max_phy_offset, master_range, advice)
         if frame.code is ErrorCode.PEER_REFUSED:
             return CloseReason.REFUSED
         return CloseReason.CATCH_UP_ERROR
@@ -422,8 +437,9 @@ class _SlaveConnection:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
                 await self.challenged.wait()
         except TimeoutError:
-            log.warning("%s: master %s sent no challenge within %.0f s after the hello (not a pyrmq master of this "
-                        "version?); reconnecting", owner.name, self.addr, HANDSHAKE_TIMEOUT_S)
+            owner.refusal_log.warning("%s: master %s sent no challenge within %.0f s after the hello (not a pyrmq "
+                                      "master of this version?); reconnecting", owner.name, self.addr,
+                                      HANDSHAKE_TIMEOUT_S)
             return CloseReason.HANDSHAKE_TIMEOUT
         while True:
             now = time.monotonic()

@@ -13,7 +13,8 @@
   at midnight); until the first midnight they are 0, as in RocketMQ.
 - GET_BROKER_CONFIG (26): body Java properties text ``key=value\\n`` of every effective key (what
   ``--print-config`` prints); header ``version`` = the config's DataVersion JSON. The config never changes while
-  the broker runs, so the version is counter 0 stamped with the boot time.
+  the broker runs, so the version is counter 0 stamped with the boot time. A secret key (``haAuthSecret``,
+  ``haAuthSecretFile``: ``common.conf.secret``) reads ``<set>`` when set, never its value or path, to any caller.
 - UPDATE_BROKER_CONFIG (25): pyrmq's settings are fixed at start (reliability.md §7 case 26: an unauthenticated
   config change is refused). A body that changes nothing answers 0; one that would change a key answers 16
   NO_PERMISSION naming the keys: edit the config file and restart the broker. Unknown keys or a body that is not
@@ -140,6 +141,8 @@ def runtime_info(ctx: BrokerContext, mornings: MorningTotals, conn, request: Rem
 
 
 def effective_config(ctx: BrokerContext) -> dict[str, str]:
+    """Every key as ``conf.render`` shows it: secrets as ``conf.SECRET_MARKER``, so neither GET_BROKER_CONFIG nor
+    UPDATE_BROKER_CONFIG's comparison (which would answer "unchanged" to a right guess) reveals one."""
     table = dict(conf.render(ctx.settings.broker))
     table.update(conf.render(ctx.settings.store))
     return table

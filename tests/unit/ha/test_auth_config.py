@@ -76,7 +76,7 @@ def test_a_secret_file_with_a_short_first_line_is_refused(tmp_path):
 def test_print_config_hides_an_inline_secret(tmp_path):
     s = load_broker_settings(conf(tmp_path, f"brokerRole=SYNC_MASTER\nhaAuthSecret={SECRET}\n"), environ={})
     pairs = dict(render(s))
-    assert pairs["haAuthSecret"] == "<hidden>" and SECRET not in str(render(s))
+    assert pairs["haAuthSecret"] == "<set>" and SECRET not in str(render(s))
 
 
 def test_the_broker_process_exits_2_with_one_line_for_a_sync_master_without_a_secret(tmp_path):

@@ -21,9 +21,12 @@ pytestmark = pytest.mark.timeout(60)
 
 def spawn_slave(root, master_addr: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
+    secret_file = root.parent / "ha-auth-secret"  # a file: a secret on the command line is visible to every user
+    secret_file.write_text(h.SECRET + "\n")
     proc = subprocess.Popen(
         [sys.executable, "-m", "broker.ha.slave_main", "--root", str(root), "--master", master_addr,
-         "--file-size", str(h.FILE_SIZE), "--cluster", h.CLUSTER, "--broker-name", h.BROKER, "--auth-secret", h.SECRET],
+         "--file-size", str(h.FILE_SIZE), "--cluster", h.CLUSTER, "--broker-name", h.BROKER, "--auth-secret-file",
+         str(secret_file)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
     line = proc.stdout.readline()
     assert "HA slave ready" in line, line

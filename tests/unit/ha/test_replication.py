@@ -266,19 +266,51 @@ async def test_a_peer_posing_as_the_master_gets_no_proof_and_no_report_from_the_
         server.close()
 
 
-async def test_an_authenticated_reconnect_replaces_the_live_connection_of_its_broker_id(tmp_path):
-    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
+async def test_a_second_authenticated_claim_of_a_live_broker_id_is_refused_and_counted_until_the_first_is_dead(
+        tmp_path, caplog):
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER, ha_housekeeping_interval=1500,
+                       ha_send_heartbeat_interval=500)
     first = await h.RawPeer.connect(m.ha_addr)
     await first.handshake()
     first.send(ha_codec.encode_report(0))
     await connected(m)
     second = await h.RawPeer.connect(m.ha_addr)
-    await second.handshake()
+    await second.handshake()  # it knows the secret
     second.send(ha_codec.encode_report(0))
+    frames = await second.frames()
+    assert isinstance(frames[-1], ha_codec.ErrorFrame) and frames[-1].master_max == -1, frames
+    assert m.ha.counters.duplicate_claims == {1: 1} and m.ha.counters.replaced == 0
+    assert m.ha.master.connections[1].link.slave_addr == _local_addr(first)
+    assert "two live peers claim slave brokerId 1" in caplog.text
+    # first now reads nothing: after haHousekeepingInterval its link is dead and a claimant gets the brokerId
+    await async_wait_until(lambda: time.monotonic() - m.ha.master.links[1].last_read_mono >= 1.5, 10,
+                           "the first link silent for haHousekeepingInterval")
+    third = await h.RawPeer.connect(m.ha_addr)
+    await third.handshake()
+    third.send(ha_codec.encode_report(0))
+    await async_wait_until(lambda: 1 in m.ha.master.connections and
+                           m.ha.master.connections[1].link.slave_addr == _local_addr(third), 10, "third took over")
     assert await first.closed_by_peer()
-    assert m.ha.master.connected_slaves() == 1 and m.ha.counters.replaced == 1
-    assert m.ha.master.connections[1].link.slave_addr == _local_addr(second)
-    second.close()
+    assert _duplicate_claims_series(m) == {"1": 1.0}
+
+
+def _duplicate_claims_series(node: h.Node) -> dict[str, float]:
+    """rocketmq_ha_duplicate_slave_claims_total by slave_broker_id, as a master's /metrics would show it."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from broker.metrics import BrokerMetrics
+    from common.metrics import new_registry
+
+    registry = new_registry()
+    metrics = BrokerMetrics(registry, cluster=h.CLUSTER, broker_name=h.BROKER, broker_id=0, role="SYNC_MASTER")
+    metrics.attach(ha=node.ha)
+    out = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for sample in family.samples:
+            if sample.name == "rocketmq_ha_duplicate_slave_claims_total":
+                out[sample.labels["slave_broker_id"]] = sample.value
+    return out
 
 
 async def test_without_a_secret_a_second_claim_of_a_live_broker_id_is_refused_and_the_first_stays(tmp_path):
@@ -328,7 +360,8 @@ async def test_handshakes_in_progress_are_bounded(tmp_path, monkeypatch):
     from broker.ha import master as master_mod
 
     monkeypatch.setattr(master_mod, "MAX_HANDSHAKES", 3)
-    monkeypatch.setattr(master_mod, "HANDSHAKE_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(master_mod, "MAX_HANDSHAKES_PER_HOST", 10)
+    monkeypatch.setattr(master_mod, "EVICT_SILENT_AFTER_S", 60.0)  # the bound alone: no silent one gives way
     m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
     for _ in range(3):
         await h.RawPeer.connect(m.ha_addr)  # silent: no hello (the conftest closes them)
@@ -336,8 +369,24 @@ async def test_handshakes_in_progress_are_bounded(tmp_path, monkeypatch):
     extra = await h.RawPeer.connect(m.ha_addr)
     assert await extra.closed_by_peer()  # closed at once, without waiting for its hello
     assert m.ha.counters.refused == 1
-    await h.slave(tmp_path / "s", m)  # the real slave gets in once the silent ones time out
+    await h.slave(tmp_path / "s", m)  # the real slave gets in once the silent ones missed their hello deadline
     await async_wait_until(lambda: m.ha.master.connected_slaves() == 1, 20, "the slave connected")
+
+
+async def test_silent_sockets_reopened_as_fast_as_they_close_do_not_lock_the_real_slave_out(tmp_path, caplog):
+    from harness.ha_flood import SilentFlood
+
+    m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
+    hosts = tuple(f"127.0.0.{i}" for i in range(1, 21))  # the slave's own address among them
+    async with SilentFlood(m.ha_addr, 100, hosts) as flood:
+        s = await h.slave(tmp_path / "s", m)
+        await async_wait_until(lambda: m.ha.master.connected_slaves() == 1, 15, "the slave connected despite 100 "
+                               "silent sockets")
+        await h.put(m, 5)
+        await h.wait_caught_up(m, s)
+        assert flood.open >= 50, "the flood kept its sockets open meanwhile"
+    lines = [r for r in caplog.records if r.name == "broker.ha.master" and r.levelno >= logging.WARNING]
+    assert len(lines) <= 20, f"{len(lines)} warning lines: refusals are not rate-limited"
 
 
 @pytest.mark.parametrize("path", ["worker-thread-os-sendfile", "loop-sendfile"])
@@ -467,3 +516,29 @@ async def test_a_port_probe_that_sends_nothing_is_not_logged_as_a_refused_peer(t
     peer.send(b"GET / HTTP/1.1\r\n\r\n" + b"x" * 16)
     assert await peer.closed_by_peer()
     assert m.ha.counters.refused == 1  # the HTTP client, not the silent probe
+
+
+async def test_a_slave_refused_at_every_retry_logs_each_kind_of_line_at_most_once_per_interval(tmp_path, caplog,
+                                                                                               monkeypatch):
+    from broker.ha import slave as slave_mod
+
+    monkeypatch.setattr(slave_mod, "LOG_EVERY_S", 3600.0)  # one interval spans the whole test
+    caplog.set_level(logging.INFO, logger="broker.ha.slave")
+
+    async def refuse(reader, writer):  # a master whose slots are taken: closed at once, or refused after the hello
+        refuse.n += 1
+        if refuse.n % 2:
+            await reader.read(100)
+            writer.write(ha_codec.encode_error(ha_codec.ErrorCode.PEER_REFUSED, "refused"))
+        writer.close()
+
+    refuse.n = 0
+    server = await asyncio.start_server(refuse, "127.0.0.1", 0)
+    try:
+        s = await h.slave(tmp_path / "s", master_addr=f"127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        await async_wait_until(lambda: s.ha.counters.reconnects >= 4, 30, "four refused attempts")
+    finally:
+        server.close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "broker.ha.slave"]
+    assert sum("refused replication" in x for x in lines) == 1, lines
+    assert sum("closed:" in x for x in lines) == 1, lines
