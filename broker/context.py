@@ -163,9 +163,10 @@ class BrokerContext:
             await asyncio.wait(list(self._background), timeout=timeout_s)
 
     def topics_changed(self) -> None:
-        """Persist topics.json and tell the nameservers at once (spec §2.3 immediate registration)."""
-        self.spawn(self.topics.persist(), "persist-topics")
+        """Tell the nameservers at once (spec §2.3 immediate registration). topics.json needs nothing here: the
+        change was counted by the manager, whose batched writer saves it within ``flushMetadataInterval``
+        (``await ctx.topics.persist()`` where an answer must wait for the disk)."""
         self.register_now()
 
     def groups_changed(self) -> None:
-        self.spawn(self.groups.persist(), "persist-groups")
+        """A hook for group changes; subscriptionGroup.json is written by the manager's batched writer."""
