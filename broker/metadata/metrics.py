@@ -2,7 +2,7 @@
 
 - ``rocketmq_metadata_entries{table}``: topics and subscription groups held (``table`` = ``topics`` /
   ``subscription_groups``);
-- ``rocketmq_metadata_auto_created{table}``: how many of them clients created by naming them, against
+- ``rocketmq_metadata_auto_created_entries{table}``: how many of them clients created by naming them, against
   ``maxAutoCreatedTopics`` / ``maxAutoCreatedSubscriptionGroups`` (``rocketmq_metadata_auto_create_limit{table}``);
 - ``rocketmq_metadata_auto_create_refusals_total{table}``: names refused because the limit was reached;
 - ``rocketmq_metadata_persists_total{file}`` and ``rocketmq_metadata_persist_failures_total{file}``: completed and
@@ -24,7 +24,7 @@ def metadata_families(
     *, topics: TopicConfigManager, groups: SubscriptionGroupManager, files: Iterable[ConfigFile]
 ) -> list[Metric]:
     entries = GaugeMetricFamily("rocketmq_metadata_entries", "Topics and subscription groups held.", labels=["table"])
-    auto = GaugeMetricFamily("rocketmq_metadata_auto_created",
+    auto = GaugeMetricFamily("rocketmq_metadata_auto_created_entries",
                              "Topics and groups that clients created by naming them (bounded by the limit).",
                              labels=["table"])
     limit = GaugeMetricFamily("rocketmq_metadata_auto_create_limit",
