@@ -84,7 +84,7 @@ def _admit(
         # The group's own retry topic exists as soon as anyone asks for it (RocketMQ creates it on heartbeat).
         topic, created = ctx.topics.create_retry_topic(h.consumer_group, group.retry_queue_nums)
         if created:
-            ctx.topics_changed()
+            ctx.retry_topics_changed()
     if topic is None:
         return _refuse(
             request,
