@@ -157,6 +157,14 @@ class TopicConfigManager(ConfigFile):
             return False
         return True
 
+    async def saved(self) -> None:
+        """Wait for the pending write (a send path calls it when ``unsaved(topic)``; the check keeps a coroutine off
+        every other send). A failed write was logged by the writer, which retries; the send goes on regardless."""
+        try:
+            await self.persist()
+        except OSError:
+            pass
+
     def refusal_remark(self, topic: str, broker_name: str, cluster: str) -> str:
         return (
             f"topic[{topic}] not exist, apply first please! It does not exist on broker {broker_name} and"

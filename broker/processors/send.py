@@ -209,7 +209,7 @@ async def serve_send(ctx: BrokerContext, conn: Connection, request: RemotingComm
         _count(ctx, h.topic, 0 if h.batch else 1, admitted.code, None)
         return _refuse(request, admitted.code, admitted.remark, h.queue_id)
     if ctx.topics.unsaved(admitted.topic):
-        await _topic_saved(ctx)
+        await ctx.topics.saved()  # a topic this send created is on disk before the message is acknowledged
     body = request.body_bytes()
     batch = _batch(ctx, conn, h, body) if h.batch else _single(ctx, conn, h, body, admitted)
     if isinstance(batch, str):
@@ -221,14 +221,6 @@ async def serve_send(ctx: BrokerContext, conn: Connection, request: RemotingComm
         reply, status = await _store(ctx, request, admitted, batch, deadline)
     _count(ctx, admitted.topic, len(batch.sizes), status, batch.sizes)
     return reply
-
-
-async def _topic_saved(ctx: BrokerContext) -> None:
-    """Wait until the topic this send created is in topics.json (sends creating topics together share the write)."""
-    try:
-        await ctx.topics.persist()
-    except OSError:
-        pass  # the writer logged it and retries; the message is still stored and answered
 
 
 async def _store(
