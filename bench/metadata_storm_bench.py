@@ -2,7 +2,9 @@
 
 Issue 22 item 4 measured, before batching: 1,000 pulls naming new groups (sent in 0.1 s) kept the broker at 100 % CPU
 for 112 s and a probe's sends went from 1.8 to 30.7 ms p50; 5,000 kept it busy for 11.5 minutes. Every auto-created
-group rewrote the whole subscriptionGroup.json.
+group rewrote the whole subscriptionGroup.json. Measured here with 5,000 groups (2 shared cores): pulls 0.2 broker CPU
+seconds, probe p50/p99 0.8/24 ms (before: 11.4 s, 10.6/378 ms, busy 32 s); heartbeats 1.0 s, 1.1/190 ms (before:
+34.2 s, 14.1/415 ms, busy 64 s).
 
 Per storm kind (``pull``: PULL_MESSAGE naming a new group each; ``heartbeat``: HEART_BEAT with a new consumer group
 each, which also creates its %RETRY% topic and re-registers with the nameserver), real processes on 127.0.0.1: a
