@@ -188,8 +188,8 @@ def run_base(commit: str, args) -> list[dict]:
         shutil.copy(Path(__file__).resolve(), tree / "bench" / "metadata_storm_bench.py")
         out = Path(tmp) / "base.json"
         cmd = [sys.executable, "-m", "bench.metadata_storm_bench", "--child", str(out),
-               "--groups", str(args.base_groups), "--kinds", *args.kinds, "--quiet", str(args.quiet), "--chunk", str(args.chunk),
-               "--max-busy", str(args.max_busy)]
+               "--groups", str(args.base_groups), "--kinds", *args.kinds, "--quiet", str(args.quiet),
+               "--chunk", str(args.chunk), "--max-busy", str(args.max_busy)]
         env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
         env.pop("NAMESRV_ADDR", None)
         subprocess.run(cmd, check=True, cwd=str(tree), env=env, timeout=args.max_busy * 4 * len(args.kinds) + 600)
