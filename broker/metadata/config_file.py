@@ -3,8 +3,9 @@
 Every change marks the table dirty (``mark_dirty``, O(1)); ``common.persist.BatchedJsonWriter`` writes it at most
 once per the manager's interval (``flushMetadataInterval`` for topics and groups, ``flushConsumerOffsetInterval``,
 ``flushDelayOffsetInterval``): at once after a quiet period, else when the interval has passed, with every change in
-between sharing that write. ``persist()`` waits for the write in progress only, not for the interval. The loop only copies the table's dict (``snapshot``); building the JSON object,
-serialising and the tmp + fsync + rename + .bak of ``common.persist`` run in a worker thread.
+between sharing that write. ``persist()`` waits for the write in progress only, not for the interval. The loop only
+copies the table's dict (``file_snapshot``); building the JSON object, serialising and the tmp + fsync + rename +
+.bak of ``common.persist`` run in a worker thread.
 
 What a crash (SIGKILL, power loss) between a change and the next write loses, and why that is acceptable:
 - an explicit admin change (updateSubGroup, deleteSubGroup; PUT_KV_CONFIG on the nameserver) awaits ``persist()``
