@@ -16,6 +16,7 @@ MODULES = [
     "bench.store_bench",
     "bench.broker_path_bench",
     "bench.metrics_bench",
+    "bench.metadata_storm_bench",
     "bench.replication_bench",
     "bench.failover_bench",
     "bench.attack_ha",

@@ -267,6 +267,15 @@ class BrokerConfig:
     )
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
+    # pyrmq's bounds on what any client can create by naming it (broker/metadata): beyond them a new name is refused
+    # with a remark saying to create it with updateTopic / updateSubGroup or to raise the key.
+    max_auto_created_topics: int = conf.ranged(
+        10_000, 0, conf.JAVA_INT_MAX, "topics created by sends to unknown topics; 0 refuses every auto-creation")
+    max_auto_created_subscription_groups: int = conf.ranged(
+        10_000, 0, conf.JAVA_INT_MAX, "groups created by pulls and heartbeats naming new groups; 0 refuses every one")
+    # pyrmq's: topics.json and subscriptionGroup.json are written at most once per interval (every change in it
+    # shares the write; RocketMQ rewrote the whole file per change)
+    flush_metadata_interval: int = conf.ranged(1000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
     long_polling_enable: bool = True
     short_polling_time_mills: int = conf.ranged(1000, 0, conf.JAVA_INT_MAX, "milliseconds a pull waits without long polling")
     broker_suspend_max_time_millis: int = conf.ranged(15_000, 0, conf.JAVA_INT_MAX, "milliseconds a pull may be held")

@@ -106,6 +106,8 @@ class BrokerContext:
     stats: BrokerStats = field(default_factory=BrokerStats)
     boot_timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     _background: set[asyncio.Task] = field(default_factory=set)
+    _retry_register_at: float = 0.0  # loop time of the last registration asked for by retry_topics_changed
+    _retry_register_timer: asyncio.TimerHandle | None = None
 
     # identity -----------------------------------------------------------------------------------------------
     @property
@@ -164,9 +166,28 @@ class BrokerContext:
             await asyncio.wait(list(self._background), timeout=timeout_s)
 
     def topics_changed(self) -> None:
-        """Persist topics.json and tell the nameservers at once (spec §2.3 immediate registration)."""
-        self.spawn(self.topics.persist(), "persist-topics")
+        """Tell the nameservers at once (spec §2.3 immediate registration). topics.json needs nothing here: the
+        change was counted by the manager, whose batched writer saves it within ``flushMetadataInterval``
+        (``await ctx.topics.persist()`` where an answer must wait for the disk)."""
+        self.register_now()
+
+    def retry_topics_changed(self) -> None:
+        """A heartbeat or pull created its group's %RETRY% topic: register at once, but at most once per
+        ``flushMetadataInterval`` (later ones share the next round). RocketMQ registers per retry topic, which in a
+        storm of new groups sent the whole, growing topic table to every nameserver per group."""
+        if self._retry_register_timer is not None:
+            return
+        loop = asyncio.get_running_loop()
+        due = self._retry_register_at + self.settings.broker.flush_metadata_interval / 1000
+        if due <= loop.time():
+            self._register_retry_topics()
+        else:
+            self._retry_register_timer = loop.call_at(due, self._register_retry_topics)
+
+    def _register_retry_topics(self) -> None:
+        self._retry_register_timer = None
+        self._retry_register_at = asyncio.get_running_loop().time()
         self.register_now()
 
     def groups_changed(self) -> None:
-        self.spawn(self.groups.persist(), "persist-groups")
+        """A hook for group changes; subscriptionGroup.json is written by the manager's batched writer."""

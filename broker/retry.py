@@ -71,8 +71,7 @@ class RetryService:
         group = self.groups.get(req.group) or self.groups.find_or_create(req.group)
         if group is None:
             return SendBackResult(
-                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                f"group {req.group} does not exist and autoCreateSubscriptionGroup=false; create it first",
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, self.groups.refusal_remark(req.group, "this broker")
             ), False
         raw = record_at(self.store, req.physical_offset, max_record_size(self.store.config.max_message_size),
                         "this broker")

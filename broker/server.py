@@ -38,6 +38,7 @@ from broker.ha.service import HAService
 from broker.long_polling import PullRequestHoldService
 from broker.metadata.consumer_offsets import ConsumerOffsetManager
 from broker.metadata.delay_offsets import DelayOffsetManager
+from broker.metadata.metrics import metadata_families
 from broker.metadata.subscription_groups import SubscriptionGroupManager
 from broker.metadata.topics import TopicConfigManager
 from broker.metrics import BrokerMetrics
@@ -52,7 +53,7 @@ from broker.slave_sync import (
     pull_offsets_from_slaves,
 )
 from broker.store.message_store import MessageStore
-from common.metrics import new_registry
+from common.metrics import ScrapeCollector, new_registry
 from common.metrics_server import MetricsServer
 from common.perm import PERM_INHERIT, PERM_RW
 from common.ports import check_ports
@@ -162,10 +163,15 @@ class BrokerServer(Service):
         self.store = store = MessageStore(store_cfg, store_host=(broker.broker_ip1, broker.listen_port))
         store.lock()
         config_dir = store_cfg.config_dir
-        topics = TopicConfigManager(config_dir, schedule_queue_nums=len(levels))
-        groups = SubscriptionGroupManager(config_dir, auto_create=broker.auto_create_subscription_group)
-        offsets = ConsumerOffsetManager(config_dir)
-        delay_offsets = DelayOffsetManager(config_dir)
+        metadata_interval_s = broker.flush_metadata_interval / 1000
+        topics = TopicConfigManager(config_dir, schedule_queue_nums=len(levels),
+                                    max_auto_created=broker.max_auto_created_topics,
+                                    persist_interval_s=metadata_interval_s)
+        groups = SubscriptionGroupManager(config_dir, auto_create=broker.auto_create_subscription_group,
+                                          max_auto_created=broker.max_auto_created_subscription_groups,
+                                          persist_interval_s=metadata_interval_s)
+        offsets = ConsumerOffsetManager(config_dir, persist_interval_s=broker.flush_consumer_offset_interval / 1000)
+        delay_offsets = DelayOffsetManager(config_dir, persist_interval_s=store_cfg.flush_delay_offset_interval / 1000)
         for manager in (topics, groups, offsets, delay_offsets):
             manager.load()
         topics.ensure_system_topics()
@@ -186,6 +192,8 @@ class BrokerServer(Service):
             store_dir=store_cfg.root_dir,
         )
         metrics.attach(store=store, offsets=offsets)
+        metrics.registry.register(ScrapeCollector("metadata", lambda: metadata_families(
+            topics=topics, groups=groups, files=(topics, groups, offsets, delay_offsets))))
 
         hold = PullRequestHoldService(store.max_offset_in_queue)
         clients = ClientManager()
@@ -249,8 +257,6 @@ class BrokerServer(Service):
         if broker.grpc_server_port:
             self.grpc_v2 = GrpcEndpoint(ctx, LISTEN_HOST, broker.grpc_server_port)
             await self.grpc_v2.start()
-        self.run_every("persist-offsets", broker.flush_consumer_offset_interval / 1000, offsets.persist)
-        self.run_every("persist-metadata", 10.0, self._persist_tables)
         await self.registration.start()
         log.info(
             "broker %s id %d (%s) serving remoting on %s (fast port %s)",
@@ -293,11 +299,6 @@ class BrokerServer(Service):
             return ""
         return group_internal_addr(master_addr, self.settings.store.ha_master_address or self.master.ha)
 
-    async def _persist_tables(self) -> None:
-        assert self.ctx is not None
-        await self.ctx.topics.persist()
-        await self.ctx.groups.persist()
-
     async def on_stop(self) -> None:
         ctx = self.ctx
         if self.metrics_server is not None:
@@ -317,7 +318,7 @@ class BrokerServer(Service):
             await ctx.drain_background()
             for manager in (ctx.topics, ctx.groups, ctx.offsets, ctx.delay_offsets):
                 try:
-                    await manager.persist(force=True)
+                    await manager.close()  # writes what the batching still holds
                 except Exception:
                     log.exception("persisting %s at stop failed", manager.path)
         if self.ha is not None:

@@ -7,7 +7,8 @@ keeps the 4.x default (10 s). ``listenHost`` is pyrmq's: RocketMQ always binds e
 ``serverChannelMaxIdleTimeSeconds`` is RocketMQ's NettyServerConfig key: a connection that sends nothing for that
 long is closed, and a broker registered over it leaves the route (a broker registers every 30 s, so it stays).
 ``kvConfigPath`` is where the KV config (``updateTopic -o``'s ORDER_TOPIC_CONFIG) is kept; the file is written
-only when a KV entry changes.
+only when a KV entry changes (puts arriving together share one write), and holds at most ``maxKvConfigEntries``
+(100,000) entries, ``maxKvConfigEntriesPerNamespace`` (10,000) per namespace.
 
 The metrics exporter takes RocketMQ 5's broker keys and default: off (``metricsExporterType=DISABLE``) unless a conf
 sets ``metricsExporterType=PROM``, then on ``metricsPromExporterPort`` (5557). A nameserver and a broker started
@@ -47,6 +48,10 @@ class NamesrvConfig:
     metrics_exporter_type: str = "DISABLE"  # PROM serves /metrics on metricsPromExporterPort
     metrics_prom_exporter_port: int = conf.port(5557, zero_means="any free port")
     metrics_prom_exporter_host: str = ""  # empty: all interfaces
+    # pyrmq's: anyone may PUT_KV_CONFIG, so new keys beyond these are refused (namesrv.kv_config)
+    max_kv_config_entries: int = conf.ranged(100_000, 0, conf.JAVA_INT_MAX, "KV config entries in all namespaces")
+    max_kv_config_entries_per_namespace: int = conf.ranged(
+        10_000, 0, conf.JAVA_INT_MAX, "KV config entries per namespace")
     # RocketMQ 5: run the controller (controller mode) inside this nameserver, on its port; the controller's keys
     # (controllerStoreEtcdEndpoints ...) go in the same file and land in ``controller``
     enable_controller_in_namesrv: bool = False

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from common.log import RateLimitedLog
 from namesrv import bodies
 from namesrv import route_table as rt
-from namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
+from namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigFull, KVConfigManager
 from remoting.codes import RequestCode, ResponseCode
 from remoting.connection import Connection
 from remoting.frame_codec import RemotingCommand, response_to
@@ -86,6 +86,9 @@ class NamesrvProcessors:
         self._clock_ms = clock_ms
         self._wall_clock_ms = wall_clock_ms
         self.stopping = False  # set at shutdown: connections closed then are no broker failures
+        # any peer can put KV entries at will: their log lines are rate-limited
+        self._kv_log = RateLimitedLog(log, 1.0)
+        self._kv_refusal_log = RateLimitedLog(log, 10.0)
 
     def register(self, server: RemotingServer) -> None:
         for code, processor in (
@@ -319,8 +322,14 @@ class NamesrvProcessors:
         fields = Fields(request.ext, "PUT_KV_CONFIG")
         namespace, key = fields.req_str("namespace"), fields.req_str("key")
         value = fields.req_str("value")
-        previous = self.kv.put(namespace, key, value)
-        log.info("KV config %s/%s = %r (was %r; request from %s)", namespace, key, value, previous, conn.peer)
+        try:
+            previous = self.kv.put(namespace, key, value)
+        except KVConfigFull as exc:
+            self._kv_refusal_log.warning("KV config %s/%s refused (request from %s): %s", namespace, key, conn.peer,
+                                         exc)
+            return response_to(request, ResponseCode.SYSTEM_ERROR, f"{namespace}/{key} not stored: {exc}")
+        self._kv_log.log(logging.INFO, "KV config %s/%s = %r (was %r; request from %s)", namespace, key, value[:200],
+                         None if previous is None else previous[:200], conn.peer)
         return await self._persisted(request, f"stored {namespace}/{key}")
 
     def get_kv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -339,7 +348,7 @@ class NamesrvProcessors:
         namespace, key = fields.req_str("namespace"), fields.req_str("key")
         if not self.kv.delete(namespace, key):
             return response_to(request, OK, f"{namespace}/{key} was not set; nothing to delete")
-        log.info("KV config %s/%s deleted (request from %s)", namespace, key, conn.peer)
+        self._kv_log.log(logging.INFO, "KV config %s/%s deleted (request from %s)", namespace, key, conn.peer)
         return await self._persisted(request, f"deleted {namespace}/{key}")
 
     def get_kv_list_by_namespace(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

@@ -7,14 +7,14 @@ processors about every closed connection (the channel-close path). ``route_table
 Start order: check the ports (a taken one fails before anything else runs, naming its key), load the KV config,
 listen, metrics (when ``metricsExporterType=PROM``), housekeeping.
 Stop order: stop metrics, mark the processors stopping (connections closed from here on are no broker failures),
-stop the remoting server with a 5 s grace for requests in flight, then the scan.
+stop the remoting server with a 5 s grace for requests in flight, then the scan, then write the KV config.
 """
 
 from __future__ import annotations
 
 import logging
 
-from common.metrics import new_registry
+from common.metrics import ScrapeCollector, new_registry
 from common.metrics_server import MetricsServer
 from common.ports import check_ports
 from common.service import Service
@@ -36,7 +36,11 @@ class NamesrvServer(Service):
         super().__init__("NamesrvServer")
         self.config = config
         self.route_table = RouteInfoManager(default_timeout_ms=config.broker_channel_expired_time)
-        self.kv_config = KVConfigManager(config.kv_config_path)
+        self.kv_config = KVConfigManager(
+            config.kv_config_path,
+            max_entries=config.max_kv_config_entries,
+            max_entries_per_namespace=config.max_kv_config_entries_per_namespace,
+        )
         self.remoting = RemotingServer(
             "nameserver",
             config.listen_host,
@@ -47,6 +51,7 @@ class NamesrvServer(Service):
         self.metrics = NamesrvMetrics(self.metrics_registry, node_id=f"{config.listen_host}:{config.listen_port}",
                                       route_table=self.route_table, clock_ms=monotonic_ms,
                                       broker_connections=self._broker_connections)
+        self.metrics.registry.register(ScrapeCollector("kv-config", self.kv_config.metric_families))
         self.metrics_server: MetricsServer | None = None
         self.processors = NamesrvProcessors(self.route_table, self.kv_config,
                                             order_message_enable=config.order_message_enable,
@@ -106,4 +111,8 @@ class NamesrvServer(Service):
         self.processors.stopping = True
         await self.remoting.stop(STOP_GRACE_S)
         await self.housekeeping.stop()
+        try:
+            await self.kv_config.close()  # what the batching still holds (puts answered already are on disk)
+        except OSError as exc:
+            log.error("writing the KV config %s at stop failed: %s", self.kv_config.path, exc)
         log.info("nameserver stopped")

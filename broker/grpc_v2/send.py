@@ -58,6 +58,8 @@ async def _send_one(ctx: BrokerContext, msg: pb.Message, born_host: tuple[str, i
     if isinstance(target, Refusal):
         entry.status.CopyFrom(codes.from_remoting(target.code, target.remark))
         return entry
+    if ctx.topics.unsaved(target.topic):
+        await ctx.topics.saved()  # a topic this send created is on disk before the message is acknowledged
     try:
         # the levels are parsed from messageDelayLevel on every read (it can change at runtime): only a delay
         # message needs them, and the parse was a sixth of a plain send's handler time

@@ -12,7 +12,9 @@ File ``config/consumerOffset.json``::
 
     {"offsetTable": {"T@G": {"0": 123, "1": 77}}, "resetVersion": {"T@G": 1700000000000}}
 
-Owned by the event loop; not thread-safe.
+Owned by the event loop; not thread-safe. Written at most once per ``flushConsumerOffsetInterval`` (RocketMQ's
+schedule), and at stop: a crash loses the commits of the last interval, and consumers re-read from the previous
+commit (at-least-once).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.metadata.config_file import ConfigFile
+from common.persist import Render
 from remoting.headers import parse_int
 
 log = logging.getLogger(__name__)
@@ -41,8 +44,8 @@ def split_key(key: str) -> tuple[str, str]:
 
 
 class ConsumerOffsetManager(ConfigFile):
-    def __init__(self, config_dir: str | Path) -> None:
-        super().__init__(Path(config_dir) / "consumerOffset.json")
+    def __init__(self, config_dir: str | Path, *, persist_interval_s: float = 0.0) -> None:
+        super().__init__(Path(config_dir) / "consumerOffset.json", persist_interval_s=persist_interval_s)
         self.table: dict[str, dict[int, int]] = {}
         self.reset_versions: dict[str, int] = {}
 
@@ -51,6 +54,13 @@ class ConsumerOffsetManager(ConfigFile):
         return {
             "offsetTable": {key: {str(q): off for q, off in sorted(qs.items())} for key, qs in self.table.items()},
             "resetVersion": dict(self.reset_versions),
+        }
+
+    def file_snapshot(self) -> Render:
+        table, versions = {key: qs.copy() for key, qs in self.table.items()}, dict(self.reset_versions)
+        return lambda: {
+            "offsetTable": {key: {str(q): off for q, off in sorted(qs.items())} for key, qs in table.items()},
+            "resetVersion": versions,
         }
 
     def load_json(self, obj: Any) -> None:

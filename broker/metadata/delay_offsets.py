@@ -16,8 +16,8 @@ from remoting.headers import parse_int
 
 
 class DelayOffsetManager(ConfigFile):
-    def __init__(self, config_dir: str | Path) -> None:
-        super().__init__(Path(config_dir) / "delayOffset.json")
+    def __init__(self, config_dir: str | Path, *, persist_interval_s: float = 0.0) -> None:
+        super().__init__(Path(config_dir) / "delayOffset.json", persist_interval_s=persist_interval_s)
         self.table: dict[int, int] = {}
 
     def to_json(self) -> Any:

@@ -28,6 +28,8 @@
   "version":I}`` (what the client said in its HEART_BEAT's command header).
 
 Group writes are refused on a slave with RocketMQ's remark and 16 NO_PERMISSION (``admin_topics.master_only``).
+Updates and deletes answer once subscriptionGroup.json holds them (batched with concurrent changes); a failed write
+answers 1 SYSTEM_ERROR saying the change is in memory only.
 """
 
 from __future__ import annotations
@@ -76,8 +78,23 @@ def parse_group_config(body: bytes) -> SubscriptionGroupConfig | str:
     return SubscriptionGroupConfig(**kwargs)
 
 
+async def _saved(ctx: BrokerContext, request: RemotingCommand, done: str) -> RemotingCommand:
+    """Answer once the change is on disk: mqadmin treats SUCCESS as saved. Concurrent admin changes (and the
+    auto-created groups around them) share one write of subscriptionGroup.json."""
+    try:
+        await ctx.groups.persist()
+    except OSError as exc:
+        return response_to(
+            request,
+            ResponseCode.SYSTEM_ERROR,
+            f"{done} in memory, but writing {ctx.groups.path} failed ({exc}); free space or fix the store's"
+            " permissions, it is retried and lost at a crash until then",
+        )
+    return response_to(request, ResponseCode.SUCCESS, done)
+
+
 @master_only
-def update(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
+def update(ctx: BrokerContext, conn, request: RemotingCommand):
     cfg = parse_group_config(request.body_bytes())
     if isinstance(cfg, str):
         return response_to(request, ResponseCode.INVALID_PARAMETER, f"UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: {cfg}")
@@ -93,11 +110,11 @@ def update(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingComman
         )
     ctx.groups.update(cfg)
     ctx.groups_changed()
-    return response_to(request, ResponseCode.SUCCESS, f"group {cfg.group_name} saved on {ctx.broker_name}")
+    return _saved(ctx, request, f"group {cfg.group_name} saved on {ctx.broker_name}")
 
 
 @master_only
-def delete(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
+def delete(ctx: BrokerContext, conn, request: RemotingCommand):
     f = Fields(request.ext, "DELETE_SUBSCRIPTIONGROUP")
     group = f.req_str("groupName")
     bad = validate.group_name(group)
@@ -109,12 +126,12 @@ def delete(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingComman
         dropped = ctx.offsets.remove_group(group)
         if dropped:
             ctx.spawn(ctx.offsets.persist(), "persist-offsets")
-    if existed:
-        ctx.groups_changed()
     what = "deleted" if existed else "does not exist here; nothing deleted"
-    return response_to(
-        request, ResponseCode.SUCCESS, f"group {group} {what} on {ctx.broker_name}; {dropped} offset entries removed"
-    )
+    done = f"group {group} {what} on {ctx.broker_name}; {dropped} offset entries removed"
+    if not existed:
+        return response_to(request, ResponseCode.SUCCESS, done)
+    ctx.groups_changed()
+    return _saved(ctx, request, done)
 
 
 def group_config(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:

@@ -186,7 +186,7 @@ def _heartbeat(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -
     if groups_created:
         ctx.groups_changed()
     if topics_created:
-        ctx.topics_changed()
+        ctx.retry_topics_changed()
     return response_to(request, ResponseCode.SUCCESS)
 
 

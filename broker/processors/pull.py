@@ -69,8 +69,7 @@ def _admit(
         return _refuse(
             request,
             ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-            f"subscription group {h.consumer_group} does not exist on broker {ctx.broker_name} and"
-            f" autoCreateSubscriptionGroup=false; create it (mqctl updateSubGroup -g {h.consumer_group})",
+            ctx.groups.refusal_remark(h.consumer_group, ctx.broker_name),
         )
     if not group.consume_enable:
         return _refuse(
@@ -85,7 +84,7 @@ def _admit(
         # The group's own retry topic exists as soon as anyone asks for it (RocketMQ creates it on heartbeat).
         topic, created = ctx.topics.create_retry_topic(h.consumer_group, group.retry_queue_nums)
         if created:
-            ctx.topics_changed()
+            ctx.retry_topics_changed()
     if topic is None:
         return _refuse(
             request,

@@ -231,6 +231,8 @@ async def serve_send(ctx: BrokerContext, conn: Connection, request: RemotingComm
     if isinstance(admitted, Refusal):
         _count(ctx, h.topic, 0 if h.batch else 1, admitted.code, None)
         return _refuse(request, admitted.code, admitted.remark, h.queue_id)
+    if ctx.topics.unsaved(admitted.topic):
+        await ctx.topics.saved()  # a topic this send created is on disk before the message is acknowledged
     body = request.body_bytes()
     batch = _batch(ctx, conn, h, body) if h.batch else _single(ctx, conn, h, body, admitted)
     if not isinstance(batch, str) and h.sys_flag & validate.COMPRESSED_FLAG:

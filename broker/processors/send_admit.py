@@ -119,7 +119,12 @@ def _auto_create(ctx: BrokerContext, h: SendHeader) -> TopicConfig | Refusal:
     bad = validate.queue_nums(nums, nums)
     if bad:
         return Refusal(bad.code, f"defaultTopicQueueNums: {bad.remark}")
-    cfg, created = ctx.topics.create_if_absent(h.topic, nums, perm & ~PERM_INHERIT)
+    cfg, created = ctx.topics.auto_create(h.topic, nums, perm & ~PERM_INHERIT)
+    if cfg is None:
+        return Refusal(
+            ResponseCode.TOPIC_NOT_EXIST,
+            ctx.topics.refusal_remark(h.topic, ctx.broker_name, broker.broker_cluster_name),
+        )
     if created:
         ctx.topics_changed()
     return cfg
@@ -141,9 +146,7 @@ def _admit_retry(ctx: BrokerContext, h: SendHeader) -> Target | Refusal:
             ctx.groups_changed()
     if group is None:
         return Refusal(
-            ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-            f"subscription group {group_name} does not exist on broker {ctx.broker_name} and"
-            f" autoCreateSubscriptionGroup=false; create it (mqctl updateSubGroup -g {group_name})",
+            ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, ctx.groups.refusal_remark(group_name, ctx.broker_name)
         )
     max_times = h.max_reconsume_times if h.max_reconsume_times is not None and h.max_reconsume_times >= 0 else (
         group.retry_max_times

@@ -171,8 +171,8 @@ class PopService:
             if group_cfg is not None:
                 self.ctx.groups_changed()
         if group_cfg is None:
-            return codes.status(pb.Code.CONSUMER_GROUP_NOT_FOUND, f"group {group} does not exist and"
-                                f" autoCreateSubscriptionGroup=false; create it (mqctl updateSubGroup -g {group})")
+            return codes.status(pb.Code.CONSUMER_GROUP_NOT_FOUND,
+                                self.ctx.groups.refusal_remark(group, self.ctx.broker_name))
         if not group_cfg.consume_enable:
             return codes.status(pb.Code.FORBIDDEN, f"group {group} has consumeEnable=false; enable it first")
         return cfg, group_cfg

@@ -82,3 +82,32 @@ def test_delay_offsets_persist_per_level(tmp_path):
     again = DelayOffsetManager(tmp_path)
     again.load()
     assert again.get(1) == 10 and again.get(2) == 0 and again.get(3) == 2
+
+
+def test_auto_created_groups_stop_at_the_limit_and_the_count_survives_a_reload(tmp_path):
+    m = SubscriptionGroupManager(tmp_path, max_auto_created=2)
+    assert m.find_or_create("a") and m.find_or_create("b")
+    assert m.find_or_create("c") is None and m.auto_create_refusals == 1
+    remark = m.refusal_remark("c", "broker-a")
+    assert "maxAutoCreatedSubscriptionGroups=2" in remark and "mqctl updateSubGroup -g c" in remark
+    m.update(SubscriptionGroupConfig("c"))  # an operator's group does not count
+    m.update(SubscriptionGroupConfig("a"))  # and updating an auto-created one makes it an operator's
+    assert m.auto_created == {"b"}
+    m.persist_now()
+    again = SubscriptionGroupManager(tmp_path, max_auto_created=2)
+    assert again.load() and again.auto_created == {"b"} and set(again.table) == {"a", "b", "c"}
+    assert again.find_or_create("d") is not None and again.find_or_create("e") is None
+
+
+def test_auto_created_topics_stop_at_the_limit_retry_topics_do_not_count(tmp_path):
+    m = TopicConfigManager(tmp_path, max_auto_created=1)
+    cfg, created = m.auto_create("t1", 4, 6)
+    assert created and cfg.write_queue_nums == 4 and m.unsaved("t1")
+    assert m.auto_create("t2", 4, 6) == (None, False) and m.auto_create_refusals == 1
+    assert "maxAutoCreatedTopics=1" in m.refusal_remark("t2", "broker-a", "DefaultCluster")
+    assert m.create_retry_topic("g", 1)[1] and m.auto_created == {"t1"}
+    m.persist_now()
+    assert not m.unsaved("t1")  # on disk: its next send does not wait
+    again = TopicConfigManager(tmp_path, max_auto_created=1)
+    again.load()
+    assert again.auto_created == {"t1"} and again.auto_create("t3", 4, 6) == (None, False)

@@ -1,8 +1,14 @@
-"""Atomic JSON persistence: the newest complete content survives, a damaged file falls back to .bak."""
+"""Atomic JSON persistence: the newest complete content survives, a damaged file falls back to .bak; the batched
+writer shares one write among the changes of an interval and among concurrent flushes."""
 
 from __future__ import annotations
 
-from common.persist import read_json, write_json_atomic
+import asyncio
+
+import pytest
+
+from common.persist import BatchedJsonWriter, read_json, write_json_atomic
+from harness.waiting import async_wait_until
 
 
 def test_a_written_file_reads_back(tmp_path):
@@ -39,3 +45,59 @@ def test_a_crash_between_the_two_renames_still_loads_the_old_content(tmp_path):
 
 def test_missing_files_give_the_default(tmp_path):
     assert read_json(tmp_path / "none.json", default={}) == {}
+
+
+# BatchedJsonWriter: real files, real event loop ------------------------------------------------------------------
+
+
+def table_writer(path, table: dict, interval_s: float) -> BatchedJsonWriter:
+    return BatchedJsonWriter(path, lambda: (lambda snap=dict(table): snap), min_interval_s=interval_s)
+
+
+async def test_changes_within_the_interval_share_one_write_and_flush_does_not_wait_for_the_interval(tmp_path):
+    path, table = tmp_path / "groups.json", {}
+    writer = table_writer(path, table, interval_s=600)
+    for i in range(1000):
+        table[f"g{i}"] = i
+        writer.changed()
+    await async_wait_until(lambda: writer.writes == 1, 10, "the first change was not written at once")
+    assert len(read_json(path)) == 1000 and not writer.dirty  # the one write carried all 1,000 changes
+
+    table["late"] = 1
+    writer.changed()
+    await asyncio.sleep(0.2)
+    assert writer.writes == 1 and writer.dirty  # the interval holds the next scheduled write back
+    await writer.flush()  # an explicit change does not wait for it
+    assert writer.writes == 2 and read_json(path)["late"] == 1
+    await writer.close()
+    assert writer.writes == 2  # nothing was pending
+
+
+async def test_concurrent_flushes_share_writes_and_close_writes_what_is_pending(tmp_path):
+    path, table = tmp_path / "kv.json", {}
+    writer = table_writer(path, table, interval_s=600)
+
+    async def put(i: int) -> None:
+        table[f"k{i}"] = i
+        writer.changed()
+        await writer.flush()
+
+    await asyncio.gather(*(put(i) for i in range(500)))
+    assert len(read_json(path)) == 500
+    assert writer.writes <= 2, writer.writes  # the first put's write, then one for every put made during it
+    table["pending"] = 1
+    writer.changed()
+    await writer.close()
+    assert read_json(path)["pending"] == 1
+
+
+async def test_a_failed_write_reaches_the_flush_and_the_change_stays_pending(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    writer = table_writer(blocker / "t.json", {"a": 1}, interval_s=0)
+    writer.changed()
+    with pytest.raises(OSError):
+        await writer.flush()
+    assert writer.dirty and writer.failures >= 1 and writer.writes == 0
+    with pytest.raises(OSError):
+        await writer.close()  # a graceful stop reports it too (the caller logs it)

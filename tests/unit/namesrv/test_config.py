@@ -81,6 +81,8 @@ def test_print_config_renders_every_key_in_a_form_the_loader_reads_back(tmp_path
         "metricsExporterType",
         "metricsPromExporterPort",
         "metricsPromExporterHost",
+        "maxKvConfigEntries",
+        "maxKvConfigEntriesPerNamespace",
         "enableControllerInNamesrv",
     ]
 
