@@ -105,6 +105,9 @@ async def update(ctx: BrokerContext, conn, request: RemotingCommand) -> Remoting
     ctx.topics_changed()
     registered = ctx.register_now()
     saved = f"topic {topic} saved on {ctx.broker_name}"
+    unsaved = await persist_topics(ctx, saved)
+    if unsaved is not None:
+        return response_to(request, ResponseCode.SYSTEM_ERROR, unsaved)
     if registered is None:  # no nameserver to tell (or stopping)
         return response_to(request, ResponseCode.SUCCESS, saved)
     try:
@@ -129,8 +132,19 @@ async def update(ctx: BrokerContext, conn, request: RemotingCommand) -> Remoting
     )
 
 
+async def persist_topics(ctx: BrokerContext, done: str) -> str | None:
+    """Wait until topics.json holds the change (mqadmin treats SUCCESS as saved; concurrent changes share one
+    write); the remark of a failed write, else None."""
+    try:
+        await ctx.topics.persist()
+    except OSError as exc:
+        return (f"{done} in memory, but writing {ctx.topics.path} failed ({exc}); free space or fix the store's"
+                " permissions: it is retried, and lost at a crash until then")
+    return None
+
+
 @master_only
-def delete(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
+async def delete(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
     topic = Fields(request.ext, "DELETE_TOPIC_IN_BROKER").req_str("topic")
     bad = validate.admin_topic(topic)
     if bad:
@@ -145,6 +159,9 @@ def delete(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingComman
         return response_to(
             request, ResponseCode.SUCCESS, f"topic {topic} does not exist on {ctx.broker_name}; nothing to delete"
         )
+    unsaved = await persist_topics(ctx, f"topic {topic} deleted")
+    if unsaved is not None:
+        return response_to(request, ResponseCode.SYSTEM_ERROR, unsaved)
     return response_to(
         request,
         ResponseCode.SUCCESS,
