@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from client import admin_bodies as bodies
+import client.admin_bodies as bodies
 from client.errors import BrokerError, NoRouteError
 from client.lifecycle import Lifecycle
 from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult
