@@ -251,3 +251,33 @@ def test_the_own_package_check_sees_self_imports(tmp_path):
                       "def f():\n    from connectors import spark\n")
     assert own_package_imports(sample, "client.admin") == ["client", "client"]
     assert own_package_imports(sample, "connectors.spark.source") == ["connectors.spark", "connectors"]
+
+
+# The broker's domain services answer in domain terms (store statuses, refusals); the request layer (processors,
+# the broker context, remoting's frames, headers and codes) imports them and maps their answers to responses,
+# never the other way round (issue 22 item 13).
+
+DOMAIN_SERVICES = ("broker.retry",)
+REQUEST_LAYER = ("broker.processors", "broker.context", "remoting.codes", "remoting.frame_codec", "remoting.headers",
+                 "remoting.connection", "remoting.server")
+
+
+def request_layer_imports(path: Path, module: str) -> list[str]:
+    return sorted({m for m in _imports_of(path, module) if m.startswith(REQUEST_LAYER)
+                   and any(m == layer or m.startswith(layer + ".") for layer in REQUEST_LAYER)})
+
+
+@pytest.mark.parametrize("module", DOMAIN_SERVICES)
+def test_domain_services_never_import_the_request_layer(module):
+    path = ROOT / (module.replace(".", "/") + ".py")
+    bad = request_layer_imports(path, module)
+    assert not bad, f"{module} imports the request layer {bad}: answer a domain result and map it in the processor"
+
+
+def test_the_request_layer_check_sees_imports(tmp_path):
+    sample = tmp_path / "retry.py"
+    sample.write_text("from broker.processors.status_map import put_code\nfrom remoting.codes import ResponseCode\n"
+                      "from remoting.message_codec import decode\nimport broker.processors_x\n")
+    assert request_layer_imports(sample, "broker.retry") == [
+        "broker.processors.status_map", "broker.processors.status_map.put_code", "remoting.codes",
+        "remoting.codes.ResponseCode"]
