@@ -153,7 +153,8 @@ class AdminClient(Lifecycle):
         if response.code == ResponseCode.QUERY_NOT_FOUND:
             return None
         if response.code != ResponseCode.SUCCESS:
-            raise BrokerError(response.code, response.remark or "", self._ns().current, request="GET_KV_CONFIG (101)")
+            raise BrokerError(response.code, response.remark or "", self._ns().current, request="GET_KV_CONFIG (101)",
+                              request_code=RequestCode.GET_KV_CONFIG)
         return (response.ext or {}).get("value")
 
     async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
@@ -306,7 +307,8 @@ class AdminClient(Lifecycle):
         if response.code == ResponseCode.QUERY_NOT_FOUND:
             return -1
         if response.code != ResponseCode.SUCCESS:
-            raise BrokerError(response.code, response.remark or "", addr, request="QUERY_CONSUMER_OFFSET (14)")
+            raise BrokerError(response.code, response.remark or "", addr, request="QUERY_CONSUMER_OFFSET (14)",
+                              request_code=RequestCode.QUERY_CONSUMER_OFFSET)
         return _long(response, "offset", addr)
 
     async def update_consumer_offset(self, addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -323,7 +325,8 @@ class AdminClient(Lifecycle):
         ):
             return []
         if response.code != ResponseCode.SUCCESS:
-            raise BrokerError(response.code, response.remark or "", addr, request="GET_CONSUMER_LIST_BY_GROUP (38)")
+            raise BrokerError(response.code, response.remark or "", addr, request="GET_CONSUMER_LIST_BY_GROUP (38)",
+                              request_code=RequestCode.GET_CONSUMER_LIST_BY_GROUP)
         data = bodies.load_object(response.body_bytes(), "GET_CONSUMER_LIST_BY_GROUP")
         return sorted(str(c) for c in data.get("consumerIdList") or [])
 
@@ -356,7 +359,8 @@ class AdminClient(Lifecycle):
 def _send_result(response: RemotingCommand, addr: str, mq: MessageQueue, msg_id: str) -> SendResult:
     status = SEND_STATUS_BY_CODE.get(response.code)
     if status is None:
-        raise BrokerError(response.code, response.remark or "", addr, request="SEND_MESSAGE_V2 (310)")
+        raise BrokerError(response.code, response.remark or "", addr, request="SEND_MESSAGE_V2 (310)",
+                          request_code=RequestCode.SEND_MESSAGE_V2)
     ext = response.ext or {}
     queue = MessageQueue(mq.topic, mq.broker_name, _long(response, "queueId", addr, mq.queue_id))
     return SendResult(status, msg_id, ext.get("msgId", ""), queue, _long(response, "queueOffset", addr, -1))

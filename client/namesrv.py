@@ -79,14 +79,14 @@ class NamesrvClient:
         if not self.addrs:
             raise NoNameserverError([])
         timeout = self.timeout_s if timeout_s is None else timeout_s
-        last = ""
+        last: MQClientError | None = None
         for _ in range(len(self.addrs)):
             addr = self.current
             try:
                 return await self.remoting.invoke(addr, command(code, ext, body), timeout, request_name(code))
             except MQClientError as exc:
-                last = exc.message
-                log.debug("nameserver %s failed (%s); trying the next", addr, last)
+                last = exc
+                log.debug("nameserver %s failed (%s); trying the next", addr, exc.message)
                 self._index += 1
         raise NoNameserverError(self.addrs, last)
 
@@ -96,7 +96,8 @@ class NamesrvClient:
         """``invoke`` and demand SUCCESS (``BrokerError`` with the nameserver's remark otherwise)."""
         response = await self.invoke(code, ext, body, timeout_s)
         if response.code != ResponseCode.SUCCESS:
-            raise BrokerError(response.code, response.remark or "", self.current, request=request_name(code))
+            raise BrokerError(response.code, response.remark or "", self.current, request=request_name(code),
+                              request_code=code)
         return response
 
     async def topic_route_data(self, topic: str) -> dict[str, Any]:
@@ -106,7 +107,8 @@ class NamesrvClient:
             raise NoRouteError(topic, response.remark or "the nameserver has no route for it")
         if response.code != ResponseCode.SUCCESS:
             raise BrokerError(
-                response.code, response.remark or "", self.current, request=f"GET_ROUTEINFO_BY_TOPIC {topic}"
+                response.code, response.remark or "", self.current, request=f"GET_ROUTEINFO_BY_TOPIC {topic}",
+                request_code=RequestCode.GET_ROUTEINFO_BY_TOPIC,
             )
         data = parse_body(response, f"route of {topic}")
         if not isinstance(data, dict):

@@ -430,7 +430,7 @@ class Producer(Lifecycle):
             if status is not None:
                 batch.complete(mq, resp.ext or {}, status)
                 return
-            last_error = BrokerError(resp.code, resp.remark or "", addr, request=request)
+            last_error = BrokerError(resp.code, resp.remark or "", addr, request=request, request_code=batch.code)
             if resp.code not in RETRY_CODES:
                 break
             self.routes.refresh_soon(mq.topic)

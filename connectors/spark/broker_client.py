@@ -54,6 +54,7 @@ class TransportError(Exception):
     def __init__(self, addr: str, detail: str) -> None:
         super().__init__(f"{addr}: {detail}")
         self.addr = addr
+        self.detail = detail
 
 
 class SyncClient:
@@ -99,7 +100,7 @@ class SyncClient:
             response = future.result(getattr(future, "timeout_s", self.timeout_s) + WAIT_SLACK_S)
         except RemotingError as exc:
             self.mark_failed(addr)
-            raise TransportError(addr, exc.message.removeprefix(f"{addr}: ")) from None
+            raise TransportError(addr, exc.detail) from None
         except concurrent.futures.TimeoutError:
             future.cancel()
             self.mark_failed(addr)
