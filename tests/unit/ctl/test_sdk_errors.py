@@ -25,7 +25,8 @@ async def _unreachable(what: str, code: int) -> BrokerUnreachableError:
 
 
 def test_a_refused_connection_names_the_request_by_its_code_whatever_the_sdk_called_it():
-    exc = asyncio.run(_unreachable("send of 3 messages to MessageQueue[T, broker-a, 1]", RequestCode.SEND_BATCH_MESSAGE))
+    what = "send of 3 messages to MessageQueue[T, broker-a, 1]"
+    exc = asyncio.run(_unreachable(what, RequestCode.SEND_BATCH_MESSAGE))
     assert exc.status == "CONNECT_FAILED" and exc.request_code == RequestCode.SEND_BATCH_MESSAGE
     line = describe(exc)
     assert line.startswith(f"broker {exc.addr} did not answer SEND_BATCH_MESSAGE (cannot connect)"), line
@@ -33,7 +34,8 @@ def test_a_refused_connection_names_the_request_by_its_code_whatever_the_sdk_cal
 
 def test_a_timeout_says_its_deadline_from_the_field():
     exc = RequestTimeout("127.0.0.1:10911", 2.5, request="whatever the text says", request_code=28)
-    assert describe(exc).startswith("broker 127.0.0.1:10911 did not answer GET_BROKER_RUNTIME_INFO (no answer within 2.5s)")
+    line = describe(exc)
+    assert line.startswith("broker 127.0.0.1:10911 did not answer GET_BROKER_RUNTIME_INFO (no answer within 2.5s)")
     assert transport_reason(exc) == "no answer within 2.5s"
 
 
