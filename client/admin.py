@@ -108,7 +108,7 @@ class AdminClient(Lifecycle):
 
     async def topic_route_raw(self, topic: str) -> dict[str, Any]:
         """TopicRouteData with RocketMQ's field names (``queueDatas``, ``brokerDatas``, ``orderTopicConf``...)."""
-        return await self._ns().topic_route_data(topic)
+        return (await self._ns().topic_route_data(topic)).to_json()
 
     async def topic_route_for_send(self, topic: str, *, default_topic_queue_nums: int = 4) -> SendRoute:
         """The route a producer sends ``topic`` by, as RocketMQ's producer finds it: the topic's own TopicRouteData;
@@ -117,7 +117,7 @@ class AdminClient(Lifecycle):
         there makes the broker create the topic. NoRouteError, saying why, when no broker registers TBW102."""
         ns = self._ns()
         try:
-            return SendRoute(await ns.topic_route_data(topic), is_default=False)
+            return SendRoute((await ns.topic_route_data(topic)).to_json(), is_default=False)
         except NoRouteError:
             pass
         try:
@@ -126,7 +126,7 @@ class AdminClient(Lifecycle):
             raise NoRouteError(topic, f"the nameserver has none, and no broker registers {DEFAULT_TOPIC}: every broker "
                                       "runs with autoCreateTopicEnable=false, so none creates a topic on a first send"
                                ) from None
-        return SendRoute(default_route_data(template, default_topic_queue_nums), is_default=True)
+        return SendRoute(default_route_data(template, default_topic_queue_nums).to_json(), is_default=True)
 
     async def all_topics(self) -> list[str]:
         response = await self._ns().call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
