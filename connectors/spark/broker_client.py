@@ -129,6 +129,8 @@ class SyncClient:
             pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(WAIT_SLACK_S)
+        if not self._thread.is_alive():
+            self._loop.close()  # its selector and self-pipe
 
     # routes -----------------------------------------------------------------------------------------------
     def route(self, topic: str, *, max_age_s: float = ROUTE_MAX_AGE_S) -> TopicRoute:

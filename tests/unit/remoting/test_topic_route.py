@@ -4,15 +4,24 @@ bounds what a body may make a caller allocate."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.grpc_v2.cluster import RouteUnknown, Share, parse_route
+from client.errors import MQClientError
+from client.namesrv import NamesrvClient
 from client.route_cache import build_route
+from connectors.spark.broker_client import SyncClient
+from connectors.spark.errors import BrokerRefusal
 from namesrv import bodies
 from namesrv import route_table as rt
 from remoting import fastjson
+from remoting.codes import RequestCode, ResponseCode
+from remoting.frame_codec import response_to
+from remoting.server import RemotingServer
 from remoting.topic_route import (
     MAX_ENTRIES,
     MAX_ROUTE_QUEUES,
@@ -110,3 +119,33 @@ def test_numbers_are_taken_exactly_when_within_bounds(nums):
     else:
         with pytest.raises(RouteDataError):
             read_topic_route({"queueDatas": qds})
+
+
+async def _serve_route(body: bytes):
+    server = RemotingServer("fake-namesrv", "127.0.0.1", 0)
+    server.register(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                    lambda conn, request: response_to(request, ResponseCode.SUCCESS, body=body))
+    return server, f"127.0.0.1:{await server.start()}"
+
+
+ROUTE_WITH_BAD_PERM = (b'{"brokerDatas":[{"brokerAddrs":{"0":"127.0.0.1:1"},"brokerName":"b","cluster":"C"}],'
+                       b'"queueDatas":[{"brokerName":"b","perm":256,"readQueueNums":4,"writeQueueNums":4}]}')
+
+
+async def test_the_sdk_and_the_spark_connector_refuse_a_route_their_own_readers_used_to_take():
+    server, addr = await _serve_route(ROUTE_WITH_BAD_PERM)
+    ns = NamesrvClient(addr, timeout_s=2.0)
+    try:
+        with pytest.raises(MQClientError, match=r"route of T from .*queueDatas\[0\]\.perm=256"):
+            await ns.topic_route_data("T")
+        sync = SyncClient(addr, timeout_s=2.0)
+        try:
+            with pytest.raises(BrokerRefusal, match=r"unreadable route body: .*perm=256"):
+                await asyncio.to_thread(sync.route, "T")
+        finally:
+            sync.close()
+    finally:
+        await ns.close()
+        await server.stop(0.1)
+    with pytest.raises(RouteUnknown, match="perm=256"):
+        parse_route(ROUTE_WITH_BAD_PERM, "T")
