@@ -9,6 +9,10 @@ properties, counts one more reconsume, and records where it came from: ``RETRY_T
 kept across retries) and ``ORIGIN_MESSAGE_ID``. A retry carries ``DELAY = 3 + reconsumeTimes`` (or the level the
 consumer asked for), capped at the highest configured level, so the store parks it in SCHEDULE_TOPIC_XXXX and the
 schedule service delivers it to the retry topic when due. Consumers subscribe to ``%RETRY%<group>``.
+
+A domain service: it answers a ``SendBackResult`` (no group, the record refused, or the store's ``PutResult``) and
+``broker/processors/send_back.py`` turns that into a response code and remark, so the dependency points from the
+request layer to this module, never back.
 """
 
 from __future__ import annotations
@@ -19,10 +23,8 @@ from dataclasses import dataclass
 
 from broker.metadata.subscription_groups import SubscriptionGroupManager
 from broker.metadata.topics import TopicConfigManager, dlq_topic, retry_topic
-from broker.processors.status_map import put_code
 from broker.record_reader import RecordRefusal, max_record_size, record_at
-from broker.store.types import MessageDraft
-from remoting.codes import ResponseCode
+from broker.store.types import MessageDraft, PutResult
 from remoting.message_codec import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -51,10 +53,19 @@ class SendBackRequest:
 
 @dataclass(slots=True)
 class SendBackResult:
-    code: ResponseCode
-    remark: str
+    """Exactly one of: ``group_missing`` (why there is no such group: auto-creation is off or at its limit),
+    ``refusal`` (no stored message starts at the offset), ``put`` (the store's answer for the copy put to ``topic``)."""
+
+    group_missing: str = ""
+    refusal: RecordRefusal | None = None
+    put: PutResult | None = None
     topic: str = ""  # where the copy went
     reconsume_times: int = 0
+    max_reconsume_times: int = 0  # the limit that applied
+
+    @property
+    def to_dlq(self) -> bool:
+        return self.topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
 
 
 class RetryService:
@@ -70,13 +81,11 @@ class RetryService:
         """(result, topics_changed): the caller persists and re-registers when a retry or DLQ topic was created."""
         group = self.groups.get(req.group) or self.groups.find_or_create(req.group)
         if group is None:
-            return SendBackResult(
-                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, self.groups.refusal_remark(req.group, "this broker")
-            ), False
+            return SendBackResult(group_missing=self.groups.refusal_remark(req.group, "this broker")), False
         raw = record_at(self.store, req.physical_offset, max_record_size(self.store.config.max_message_size),
                         "this broker")
         if isinstance(raw, RecordRefusal):
-            return SendBackResult(raw.code, raw.remark), False
+            return SendBackResult(refusal=raw), False
         original = decode(raw)
         reconsume = original.reconsume_times + 1
         max_times = req.max_reconsume_times if req.max_reconsume_times > 0 else group.retry_max_times
@@ -101,7 +110,6 @@ class RetryService:
             props[PROPERTY_DELAY_TIME_LEVEL] = str(min(level, self.max_delay_level))
         draft = MessageDraft.stored_again(original, props, reconsume)
         result = await self.store.put_messages(target, queue_id, [draft])
-        code, remark = put_code(result.status, result.remark)
         if target.startswith(DLQ_GROUP_TOPIC_PREFIX) and result.status.stored:
             log.info(
                 "message at %d of group %s moved to %s after %d reconsumes",
@@ -110,8 +118,8 @@ class RetryService:
                 target,
                 reconsume - 1,
             )
-            remark = remark or f"reconsumed {reconsume - 1} times (max {max_times}); moved to {target}"
-        return SendBackResult(code, remark, target, reconsume), changed
+        return SendBackResult(put=result, topic=target, reconsume_times=reconsume,
+                              max_reconsume_times=max_times), changed
 
 
 __all__ = ["RetryService", "SendBackRequest", "SendBackResult", "dlq_topic", "retry_topic"]

@@ -225,11 +225,9 @@ class BrokerServer(Service):
             slave_addrs = await fetch_slave_addrs(broker.namesrv_list, broker.broker_name)
             if slave_addrs:
                 await pull_offsets_from_slaves(offsets, slave_addrs)
-        self.ha = ctx.ha = HAService(settings, store)
-        await self.ha.start()  # a SYNC_MASTER installs its replica waiter here
+        self.ha = ctx.ha = HAService(settings, store, wrap_waiter=metrics.timed_replica_waiter)
+        await self.ha.start()  # a SYNC_MASTER installs its (timed) replica waiter here, once
         metrics.attach(ha=self.ha)
-        if self.ha.group_transfer is not None:
-            store.set_replica_waiter(metrics.timed_replica_waiter(self.ha.group_transfer.wait))
         if not settings.role.is_master:
             self.slave_sync = SlaveSynchronize(
                 topics=topics,

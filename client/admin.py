@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from client import admin_bodies as bodies
+import client.admin_bodies as bodies
 from client.errors import BrokerError, NoRouteError
 from client.lifecycle import Lifecycle
 from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult
@@ -109,7 +109,7 @@ class AdminClient(Lifecycle):
 
     async def topic_route_raw(self, topic: str) -> dict[str, Any]:
         """TopicRouteData with RocketMQ's field names (``queueDatas``, ``brokerDatas``, ``orderTopicConf``...)."""
-        return await self._ns().topic_route_data(topic)
+        return (await self._ns().topic_route_data(topic)).to_json()
 
     async def topic_route_for_send(self, topic: str, *, default_topic_queue_nums: int = 4) -> SendRoute:
         """The route a producer sends ``topic`` by, as RocketMQ's producer finds it: the topic's own TopicRouteData;
@@ -118,7 +118,7 @@ class AdminClient(Lifecycle):
         there makes the broker create the topic. NoRouteError, saying why, when no broker registers TBW102."""
         ns = self._ns()
         try:
-            return SendRoute(await ns.topic_route_data(topic), is_default=False)
+            return SendRoute((await ns.topic_route_data(topic)).to_json(), is_default=False)
         except NoRouteError:
             pass
         try:
@@ -127,7 +127,7 @@ class AdminClient(Lifecycle):
             raise NoRouteError(topic, f"the nameserver has none, and no broker registers {DEFAULT_TOPIC}: every broker "
                                       "runs with autoCreateTopicEnable=false, so none creates a topic on a first send"
                                ) from None
-        return SendRoute(default_route_data(template, default_topic_queue_nums), is_default=True)
+        return SendRoute(default_route_data(template, default_topic_queue_nums).to_json(), is_default=True)
 
     async def all_topics(self) -> list[str]:
         response = await self._ns().call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
@@ -154,7 +154,8 @@ class AdminClient(Lifecycle):
         if response.code == ResponseCode.QUERY_NOT_FOUND:
             return None
         if response.code != ResponseCode.SUCCESS:
-            raise BrokerError(response.code, response.remark or "", self._ns().current, request="GET_KV_CONFIG (101)")
+            raise BrokerError(response.code, response.remark or "", self._ns().current, request="GET_KV_CONFIG (101)",
+                              request_code=RequestCode.GET_KV_CONFIG)
         return (response.ext or {}).get("value")
 
     async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
@@ -307,7 +308,8 @@ class AdminClient(Lifecycle):
         if response.code == ResponseCode.QUERY_NOT_FOUND:
             return -1
         if response.code != ResponseCode.SUCCESS:
-            raise BrokerError(response.code, response.remark or "", addr, request="QUERY_CONSUMER_OFFSET (14)")
+            raise BrokerError(response.code, response.remark or "", addr, request="QUERY_CONSUMER_OFFSET (14)",
+                              request_code=RequestCode.QUERY_CONSUMER_OFFSET)
         return _long(response, "offset", addr)
 
     async def update_consumer_offset(self, addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -324,7 +326,8 @@ class AdminClient(Lifecycle):
         ):
             return []
         if response.code != ResponseCode.SUCCESS:
-            raise BrokerError(response.code, response.remark or "", addr, request="GET_CONSUMER_LIST_BY_GROUP (38)")
+            raise BrokerError(response.code, response.remark or "", addr, request="GET_CONSUMER_LIST_BY_GROUP (38)",
+                              request_code=RequestCode.GET_CONSUMER_LIST_BY_GROUP)
         data = bodies.load_object(response.body_bytes(), "GET_CONSUMER_LIST_BY_GROUP")
         return sorted(str(c) for c in data.get("consumerIdList") or [])
 
@@ -372,7 +375,8 @@ class AdminClient(Lifecycle):
 def _send_result(response: RemotingCommand, addr: str, mq: MessageQueue, msg_id: str) -> SendResult:
     status = SEND_STATUS_BY_CODE.get(response.code)
     if status is None:
-        raise BrokerError(response.code, response.remark or "", addr, request="SEND_MESSAGE_V2 (310)")
+        raise BrokerError(response.code, response.remark or "", addr, request="SEND_MESSAGE_V2 (310)",
+                          request_code=RequestCode.SEND_MESSAGE_V2)
     ext = response.ext or {}
     queue = MessageQueue(mq.topic, mq.broker_name, _long(response, "queueId", addr, mq.queue_id))
     return SendResult(status, msg_id, ext.get("msgId", ""), queue, _long(response, "queueOffset", addr, -1))

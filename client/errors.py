@@ -3,16 +3,32 @@
 Retry logic asks the error (``err.retriable``), never a list of types (aiokafka's KafkaError habit).
 Transport failures (the peer did not answer) are ``NoAnswerError``: ``BrokerUnreachableError`` or
 ``RequestTimeout``; answers with a non-success code are ``BrokerError``, whose ``retriable`` depends on the code.
+
+What a caller may act on is a field, never only text: ``request`` (what the client was doing) and
+``request_code`` / ``request_name`` (the RequestCode of the one request that failed, 0 / "" when none), the
+address, ``BrokerError.code`` (``response_code``) and ``remark``, ``BrokerUnreachableError.status`` and
+``details``, ``RequestTimeout.timeout_s``, ``NoNameserverError.last`` (the last nameserver's error).
 """
 
 from __future__ import annotations
 
 from common.errors import PyrmqError
-from remoting.codes import ResponseCode, describe
+from remoting.codes import RequestCode, ResponseCode, describe
 
 
 class MQClientError(PyrmqError):
     """Base of every error the client SDK raises."""
+
+    request: str = ""  # what the client was doing ("SEND_BATCH_MESSAGE (320)", "send to MessageQueue[...]")
+    request_code: int = 0  # the RequestCode of the request that failed; 0 when the error is not about one
+
+    @property
+    def request_name(self) -> str:
+        """The RequestCode's name (``GET_BROKER_RUNTIME_INFO``), "" when there is none or it is unknown."""
+        try:
+            return RequestCode(self.request_code).name if self.request_code else ""
+        except ValueError:
+            return ""
 
 
 class ClientStateError(MQClientError):
@@ -27,15 +43,19 @@ class NoNameserverError(MQClientError):
 
     retriable = True
 
-    def __init__(self, addrs: list[str], last_error: str = "") -> None:
+    def __init__(self, addrs: list[str], last: MQClientError | None = None) -> None:
         where = ";".join(addrs) if addrs else "(none configured)"
-        detail = f" (last error: {last_error})" if last_error else ""
+        detail = f" (last error: {last.message})" if last is not None else ""
         super().__init__(
             f"no nameserver reachable at {where}{detail}",
             hint="check -n/NAMESRV_ADDR and that the nameservers are running",
         )
         self.addrs = list(addrs)
-        self.last_error = last_error
+        self.last = last  # the last nameserver's error (a NoAnswerError), None when none was tried
+
+    @property
+    def last_error(self) -> str:
+        return self.last.message if self.last is not None else ""
 
 
 class NoRouteError(MQClientError):
@@ -48,7 +68,6 @@ class NoRouteError(MQClientError):
             hint=f"create it with mqctl updateTopic -t {topic} -c {cluster} or enable autoCreateTopicEnable",
         )
         self.topic = topic
-        self.detail = detail
         self.detail = detail
 
 
@@ -80,7 +99,7 @@ _RETRIABLE_CODES = frozenset(
 class BrokerError(MQClientError):
     """A broker (or nameserver) answered with a code that is not success; ``remark`` is the server's reason."""
 
-    def __init__(self, code: int, remark: str, broker_addr: str, *, request: str = "") -> None:
+    def __init__(self, code: int, remark: str, broker_addr: str, *, request: str = "", request_code: int = 0) -> None:
         what = f"{request} " if request else ""
         super().__init__(
             f"{what}refused by {broker_addr}: {describe(code)}: {remark or 'no remark'}",
@@ -89,7 +108,13 @@ class BrokerError(MQClientError):
         self.code = int(code)
         self.remark = remark
         self.broker_addr = broker_addr
+        self.request = request
+        self.request_code = int(request_code)
         self.retriable = self.code in _RETRIABLE_CODES
+
+    @property
+    def response_code(self) -> int:
+        return self.code
 
 
 def _hint_for(code: int) -> str:
@@ -115,20 +140,23 @@ class NoAnswerError(MQClientError):
 
     retriable = True
 
-    def __init__(self, addr: str, problem: str, *, request: str, hint: str) -> None:
+    def __init__(self, addr: str, problem: str, *, request: str, hint: str, request_code: int = 0) -> None:
         what = f"{request} to " if request else ""
         super().__init__(f"{what}{addr} {problem}", hint=hint)
         self.addr = addr
+        self.request = request
+        self.request_code = int(request_code)
 
 
 class BrokerUnreachableError(NoAnswerError):
     """The transport failed: connection refused or lost before the answer, or too many requests waiting on it."""
 
-    def __init__(self, addr: str, status: str, details: str = "", *, request: str = "") -> None:
+    def __init__(self, addr: str, status: str, details: str = "", *, request: str = "", request_code: int = 0) -> None:
         super().__init__(
             addr,
             f"failed: {status}{': ' + details if details else ''}",
             request=request,
+            request_code=request_code,
             hint="the server is down or unreachable; the client avoids it for a few seconds and retries elsewhere",
         )
         self.status = status
@@ -138,11 +166,12 @@ class BrokerUnreachableError(NoAnswerError):
 class RequestTimeout(NoAnswerError):
     """No answer within the deadline; the request may or may not have been applied."""
 
-    def __init__(self, addr: str, timeout_s: float, *, request: str = "") -> None:
+    def __init__(self, addr: str, timeout_s: float, *, request: str = "", request_code: int = 0) -> None:
         super().__init__(
             addr,
             f"got no answer within {timeout_s:.1f}s",
             request=request,
+            request_code=request_code,
             hint="the server is slow, paused or partitioned; a retried send may be stored twice",
         )
         self.timeout_s = timeout_s

@@ -6,8 +6,8 @@ failed at transport level the call raises ``NoNameserverError`` naming them all 
 Bodies are parsed with ``remoting.fastjson`` (standard JSON and fastjson's bare numeric keys alike) into plain
 dicts with RocketMQ's field names; ``brokerAddrs`` keys become ints whichever way they were written:
 
-- ``topic_route_data(topic)``: GET_ROUTEINFO_BY_TOPIC (105), TopicRouteData (spec §5.3); TOPIC_NOT_EXIST (17)
-  raises ``NoRouteError``, another code ``BrokerError``;
+- ``topic_route_data(topic)``: GET_ROUTEINFO_BY_TOPIC (105), a ``remoting.topic_route.TopicRouteData`` (spec
+  §5.3, the one reader of that body); TOPIC_NOT_EXIST (17) raises ``NoRouteError``, another code ``BrokerError``;
 - ``cluster_info()``: GET_BROKER_CLUSTER_INFO (106), ClusterInfo (spec §5.4).
 
 A namesrv answers an unknown code with silence (spec §1.6), which shows here as ``NoNameserverError`` after
@@ -27,6 +27,7 @@ from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
 from remoting.frame_codec import RemotingCommand
 from remoting.headers import LONG_MAX, NumberError, parse_host_port, parse_int
+from remoting.topic_route import RouteDataError, TopicRouteData, read_topic_route
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +80,14 @@ class NamesrvClient:
         if not self.addrs:
             raise NoNameserverError([])
         timeout = self.timeout_s if timeout_s is None else timeout_s
-        last = ""
+        last: MQClientError | None = None
         for _ in range(len(self.addrs)):
             addr = self.current
             try:
                 return await self.remoting.invoke(addr, command(code, ext, body), timeout, request_name(code))
             except MQClientError as exc:
-                last = exc.message
-                log.debug("nameserver %s failed (%s); trying the next", addr, last)
+                last = exc
+                log.debug("nameserver %s failed (%s); trying the next", addr, exc.message)
                 self._index += 1
         raise NoNameserverError(self.addrs, last)
 
@@ -96,24 +97,25 @@ class NamesrvClient:
         """``invoke`` and demand SUCCESS (``BrokerError`` with the nameserver's remark otherwise)."""
         response = await self.invoke(code, ext, body, timeout_s)
         if response.code != ResponseCode.SUCCESS:
-            raise BrokerError(response.code, response.remark or "", self.current, request=request_name(code))
+            raise BrokerError(response.code, response.remark or "", self.current, request=request_name(code),
+                              request_code=code)
         return response
 
-    async def topic_route_data(self, topic: str) -> dict[str, Any]:
-        """TopicRouteData of ``topic``: ``queueDatas``, ``brokerDatas`` (int ``brokerAddrs`` keys), ..."""
+    async def topic_route_data(self, topic: str) -> TopicRouteData:
+        """TopicRouteData of ``topic``, read by ``remoting.topic_route`` (MQClientError when it cannot be)."""
         response = await self.invoke(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
         if response.code == ResponseCode.TOPIC_NOT_EXIST:
             raise NoRouteError(topic, response.remark or "the nameserver has no route for it")
         if response.code != ResponseCode.SUCCESS:
             raise BrokerError(
-                response.code, response.remark or "", self.current, request=f"GET_ROUTEINFO_BY_TOPIC {topic}"
+                response.code, response.remark or "", self.current, request=f"GET_ROUTEINFO_BY_TOPIC {topic}",
+                request_code=RequestCode.GET_ROUTEINFO_BY_TOPIC,
             )
-        data = parse_body(response, f"route of {topic}")
-        if not isinstance(data, dict):
-            raise MQClientError(f"route of {topic}: the body is not a TopicRouteData object")
-        data["queueDatas"] = list(data.get("queueDatas") or [])
-        data["brokerDatas"] = [{**bd, "brokerAddrs": broker_addrs(bd)} for bd in data.get("brokerDatas") or []]
-        return data
+        try:
+            return read_topic_route(response.body_bytes())
+        except RouteDataError as exc:
+            raise MQClientError(f"route of {topic} from {self.current}: {exc}", hint="check the nameserver's version"
+                                ) from None
 
     async def cluster_info(self) -> dict[str, Any]:
         """ClusterInfo: ``brokerAddrTable`` {brokerName: BrokerData with int ``brokerAddrs`` keys} and

@@ -105,7 +105,8 @@ class RemoteBrokerOffsetStore(_InMemoryOffsets):
                 last = exc
                 continue
             if resp.code != ResponseCode.SUCCESS:
-                raise BrokerError(resp.code, resp.remark or "", addr, request=what)
+                raise BrokerError(resp.code, resp.remark or "", addr, request=what,
+                                  request_code=RequestCode.UPDATE_CONSUMER_OFFSET)
             self._persisted[mq] = (addr, offset)
             return addr
         assert last is not None
@@ -126,7 +127,8 @@ class RemoteBrokerOffsetStore(_InMemoryOffsets):
             if resp.code == ResponseCode.QUERY_NOT_FOUND:
                 return -1
             if resp.code != ResponseCode.SUCCESS:
-                raise BrokerError(resp.code, resp.remark or "", addr, request=what)
+                raise BrokerError(resp.code, resp.remark or "", addr, request=what,
+                                  request_code=RequestCode.QUERY_CONSUMER_OFFSET)
             try:
                 return parse_int((resp.ext or {})["offset"], what="offset")
             except (KeyError, ValueError):

@@ -5,7 +5,9 @@ one more 1 KiB message in a request costs a few µs (spec/performance.md Part C)
 
 - A topic has at most one *open batch*, bound to one queue. Every send joins the open batch until it holds its
   cap or ``max_batch_bytes``; it is then sealed at once, else ``linger_ms`` after it opened (0: at the end of
-  the current event-loop iteration, so every send made in one iteration shares a request).
+  the current event-loop iteration, so every send made in one iteration shares a request). The batches' states
+  and every rule that moves them live in one pure state machine, ``client.send_batcher``; this module feeds it
+  sends and answers, and is its one sender.
 - The cap and the rule for a due batch below it come from ``client.batch_policy``: concurrent senders are
   spread over ``pipeline_depth`` requests (each capped at ``max_batch_messages``) so that the client and the
   broker work at the same time, and a partial batch waits while its broker already has ``pipeline_depth``
@@ -67,7 +69,8 @@ from client.namesrv import NamesrvClient
 from client.queue_choice import QueueChoice
 from client.route_cache import RouteCache, TopicRoute
 from client.rpc import ClientRemoting, command
-from client.send_batch import QueueSlot, SendBatch, fail_waiting
+from client.send_batch import SendBatch, fail_waiting
+from client.send_batcher import SendBatcher
 from common.service import Service
 from remoting.codes import ResponseCode
 from remoting.message_codec import MessageCodecError
@@ -101,13 +104,12 @@ RETRY_CODES = frozenset(
 
 
 class _TopicState:
-    __slots__ = ("choice", "open", "parked", "route", "route_task", "topic")
+    __slots__ = ("choice", "parked", "route", "route_task", "topic")
 
     def __init__(self, topic: str, choice: QueueChoice) -> None:
         self.topic = topic
         self.route: TopicRoute | None = None
         self.choice = choice
-        self.open: SendBatch | None = None
         self.parked: list[tuple[Message, asyncio.Future]] = []
         self.route_task: asyncio.Task | None = None
 
@@ -177,8 +179,17 @@ class Producer(Lifecycle):
             default_topic_queue_nums=default_topic_queue_nums,
         )
         self._topics: dict[str, _TopicState] = {}
-        self._slots: dict[MessageQueue, QueueSlot] = {}
-        self._held: dict[str, list[tuple[_TopicState, SendBatch]]] = {}  # broker name -> due batches waiting
+        self.batcher = SendBatcher(
+            self.policy,
+            max_batch_bytes=max_batch_bytes,
+            max_inflight_per_queue=self.max_inflight_per_queue,
+            send_timeout_s=send_timeout_s,
+            pick_queue=self._pick_queue,
+            send=self._send,
+            schedule_due=self._schedule_due,
+            on_seal=self._on_seal,
+            clock=time.monotonic,
+        )
         self._tasks: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._svc = Service(f"producer.{group}")
@@ -205,9 +216,7 @@ class Producer(Lifecycle):
             return
         deadline = time.monotonic() + (self.send_timeout_s + 1 if timeout_s is None else timeout_s)
         while True:  # parked first sends may open new batches once their route arrives: loop until quiet
-            for ts in self._topics.values():
-                if ts.open is not None:
-                    self._seal(ts, ts.open)
+            self.batcher.seal_all()
             pending = [t for t in self._tasks if not t.done()]
             pending += [ts.route_task for ts in self._topics.values() if ts.route_task is not None]
             remaining = deadline - time.monotonic()
@@ -220,11 +229,9 @@ class Producer(Lifecycle):
             t.cancel()
         if still:
             await asyncio.wait(still, timeout=1.0)
-        self._held.clear()  # every held batch was an open batch, sealed above
         closed = ProducerClosedError()
-        for slot in self._slots.values():
-            while slot.waiting:
-                self._fail(slot.waiting.popleft(), closed)
+        for batch in self.batcher.abandon():  # every held batch was an open one, sealed above
+            self._fail(batch, closed)
         for ts in self._topics.values():
             ts.fail_parked(closed)
         self._state = "stopped"
@@ -276,101 +283,58 @@ class Producer(Lifecycle):
                 )
             )
             return fut
-        wait = msg.wait_store_msg_ok
-        solo = msg.delay_level > 0
-        batch = ts.open
-        if batch is not None and (solo or batch.wait is not wait):
-            self._seal(ts, batch)
-            batch = None
-        if batch is None:
-            try:
-                batch = self._open_batch(ts, wait)
-            except MQClientError as exc:  # e.g. the route lost its last master
-                self.stats.failed += 1
-                self.routes.refresh_soon(msg.topic)
-                fut.set_exception(exc)
-                return fut
-        batch.entries.append((msg.flag, msg.body, props))
-        batch.ids.append(msg.msg_id)
-        batch.futures.append(fut)
-        batch.nbytes += len(msg.body)
-        if solo or len(batch.futures) >= batch.cap or batch.nbytes >= self.max_batch_bytes:
-            self._seal(ts, batch)
+        try:
+            self.batcher.add(msg.topic, (msg.flag, msg.body, props), msg.msg_id, fut, wait=msg.wait_store_msg_ok,
+                             solo=msg.delay_level > 0)
+        except MQClientError as exc:  # no queue for a new batch, e.g. the route lost its last master
+            self.stats.failed += 1
+            self.routes.refresh_soon(msg.topic)
+            fut.set_exception(exc)
         return fut
 
-    # batching ---------------------------------------------------------------------------------------------
-    def _open_batch(self, ts: _TopicState, wait: bool) -> SendBatch:
-        cached = self.routes.cached(ts.topic)
+    # the batcher's hooks ----------------------------------------------------------------------------------
+    def _pick_queue(self, topic: str) -> MessageQueue:
+        """The queue of a new batch of ``topic`` (``client.queue_choice``); NoRouteError when there is none."""
+        ts = self._topics[topic]
+        cached = self.routes.cached(topic)
         if cached is not None:
             ts.use(cached)
         route = ts.route
         assert route is not None
-        mq = ts.choice.pick(route.publish_queues, self._healthy, self._queue_in_flight, self.max_inflight_per_queue)
+        mq = ts.choice.pick(route.publish_queues, self._healthy, self.batcher.in_flight, self.max_inflight_per_queue)
         if mq is None:
-            raise NoRouteError(ts.topic, "no writable queue on a master broker")
-        batch = SendBatch(mq, time.monotonic() + self.send_timeout_s, self.policy.cap(), wait)
-        ts.open = batch
-        loop = self._loop
-        assert loop is not None
-        if self.linger_s > 0:
-            loop.call_later(self.linger_s, self._due, ts, batch)
-        else:
-            loop.call_soon(self._due, ts, batch)
-        return batch
+            raise NoRouteError(topic, "no writable queue on a master broker")
+        return mq
 
     def _healthy(self, broker_name: str) -> bool:
         addr = self.routes.find_broker_address_in_publish(broker_name)
         return addr is not None and self.remoting.health.healthy(addr)
 
-    def _queue_in_flight(self, mq: MessageQueue) -> int:
-        slot = self._slots.get(mq)
-        return 0 if slot is None else slot.inflight
-
-    def _due(self, ts: _TopicState, batch: SendBatch) -> None:
-        """The batch's linger is over: seal it, unless the policy holds it until its broker answers a request."""
-        if batch.sealed or ts.open is not batch:
-            return  # sealed by size already
-        broker = batch.mq.broker_name
-        if self.policy.hold(broker, len(batch.futures), batch.cap):
-            self.stats.held += 1
-            self._held.setdefault(broker, []).append((ts, batch))
-            return
-        self._seal(ts, batch)
-
-    def _release_held(self, broker: str) -> None:
-        held = self._held.pop(broker, None)
-        if held:
-            for ts, batch in held:
-                self._seal(ts, batch)
-
-    def _seal(self, ts: _TopicState, batch: SendBatch) -> None:
-        if ts.open is batch:
-            ts.open = None
-        if batch.sealed or not batch.futures:
-            return  # a linger timer after a size seal, or an empty batch
-        batch.sealed = True
-        self.stats.batches += 1
-        ts.choice.account(batch.mq, batch.nbytes)
-        self.policy.sealed(len(batch.futures))
-        slot = self._slots.get(batch.mq)
-        if slot is None:
-            slot = self._slots[batch.mq] = QueueSlot()
-        if slot.inflight < self.max_inflight_per_queue:
-            self._dispatch(slot, batch)
-        else:
-            slot.waiting.append(batch)
-
-    def _dispatch(self, slot: QueueSlot, batch: SendBatch) -> None:
-        slot.inflight += 1
-        self.policy.sent(batch.mq.broker_name)
+    def _schedule_due(self, batch: SendBatch) -> None:
         loop = self._loop
         assert loop is not None
-        task = loop.create_task(self._run_batch(slot, batch))
+        if self.linger_s > 0:
+            loop.call_later(self.linger_s, self._due, batch)
+        else:
+            loop.call_soon(self._due, batch)
+
+    def _due(self, batch: SendBatch) -> None:
+        if self.batcher.due(batch):
+            self.stats.held += 1
+
+    def _on_seal(self, batch: SendBatch) -> None:
+        self.stats.batches += 1
+        self._topics[batch.mq.topic].choice.account(batch.mq, batch.nbytes)
+
+    def _send(self, batch: SendBatch) -> None:
+        """The one sender: a task per sealed batch runs its request and retries."""
+        loop = self._loop
+        assert loop is not None
+        task = loop.create_task(self._run_batch(batch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run_batch(self, slot: QueueSlot, batch: SendBatch) -> None:
-        broker = batch.mq.broker_name  # a retry may move the batch; its request slot stays where it was taken
+    async def _run_batch(self, batch: SendBatch) -> None:
         try:
             await self._send_batch(batch)
         except asyncio.CancelledError:  # stop() ran out of time
@@ -379,14 +343,9 @@ class Producer(Lifecycle):
         except Exception as exc:  # never leave a caller waiting
             err = exc if isinstance(exc, MQClientError) else MQClientError(f"send failed: {exc!r}")
             self._fail(batch, err)
-        finally:
-            slot.inflight -= 1
-            self.policy.answered(broker)
-            self.policy.finished(len(batch.futures))
-            if slot.waiting and slot.inflight < self.max_inflight_per_queue:
-                self._dispatch(slot, slot.waiting.popleft())
-            if broker in self._held:  # after the senders this batch just completed had their turn to join
-                asyncio.get_running_loop().call_soon(self._release_held, broker)
+        finally:  # a retry may have moved the request; its slot stays where the batcher took it (batch.mq)
+            if self.batcher.finished(batch):  # after the senders this batch just completed had their turn to join
+                asyncio.get_running_loop().call_soon(self.batcher.release_held, batch.mq.broker_name)
 
     async def _send_batch(self, batch: SendBatch) -> None:
         ts = self._topics[batch.mq.topic]
@@ -430,7 +389,7 @@ class Producer(Lifecycle):
             if status is not None:
                 batch.complete(mq, resp.ext or {}, status)
                 return
-            last_error = BrokerError(resp.code, resp.remark or "", addr, request=request)
+            last_error = BrokerError(resp.code, resp.remark or "", addr, request=request, request_code=batch.code)
             if resp.code not in RETRY_CODES:
                 break
             self.routes.refresh_soon(mq.topic)

@@ -179,7 +179,7 @@ class PullAPI:
         resp = await self.remoting.invoke(addr, command(RequestCode.PULL_MESSAGE, header.to_ext()), timeout_s, what)
         status = _STATUS_BY_CODE.get(resp.code)
         if status is None:
-            raise BrokerError(resp.code, resp.remark or "", addr, request=what)
+            raise BrokerError(resp.code, resp.remark or "", addr, request=what, request_code=RequestCode.PULL_MESSAGE)
         ext = resp.ext or {}
         try:
             suggest = parse_int(ext.get("suggestWhichBrokerId", 0), what="suggestWhichBrokerId")

@@ -426,7 +426,8 @@ class PushConsumer(Lifecycle):
         try:
             return parse_int((resp.ext or {})["offset"], what="offset")
         except (KeyError, ValueError):
-            raise BrokerError(resp.code, "answer without a numeric offset header", addr, request=f"{code}") from None
+            raise BrokerError(resp.code, "answer without a numeric offset header", addr, request=f"{code}",
+                              request_code=code) from None
 
     async def _pull_loop(self, pq: ProcessQueue, start_delay_s: float) -> None:
         mq = pq.mq

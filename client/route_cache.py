@@ -28,17 +28,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from client.errors import NoRouteError
 from client.message import MessageQueue
-from client.namesrv import NamesrvClient, broker_addrs
+from client.namesrv import NamesrvClient
 from client.rpc import HealthTracker
 from common.broker_id import MASTER_ID
 from common.perm import PERM_READ, PERM_WRITE
-from remoting.headers import INT_MAX, parse_int
 from remoting.message_headers import DEFAULT_TOPIC
+from remoting.topic_route import TopicRouteData, read_topic_route
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,25 @@ class TopicRoute:
     fetched_at: float = field(default_factory=time.monotonic)
 
 
+def route_from_data(topic: str, data: TopicRouteData, *, max_write_queues: int | None = None) -> TopicRoute:
+    """Pure: a TopicRoute from a TopicRouteData (spec §5.3; read by ``remoting.topic_route``).
+
+    ``max_write_queues`` caps each group's publish queues (the TBW102 path's defaultTopicQueueNums)."""
+    addrs = {bd.broker_name: dict(bd.broker_addrs) for bd in data.broker_datas}
+    publish: list[MessageQueue] = []
+    subscribe: list[MessageQueue] = []
+    for qd in sorted(data.queue_datas, key=lambda q: q.broker_name):
+        name, perm = qd.broker_name, qd.perm
+        if perm & PERM_WRITE and MASTER_ID in addrs.get(name, {}):
+            n = qd.write_queue_nums
+            if max_write_queues is not None:
+                n = min(n, max_write_queues)
+            publish.extend(MessageQueue(topic, name, i) for i in range(n))
+        if perm & PERM_READ:
+            subscribe.extend(MessageQueue(topic, name, i) for i in range(qd.read_queue_nums))
+    return TopicRoute(topic, publish, subscribe, addrs)
+
+
 def build_route(
     topic: str,
     queue_datas: Iterable[Mapping[str, Any]],
@@ -62,41 +81,19 @@ def build_route(
     *,
     max_write_queues: int | None = None,
 ) -> TopicRoute:
-    """Pure: a TopicRoute from TopicRouteData's ``queueDatas`` and ``brokerDatas`` (spec §5.3, RocketMQ's names).
-
-    ``max_write_queues`` caps each group's publish queues (the TBW102 path's defaultTopicQueueNums)."""
-    addrs = {str(bd["brokerName"]): broker_addrs(bd) for bd in broker_datas}
-    publish: list[MessageQueue] = []
-    subscribe: list[MessageQueue] = []
-    for qd in sorted(queue_datas, key=lambda q: q["brokerName"]):
-        name, perm = str(qd["brokerName"]), parse_int(qd.get("perm", 0), 0, INT_MAX, what="perm")
-        if perm & PERM_WRITE and MASTER_ID in addrs.get(name, {}):
-            n = parse_int(qd.get("writeQueueNums", 0), 0, INT_MAX, what="writeQueueNums")
-            if max_write_queues is not None:
-                n = min(n, max_write_queues)
-            publish.extend(MessageQueue(topic, name, i) for i in range(n))
-        if perm & PERM_READ:
-            n = parse_int(qd.get("readQueueNums", 0), 0, INT_MAX, what="readQueueNums")
-            subscribe.extend(MessageQueue(topic, name, i) for i in range(n))
-    return TopicRoute(topic, publish, subscribe, addrs)
+    """``route_from_data`` of QueueData and BrokerData objects with RocketMQ's names, read by the one
+    TopicRouteData reader (``RouteDataError``, a ValueError, names a bad field)."""
+    data = read_topic_route({"queueDatas": list(queue_datas), "brokerDatas": list(broker_datas)})
+    return route_from_data(topic, data, max_write_queues=max_write_queues)
 
 
-def route_from_data(topic: str, data: Mapping[str, Any], *, max_write_queues: int | None = None) -> TopicRoute:
-    """A TopicRoute from a parsed TopicRouteData body."""
-    return build_route(
-        topic, data.get("queueDatas") or [], data.get("brokerDatas") or [], max_write_queues=max_write_queues
-    )
-
-
-def default_route_data(template: Mapping[str, Any], queue_nums: int) -> dict[str, Any]:
+def default_route_data(template: TopicRouteData, queue_nums: int) -> TopicRouteData:
     """Pure: RocketMQ's producer fallback for a topic the nameserver has no route for (MQClientInstance's
     ``updateTopicRouteInfoFromNameServer`` with ``isDefault``): the ``TBW102`` TopicRouteData ``template`` with each
     QueueData's read and write queues set to ``min(queue_nums, readQueueNums)`` (defaultTopicQueueNums, 4)."""
-    queue_datas = []
-    for qd in template.get("queueDatas") or []:
-        n = min(queue_nums, parse_int(qd.get("readQueueNums", 0), 0, INT_MAX, what="readQueueNums"))
-        queue_datas.append({**qd, "readQueueNums": n, "writeQueueNums": n})
-    return {**template, "queueDatas": queue_datas}
+    capped = [(qd, min(queue_nums, qd.read_queue_nums)) for qd in template.queue_datas]
+    queue_datas = tuple(replace(qd, read_queue_nums=n, write_queue_nums=n) for qd, n in capped)
+    return replace(template, queue_datas=queue_datas)
 
 
 class RouteCache:

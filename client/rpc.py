@@ -50,10 +50,10 @@ def request_name(code: int) -> str:
         return f"request {code}"
 
 
-def client_error(exc: RemotingError, request: str = "") -> MQClientError:
+def client_error(exc: RemotingError, request: str = "", request_code: int = 0) -> MQClientError:
     """The SDK error for a failed remoting call (the transport failed; no response arrived)."""
     if isinstance(exc, RemotingTimeoutError):
-        return RequestTimeout(exc.addr, exc.timeout_s, request=request)
+        return RequestTimeout(exc.addr, exc.timeout_s, request=request, request_code=request_code)
     if isinstance(exc, RemotingConnectError):
         status = "CONNECT_FAILED"
     elif isinstance(exc, RemotingClosedError):
@@ -62,8 +62,7 @@ def client_error(exc: RemotingError, request: str = "") -> MQClientError:
         status = "TOO_MANY_REQUESTS"
     else:
         status = "TRANSPORT_ERROR"
-    details = exc.message.removeprefix(f"{exc.addr}: ")
-    return BrokerUnreachableError(exc.addr, status, details, request=request)
+    return BrokerUnreachableError(exc.addr, status, exc.detail, request=request, request_code=request_code)
 
 
 class HealthTracker:
@@ -136,7 +135,7 @@ class ClientRemoting:
             response = await self.client.invoke(addr, request, timeout_s)
         except RemotingError as exc:
             self.health.mark_failed(addr)
-            raise client_error(exc, what or request_name(request.code)) from None
+            raise client_error(exc, what or request_name(request.code), request.code) from None
         self.health.mark_ok(addr)
         return response
 
@@ -154,7 +153,7 @@ class ClientRemoting:
         name = what or request_name(code)
         response = await self.invoke(addr, command(code, ext, body), timeout_s, name)
         if response.code != ResponseCode.SUCCESS:
-            raise BrokerError(response.code, response.remark or "", addr, request=name)
+            raise BrokerError(response.code, response.remark or "", addr, request=name, request_code=code)
         return response
 
     async def oneway(self, addr: str, code: int, ext: Mapping[str, str] | None = None, body: Body = b"") -> bool:
@@ -163,7 +162,7 @@ class ClientRemoting:
             await self.client.invoke_oneway(addr, command(code, ext, body))
         except RemotingError as exc:
             self.health.mark_failed(addr)
-            log.debug("%s", client_error(exc, request_name(code)))
+            log.debug("%s", client_error(exc, request_name(code), code))
             return False
         return True
 

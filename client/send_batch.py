@@ -6,15 +6,15 @@ differ in ``wait_store_msg_ok`` go in different batches) and, for a dedup produc
 field. Every message of a batch shares its outcome: one SendResult each (its own msgId, offset id and queue
 offset) or the same error.
 
-The producer (client/producer.py) decides when a batch opens, seals and is retried, and runs at most
-``max_inflight_per_queue`` requests per queue (``QueueSlot``); this module holds the batch, builds its request
-and resolves its sends. Not thread-safe: the producer uses it from its event loop.
+``client.send_batcher`` decides when a batch opens and seals and when it may go out (its ``BatchState``); the
+producer (client/producer.py) sends and retries it; this module holds the batch, builds its request and resolves
+its sends. Not thread-safe: the producer uses it from its event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+import enum
 from collections.abc import Iterable
 
 from client.errors import MQClientError
@@ -25,6 +25,16 @@ from remoting.message_codec import encode_batch
 from remoting.message_headers import SendHeader
 
 WAIT_FALSE = "WAIT\x01false"
+
+
+class BatchState(enum.Enum):
+    """Where a batch is in ``client.send_batcher`` (its docstring says what moves it)."""
+
+    OPEN = "open"  # takes sends, not due yet
+    HELD = "held"  # due, still takes sends, waits for its broker to answer a request
+    WAITING = "waiting"  # sealed, waits for a request slot of its queue
+    IN_FLIGHT = "in_flight"  # its request (and retries) run
+    DONE = "done"  # answered, failed or abandoned
 
 
 class SendBatch:
@@ -39,7 +49,7 @@ class SendBatch:
         "ids",
         "mq",
         "nbytes",
-        "sealed",
+        "state",
         "wait",
     )
 
@@ -52,7 +62,7 @@ class SendBatch:
         self.futures: list[asyncio.Future] = []
         self.nbytes = 0
         self.deadline = deadline
-        self.sealed = False
+        self.state = BatchState.OPEN
         self.code = 0  # the request code and header, built once at the first attempt (retries change queueId)
         self.ext: dict[str, str] | None = None
         self.body: bytes = b""
@@ -112,13 +122,3 @@ def fail_waiting(futures: Iterable[asyncio.Future], err: MQClientError) -> int:
             failed += 1
             fut.set_exception(err)
     return failed
-
-
-class QueueSlot:
-    """One queue's requests in flight and the sealed batches waiting for their turn."""
-
-    __slots__ = ("inflight", "waiting")
-
-    def __init__(self) -> None:
-        self.inflight = 0
-        self.waiting: deque[SendBatch] = deque()

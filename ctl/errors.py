@@ -95,10 +95,8 @@ def _from_sdk(exc: BaseException) -> CtlError | None:
         return None
     if isinstance(exc, sdk.NoNameserverError):
         return NamesrvUnreachable(";".join(exc.addrs), "")
-    if isinstance(exc, sdk.BrokerUnreachableError):
-        return BrokerUnreachable(exc.addr, _request_of(exc), TRANSPORT_WORDS.get(exc.status, exc.status))
-    if isinstance(exc, sdk.RequestTimeout):
-        return BrokerUnreachable(exc.addr, _request_of(exc), f"no answer within {exc.timeout_s:.1f}s")
+    if isinstance(exc, sdk.BrokerUnreachableError | sdk.RequestTimeout):
+        return BrokerUnreachable(exc.addr, exc.request_name or "the request", transport_reason(exc))
     return None
 
 
@@ -110,12 +108,17 @@ TRANSPORT_WORDS = {
 }
 
 
-def _request_of(exc: PyrmqError) -> str:
-    """The SDK puts the request first: "GET_BROKER_RUNTIME_INFO (28) to 127.0.0.1:10911 failed ..." ->
-    "GET_BROKER_RUNTIME_INFO"."""
-    head, sep, _ = exc.message.partition(" to ")
-    name = head.split(" ", 1)[0]
-    return name if sep and name.isupper() else "the request"
+def transport_reason(exc: BaseException | None) -> str:
+    """Why an SDK request got no answer, in an operator's words, from the error's fields: "cannot connect", "no
+    answer within 5.0s"; the error's own text for anything else, "no answer" for none."""
+    sdk = sys.modules.get("client.errors")
+    if exc is None:
+        return "no answer"
+    if sdk is not None and isinstance(exc, sdk.RequestTimeout):
+        return f"no answer within {exc.timeout_s:.1f}s"
+    if sdk is not None and isinstance(exc, sdk.BrokerUnreachableError):
+        return TRANSPORT_WORDS.get(exc.status, exc.details or exc.status)
+    return exc.message if isinstance(exc, PyrmqError) else str(exc) or "no answer"
 
 
 def describe(exc: BaseException) -> str | None:

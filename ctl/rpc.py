@@ -20,7 +20,7 @@ from client.admin import AdminClient, BrokerData, ClusterInfo
 from client.errors import BrokerError, NoNameserverError, NoRouteError
 from client.namesrv import NamesrvClient
 from common.broker_id import MASTER_ID
-from ctl.errors import TRANSPORT_WORDS, NamesrvUnreachable, Refused, TopicNotFound, UnknownName
+from ctl.errors import NamesrvUnreachable, Refused, TopicNotFound, UnknownName, transport_reason
 from remoting.frame_codec import RemotingCommand
 
 CALL_TIMEOUT_S = 5.0
@@ -72,7 +72,7 @@ class Cluster:
         try:
             return self._runner.run(coro)
         except NoNameserverError as exc:
-            raise NamesrvUnreachable(";".join(self.namesrv_addrs), _reason_of(exc.last_error)) from None
+            raise NamesrvUnreachable(";".join(self.namesrv_addrs), transport_reason(exc.last)) from None
 
     # nameserver ---------------------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -162,30 +162,18 @@ class Cluster:
 
         async def call_all() -> list[tuple[str, RemotingCommand]]:
             answers = []
-            last = ""
+            last = None
             for addr in self.namesrv_addrs:
                 one = NamesrvClient(addr, remoting=self.client.remoting, timeout_s=self.timeout_s)
                 try:
                     answers.append((addr, await one.invoke(code, ext)))
                 except NoNameserverError as exc:
-                    last = exc.last_error
+                    last = exc.last
             if not answers:
                 raise NoNameserverError(self.namesrv_addrs, last)
             return answers
 
         return self.run(call_all())
-
-
-def _reason_of(last_error: str) -> str:
-    """What went wrong in the SDK's last error, said briefly: "GET_... (106) to 127.0.0.1:9876 failed:
-    CONNECT_FAILED: cannot connect (...)" -> "cannot connect"; a timeout -> "no answer within 5 s"."""
-    if " got no answer within " in last_error:
-        return "no answer within " + last_error.rpartition(" got no answer within ")[2]
-    _, sep, rest = last_error.partition(" failed: ")
-    if not sep:
-        return last_error or "no answer"
-    status, _, details = rest.partition(": ")
-    return TRANSPORT_WORDS.get(status, details or status)
 
 
 def read_addr(broker_addrs: dict[int, str], prefer_slave: bool = False) -> tuple[int, str]:

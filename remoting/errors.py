@@ -12,6 +12,7 @@ class RemotingError(PyrmqError):
     def __init__(self, addr: str, message: str, *, hint: str | None = None) -> None:
         super().__init__(f"{addr}: {message}", hint=hint)
         self.addr = addr
+        self.detail = message  # what failed, without the address
 
 
 class RemotingConnectError(RemotingError):

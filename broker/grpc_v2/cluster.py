@@ -32,12 +32,12 @@ from common import conf
 from common.broker_id import MASTER_ID
 from common.errors import ConfigError
 from common.perm import PERM_RW
-from remoting import fastjson
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode, describe
 from remoting.errors import RemotingError
 from remoting.frame_codec import RemotingCommand
-from remoting.headers import LONG_MAX, NumberError, parse_host_port, parse_int
+from remoting.headers import NumberError, parse_host_port, parse_int
+from remoting.topic_route import RouteDataError, read_topic_route
 
 log = logging.getLogger(__name__)
 
@@ -86,28 +86,15 @@ def endpoints(host: str, port: int) -> pb.Endpoints:
 
 
 def parse_route(body: bytes, topic: str) -> list[Share]:
-    """TopicRouteData (GET_ROUTEINFO_BY_TOPIC's body) as one Share per broker group that has queues of the topic.
-    ``RouteUnknown`` when the body is not a TopicRouteData."""
+    """TopicRouteData (GET_ROUTEINFO_BY_TOPIC's body, read by ``remoting.topic_route``) as one Share per broker
+    group that has queues of the topic. ``RouteUnknown`` when the body is not a TopicRouteData."""
     try:
-        data = fastjson.loads(body or b"{}")
-        if not isinstance(data, dict):
-            raise TypeError("not a JSON object")
-        masters: dict[str, str] = {}
-        for bd in data.get("brokerDatas") or []:
-            addrs = {parse_int(k, 0, LONG_MAX, what="brokerId"): str(v) for k, v in (bd.get("brokerAddrs") or {}).items()}
-            masters[str(bd["brokerName"])] = addrs.get(MASTER_ID, "")
-        shares = []
-        for qd in data.get("queueDatas") or []:
-            name = str(qd["brokerName"])
-            shares.append(Share(
-                name, masters.get(name, ""),
-                parse_int(qd.get("readQueueNums", 0), 0, 65535, what="readQueueNums"),
-                parse_int(qd.get("writeQueueNums", 0), 0, 65535, what="writeQueueNums"),
-                parse_int(qd.get("perm", 0), 0, 255, what="perm"),
-            ))
-        return shares
-    except (fastjson.JsonBodyError, UnicodeDecodeError, TypeError, KeyError, AttributeError, NumberError) as exc:
+        data = read_topic_route(body)
+    except RouteDataError as exc:
         raise RouteUnknown(f"the nameserver's route of {topic} is not a TopicRouteData: {exc}") from None
+    masters = {bd.broker_name: bd.broker_addrs.get(MASTER_ID, "") for bd in data.broker_datas}
+    return [Share(qd.broker_name, masters.get(qd.broker_name, ""), qd.read_queue_nums, qd.write_queue_nums, qd.perm)
+            for qd in data.queue_datas]
 
 
 def parse_grpc_port(body: bytes, addr: str) -> int:

@@ -2,7 +2,9 @@
 
 By role:
 - SYNC_MASTER / ASYNC_MASTER: an ``HAMaster`` on ``0.0.0.0:haListenPort``; a SYNC_MASTER also installs the
-  ``GroupTransfer`` waiter with ``store.set_replica_waiter`` so a put answers PUT_OK only after a slave ack;
+  ``GroupTransfer`` waiter with ``store.set_replica_waiter`` so a put answers PUT_OK only after a slave ack. It is
+  installed here and only here, at ``start()``, wrapped by the ``wrap_waiter`` the broker passes (its metrics'
+  timing), so no put ever meets an unwrapped or a second waiter;
 - SLAVE: an ``HASlave`` towards ``haMasterAddress``, or towards the address the broker passes to
   ``update_master_address`` after each registration.
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from broker.config import BrokerRole, BrokerSettings
 from broker.ha.group_transfer import GroupTransfer
@@ -27,9 +30,11 @@ log = logging.getLogger(__name__)
 
 
 class HAService:
-    def __init__(self, settings: BrokerSettings, store, *, listen_host: str = "0.0.0.0") -> None:
+    def __init__(self, settings: BrokerSettings, store, *, listen_host: str = "0.0.0.0",
+                 wrap_waiter: Callable[[Callable], Callable] | None = None) -> None:
         self.settings = settings
         self.store = store
+        self._wrap_waiter = wrap_waiter
         self.role = settings.role
         self.counters = HACounters()
         self._rates = ByteRate()
@@ -65,7 +70,8 @@ class HAService:
         if self.master is not None:
             await self.master.start()
             if self.group_transfer is not None:
-                self.store.set_replica_waiter(self.group_transfer.wait)
+                waiter = self.group_transfer.wait
+                self.store.set_replica_waiter(self._wrap_waiter(waiter) if self._wrap_waiter else waiter)
         if self.slave is not None:
             await self.slave.start()
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from broker.context import BrokerContext
 from broker.processors import validate
-from broker.retry import SendBackRequest
+from broker.processors.status_map import put_code
+from broker.retry import SendBackRequest, SendBackResult
 from remoting.codes import SEND_OK_CODES, RequestCode, ResponseCode
 from remoting.connection import Connection
 from remoting.frame_codec import RemotingCommand, response_to
 from remoting.headers import Fields
-from remoting.message_codec import DLQ_GROUP_TOPIC_PREFIX
 
 
 async def _send_back(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -44,11 +44,24 @@ async def _send_back(ctx: BrokerContext, conn: Connection, request: RemotingComm
     )
     if topics_changed:
         ctx.topics_changed()
-    if ctx.metrics is not None and result.code in SEND_OK_CODES:
-        ctx.metrics.on_send_back(
-            origin_topic or result.topic, group, to_dlq=result.topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
-        )
-    return response_to(request, result.code, result.remark or None)
+    code, remark = answer(result, group)
+    if ctx.metrics is not None and code in SEND_OK_CODES:
+        ctx.metrics.on_send_back(origin_topic or result.topic, group, to_dlq=result.to_dlq)
+    return response_to(request, code, remark or None)
+
+
+def answer(result: SendBackResult, group: str) -> tuple[ResponseCode, str]:
+    """The response code and remark of a send-back (the retry service speaks in store terms)."""
+    if result.group_missing:
+        return ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, result.group_missing
+    if result.refusal is not None:
+        return result.refusal.code, result.refusal.remark
+    assert result.put is not None
+    code, remark = put_code(result.put.status, result.put.remark)
+    if result.to_dlq and result.put.status.stored:
+        remark = remark or (f"reconsumed {result.reconsume_times - 1} times (max {result.max_reconsume_times});"
+                            f" moved to {result.topic}")
+    return code, remark
 
 
 def register(server, ctx: BrokerContext) -> None:

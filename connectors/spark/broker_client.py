@@ -6,7 +6,8 @@ Why not the asyncio SDK: Spark calls the connector synchronously (``read()`` is 
 matched by opaque) on an event loop that runs in one daemon thread of its own. Callers block on
 ``call()``, or start requests with ``submit()`` and collect them later with ``wait()`` (a read prefetches the
 next pull while it decodes the last one; the sink keeps several sends in flight). The pure parts of the SDK are
-reused: ``route_from_data`` / ``MASTER_ID`` (RocketMQ's route rules) and the nameserver address parsing.
+reused: ``route_from_data`` / ``MASTER_ID`` (RocketMQ's route rules) over ``remoting.topic_route``'s reader and the
+nameserver address parsing.
 
 Fork and pickling safety: nothing here is created at import time. ``client_for(namesrv)`` keeps one client per
 (process id, nameserver list); a forked child sees another pid and opens its own thread and connections (the
@@ -30,12 +31,12 @@ from collections.abc import Mapping
 from client.namesrv import parse_namesrv_addr
 from client.route_cache import MASTER_ID, TopicRoute, route_from_data
 from connectors.spark.errors import BrokerRefusal, Unavailable
-from remoting import fastjson
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import RemotingError
 from remoting.frame_codec import RemotingCommand
 from remoting.headers import parse_int
+from remoting.topic_route import RouteDataError, read_topic_route
 
 log = logging.getLogger("pyrmq.spark")
 
@@ -54,6 +55,7 @@ class TransportError(Exception):
     def __init__(self, addr: str, detail: str) -> None:
         super().__init__(f"{addr}: {detail}")
         self.addr = addr
+        self.detail = detail
 
 
 class SyncClient:
@@ -99,7 +101,7 @@ class SyncClient:
             response = future.result(getattr(future, "timeout_s", self.timeout_s) + WAIT_SLACK_S)
         except RemotingError as exc:
             self.mark_failed(addr)
-            raise TransportError(addr, exc.message.removeprefix(f"{addr}: ")) from None
+            raise TransportError(addr, exc.detail) from None
         except concurrent.futures.TimeoutError:
             future.cancel()
             self.mark_failed(addr)
@@ -127,6 +129,8 @@ class SyncClient:
             pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(WAIT_SLACK_S)
+        if not self._thread.is_alive():
+            self._loop.close()  # its selector and self-pipe
 
     # routes -----------------------------------------------------------------------------------------------
     def route(self, topic: str, *, max_age_s: float = ROUTE_MAX_AGE_S) -> TopicRoute:
@@ -147,8 +151,8 @@ class SyncClient:
                     return cached[1]
                 raise BrokerRefusal(f"route of topic {topic}", addr, resp.code, resp.remark or "")
             try:
-                route = route_from_data(topic, fastjson.loads(resp.body_bytes()))
-            except (fastjson.JsonBodyError, KeyError, TypeError, ValueError, AttributeError) as exc:
+                route = route_from_data(topic, read_topic_route(resp.body_bytes()))
+            except RouteDataError as exc:
                 raise BrokerRefusal(
                     f"route of topic {topic}", addr, ResponseCode.SYSTEM_ERROR, f"unreadable route body: {exc}"
                 ) from None

@@ -22,7 +22,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from connectors.spark import offsets as off
+import connectors.spark.offsets as off
 from connectors.spark.broker_client import client_for
 from connectors.spark.errors import DataLossError
 from connectors.spark.options import ReadSettings, SourceOptions

@@ -225,3 +225,60 @@ def test_the_private_name_checks_see_violations(tmp_path):
     )
     assert [h.split(":")[0] for h in _private_names_imported(sample)] == ["1", "2"]
     assert _private_attributes_used(sample) == ["5: store._cq"]
+
+
+# A module of the SDK or the connector never imports its own package (issue 22 item 13): ``client`` and
+# ``connectors.spark`` load some of their modules lazily (``__getattr__``), so ``from client import admin_bodies``
+# inside ``client.admin`` ties the package and its module into a loop. Import the module itself
+# (``import client.admin_bodies as bodies``, ``from client.admin_bodies import ...``).
+
+
+def own_package_imports(path: Path, module: str) -> list[str]:
+    """The imports in ``path`` (the module ``module``) that name one of its enclosing packages."""
+    parts = module.split(".")
+    ancestors = {".".join(parts[:i]) for i in range(1, len(parts))}
+    return [base for base, _ in _import_statements(path, module) if base in ancestors]
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_sdk_and_connector_modules_never_import_their_own_package(path):
+    bad = own_package_imports(path, _module_name(path))
+    assert not bad, f"{path.relative_to(ROOT)} imports its own package {bad}: import the module itself"
+
+
+def test_the_own_package_check_sees_self_imports(tmp_path):
+    sample = tmp_path / "admin.py"
+    sample.write_text("from client import admin_bodies as b\nimport client.errors\nfrom . import x\n"
+                      "def f():\n    from connectors import spark\n")
+    assert own_package_imports(sample, "client.admin") == ["client", "client"]
+    assert own_package_imports(sample, "connectors.spark.source") == ["connectors.spark", "connectors"]
+
+
+# The broker's domain services answer in domain terms (store statuses, refusals); the request layer (processors,
+# the broker context, remoting's frames, headers and codes) imports them and maps their answers to responses,
+# never the other way round (issue 22 item 13).
+
+DOMAIN_SERVICES = ("broker.retry",)
+REQUEST_LAYER = ("broker.processors", "broker.context", "remoting.codes", "remoting.frame_codec", "remoting.headers",
+                 "remoting.connection", "remoting.server")
+
+
+def request_layer_imports(path: Path, module: str) -> list[str]:
+    return sorted({m for m in _imports_of(path, module) if m.startswith(REQUEST_LAYER)
+                   and any(m == layer or m.startswith(layer + ".") for layer in REQUEST_LAYER)})
+
+
+@pytest.mark.parametrize("module", DOMAIN_SERVICES)
+def test_domain_services_never_import_the_request_layer(module):
+    path = ROOT / (module.replace(".", "/") + ".py")
+    bad = request_layer_imports(path, module)
+    assert not bad, f"{module} imports the request layer {bad}: answer a domain result and map it in the processor"
+
+
+def test_the_request_layer_check_sees_imports(tmp_path):
+    sample = tmp_path / "retry.py"
+    sample.write_text("from broker.processors.status_map import put_code\nfrom remoting.codes import ResponseCode\n"
+                      "from remoting.message_codec import decode\nimport broker.processors_x\n")
+    assert request_layer_imports(sample, "broker.retry") == [
+        "broker.processors.status_map", "broker.processors.status_map.put_code", "remoting.codes",
+        "remoting.codes.ResponseCode"]

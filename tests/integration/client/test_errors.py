@@ -6,6 +6,7 @@ import pytest
 
 from client import (
     BrokerError,
+    BrokerUnreachableError,
     Message,
     MessageQueue,
     NoNameserverError,
@@ -14,7 +15,7 @@ from client import (
     PullConsumer,
     SendStatus,
 )
-from remoting.codes import ResponseCode
+from remoting.codes import RequestCode, ResponseCode
 from tests.brokers import broker_fixture
 from tests.integration.client.conftest import create_topic, unique
 from harness.procs import Broker, free_port
@@ -39,6 +40,9 @@ async def test_sending_to_an_unknown_topic_without_auto_create_says_how_to_creat
     assert info.value.code == ResponseCode.TOPIC_NOT_EXIST
     assert topic in text and info.value.broker_addr == strict_broker.addr
     assert "updateTopic" in text and "autoCreateTopicEnable" in text
+    # what failed is in fields, not only in the text (issue 22 item 13)
+    assert info.value.request_code == RequestCode.SEND_MESSAGE_V2 and info.value.request_name == "SEND_MESSAGE_V2"
+    assert info.value.response_code == ResponseCode.TOPIC_NOT_EXIST and "autoCreateTopicEnable" in info.value.remark
 
 
 async def test_pulling_a_topic_without_route_raises_no_route_error(namesrv, strict_broker):
@@ -58,6 +62,9 @@ async def test_an_unreachable_nameserver_is_named_with_a_hint():
             await producer.send(Message("AnyTopic", b"x"))
     assert closed in str(info.value)
     assert "NAMESRV_ADDR" in str(info.value)
+    last = info.value.last  # the last nameserver's own error, with its fields
+    assert isinstance(last, BrokerUnreachableError) and last.addr == closed and last.status == "CONNECT_FAILED"
+    assert last.request_name == "GET_ROUTEINFO_BY_TOPIC" and last.details
     assert info.value.retriable
 
 

@@ -174,7 +174,7 @@ async def test_routes_parse_fastjson_bare_keys_and_17_is_no_route():
             info = await ns.cluster_info()
         finally:
             await ns.close()
-    assert data["brokerDatas"][0]["brokerAddrs"] == {0: fake.addr}
+    assert data.broker_datas[0].broker_addrs == {0: fake.addr}
     assert info["brokerAddrTable"]["b"]["brokerAddrs"] == {0: fake.addr}
     assert info["clusterAddrTable"] == {"C": ["b"]}
     assert ns.current == fake.addr  # the dead first nameserver was skipped and the live one kept
