@@ -301,7 +301,7 @@ class BrokerMetrics:
 
     def timed_replica_waiter(self, waiter: ReplicaWaiter) -> ReplicaWaiter:
         """Wrap the store's replica waiter (``GroupTransfer.wait``) so each SYNC_MASTER batch observes its wait
-        once: ``store.set_replica_waiter(metrics.timed_replica_waiter(ha.group_transfer.wait))``. An immediate
+        once; ``HAService.start`` installs it, wrapped by this (the broker passes it as ``wrap_waiter``). An immediate
         SLAVE_NOT_AVAILABLE is not a wait and is only counted by ``on_send``."""
         clock = time.perf_counter
 
