@@ -1,17 +1,13 @@
 """A real Prometheus server for metrics tests: find (or install) the binary, run it on loopback, query PromQL.
 
-The binary is Debian's ``prometheus`` package (no container registry is reachable here). ``find_or_install``
-looks on PATH and at /usr/bin/prometheus and, when missing, runs ``apt-get update`` and
-``apt-get install -y --no-install-recommends prometheus`` as root; the caller skips with the returned reason if
-that is impossible. Each ``PrometheusServer`` gets its own config (scraping the given targets every second),
+The binary is Debian's ``prometheus`` package (no container registry is reachable here), found or installed by
+``harness.debian_pkg`` as root; the caller skips with the returned reason if that is impossible. Each ``PrometheusServer`` gets its own config (scraping the given targets every second),
 its own TSDB directory and a free loopback port, and is stopped with TERM then KILL.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import time
 import urllib.error
@@ -19,43 +15,14 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from harness import debian_pkg
 from harness.procs import free_port
 from harness.waiting import wait_until
 
-INSTALL_TIMEOUT_S = 600
-
-
-def find_prometheus() -> str | None:
-    found = shutil.which("prometheus")
-    if found:
-        return found
-    return "/usr/bin/prometheus" if os.access("/usr/bin/prometheus", os.X_OK) else None
-
 
 def find_or_install() -> tuple[str | None, str]:
-    """(path, "") when available, else (None, why not). Installs Debian's package when we are root."""
-    found = find_prometheus()
-    if found:
-        return found, ""
-    if os.geteuid() != 0:
-        return None, "prometheus is not installed and we are not root: apt-get install prometheus (or make test-deps)"
-    if not shutil.which("apt-get"):
-        return None, "prometheus is not installed and apt-get is missing: install a prometheus binary on PATH"
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    steps = (
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", "prometheus"],
-    )
-    for cmd in steps:
-        try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
-        except subprocess.TimeoutExpired:
-            return None, f"{' '.join(cmd)} did not finish in {INSTALL_TIMEOUT_S} s"
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            return None, f"{' '.join(cmd)} failed ({proc.returncode}): {' | '.join(tail)}"
-    found = find_prometheus()
-    return (found, "") if found else (None, "apt-get installed prometheus but no binary is on PATH")
+    """(path, "") when available, else (None, why not): Debian's package, installed when we are root."""
+    return debian_pkg.find_or_install("prometheus", "prometheus")
 
 
 def render_config(jobs: dict[str, list[str]], *, scrape_interval: str = "1s") -> str:
