@@ -47,16 +47,24 @@ class Ledger:
     seen_half_end: int = 0  # the half queue offset after the last copy replayed or put
 
     # replay and new records ----------------------------------------------------------------------------------
-    def on_half(self, copy: HalfCopy) -> None:
-        """A half copy stored (replayed at start, or just put)."""
+    def on_half(self, copy: HalfCopy) -> bool:
+        """A half copy stored (replayed at start, or just put). True when the caller must close it with an op
+        (``superseded``): its transaction was decided already (a check re-put it while END_TRANSACTION decided it).
+        Without that op a replay after ``op_offset`` passed the decision would take the copy for an open one."""
         q = copy.queue_offset
         self.seen_half_end = max(self.seen_half_end, q + 1)
         if q < self.half_offset or q in self.closed_ahead:
-            return
+            return False
         if self.resolved.get(copy.tx_id) in RESOLUTIONS_FINAL:
-            return  # a copy put before its transaction's op was replayed: already decided
+            return True
         self.open[q] = copy
         self.by_tx.setdefault(copy.tx_id, set()).add(q)
+        return False
+
+    def is_open(self, queue_offset: int) -> bool:
+        """Whether a copy still needs a decision (check this before acting on an entry of ``due``: an earlier step
+        of the same pass may have closed it)."""
+        return queue_offset in self.open
 
     def on_op(self, op_queue_offset: int, half_offsets: list[int], tx_ids: list[str], resolution: str) -> None:
         """An op record stored (replayed, or just written)."""

@@ -42,6 +42,7 @@ class LedgerMachine(RuleBasedStateMachine):
         self.decisions: dict[str, str | None] = {}
         self.crash_after: int | None = None  # the next step dies after this many of its writes
         self.txs = 0
+        self.replaying = False  # the invariant's replay only reads
 
     # writes, each possibly the last before a crash -------------------------------------------------------------
     def _write(self) -> None:
@@ -55,7 +56,8 @@ class LedgerMachine(RuleBasedStateMachine):
         self._write()
         self.rec.halves.append((tx, check_times, self.now))
         q = len(self.rec.halves) - 1
-        self.ledger.on_half(HalfCopy(q, 1000 + q, tx, "pg", self.now + TIMEOUT, check_times))
+        if self.ledger.on_half(HalfCopy(q, 1000 + q, tx, "pg", self.now + TIMEOUT, check_times)):
+            self.put_op([q], [tx], "superseded")
         return q
 
     def put_op(self, offsets: list[int], txs: list[str], resolution: str) -> None:
@@ -79,6 +81,8 @@ class LedgerMachine(RuleBasedStateMachine):
 
     def check_pass(self) -> None:
         for copy in self.ledger.due(self.now, 10):
+            if not self.ledger.is_open(copy.queue_offset):
+                continue  # closed by an earlier step of this pass (its transaction was decided)
             if copy.check_times >= CHECK_MAX:
                 self._write()
                 self.rec.discarded.append(copy.tx_id)
@@ -102,10 +106,14 @@ class LedgerMachine(RuleBasedStateMachine):
         for i, (offsets, txs, resolution) in enumerate(self.rec.ops):
             if i >= op_offset:
                 self.ledger.on_op(i, offsets, txs, resolution)
+        orphans = []
         for q, (tx, times, ts) in enumerate(self.rec.halves):
-            if q >= half_offset:
-                self.ledger.on_half(HalfCopy(q, 1000 + q, tx, "pg", ts + TIMEOUT, times))
+            if q >= half_offset and self.ledger.on_half(HalfCopy(q, 1000 + q, tx, "pg", ts + TIMEOUT, times)):
+                orphans.append((q, tx))
         self.ledger.seen_half_end = len(self.rec.halves)
+        if not self.replaying:
+            for q, tx in orphans:  # the service closes them at start
+                self.put_op([q], [tx], "superseded")
 
     # rules ---------------------------------------------------------------------------------------------------
     @rule(decision=st.sampled_from(["commit", "rollback", None]))
@@ -151,7 +159,9 @@ class LedgerMachine(RuleBasedStateMachine):
     @invariant()
     def ledger_matches_a_replay(self):
         live = self.ledger
+        self.replaying = True
         self.restart()
+        self.replaying = False
         replayed_open = {q for q in self.ledger.open}
         self.ledger = live
         assert set(live.open) == replayed_open
