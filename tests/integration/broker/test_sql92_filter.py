@@ -1,13 +1,19 @@
-"""SQL92 property filters over remoting against a real master and its slave (enablePropertyFilter=true): pulls get
+"""SQL92 property filters against a real master and its slave (enablePropertyFilter=true): remoting pulls get
 exactly the messages whose properties match, nextBeginOffset moves past the others, a bad expression is refused
-at CHECK_CLIENT_CONFIG, at HEART_BEAT and at the pull with the position of the error."""
+at CHECK_CLIENT_CONFIG, at HEART_BEAT and at the pull with the position of the error; the v2 endpoint's
+ReceiveMessage and Telemetry settings with FilterExpression{type: SQL} the same way."""
 
 from __future__ import annotations
 
 import asyncio
 
+import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
+from broker.grpc_v2.pb import definition_pb2 as pb
+from broker.grpc_v2.pb import service_pb2 as spb
+from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
 from tests.brokers import master_and_slave
@@ -120,3 +126,65 @@ async def test_a_bad_expression_is_refused_with_its_position_at_check_heartbeat_
         assert pulled.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "position 4" in pulled.remark
         odd = await client.pull(GROUP, TOPIC, 0, 0, subscription="x", expression_type="GROOVY")
         assert odd.code == ResponseCode.SYSTEM_ERROR and "GROOVY" in odd.remark
+
+
+# the v2 endpoint (RocketMQ 5 clients): FilterExpression{type: SQL} on ReceiveMessage and in Telemetry settings ---
+V2_CLIENT = [("x-mq-client-id", "pytest@sql")]
+
+
+def _receive_request(group: str, expression: str) -> spb.ReceiveMessageRequest:
+    return spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group), message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC)),
+        filter_expression=pb.FilterExpression(type=pb.FilterType.SQL, expression=expression), batch_size=4,
+        invisible_duration=Duration(seconds=60), long_polling_timeout=Duration(seconds=0))
+
+
+async def _receive(stub, group: str, expression: str) -> tuple[pb.Status, list[pb.Message]]:
+    answers = [r async for r in stub.ReceiveMessage(_receive_request(group, expression), metadata=V2_CLIENT,
+                                                    timeout=10)]
+    [status] = [r.status for r in answers if r.HasField("status")]
+    return status, [r.message for r in answers if r.HasField("message")]
+
+
+async def test_a_v2_receive_with_a_sql_filter_gets_exactly_the_matching_messages(pair):
+    async with grpc.aio.insecure_channel(pair[0].grpc_addr) as channel:
+        stub = sgrpc.MessagingServiceStub(channel)
+        got: list[bytes] = []
+        for _ in range(N):
+            status, messages = await _receive(stub, "g-v2-sql", EXPRESSION)
+            if status.code == pb.Code.MESSAGE_NOT_FOUND:
+                break
+            assert status.code == pb.Code.OK, status.message
+            got += [m.body for m in messages]
+        assert got == expected()
+        assert all(m.system_properties.tag for m in messages)
+
+        status, _ = await _receive(stub, "g-v2-sql", "a BETWEEN 1 AND")
+        assert status.code == pb.Code.ILLEGAL_FILTER_EXPRESSION and "position 16" in status.message
+
+
+async def test_v2_telemetry_settings_with_a_bad_sql_subscription_are_refused_with_the_position(pair):
+    def settings(expression: str) -> spb.TelemetryCommand:
+        sub = pb.SubscriptionEntry(topic=pb.Resource(name=TOPIC),
+                                   expression=pb.FilterExpression(type=pb.FilterType.SQL, expression=expression))
+        return spb.TelemetryCommand(settings=pb.Settings(
+            client_type=pb.ClientType.SIMPLE_CONSUMER,
+            subscription=pb.Subscription(group=pb.Resource(name="g-v2-tele"), subscriptions=[sub])))
+
+    async with grpc.aio.insecure_channel(pair[0].grpc_addr) as channel:
+        stub = sgrpc.MessagingServiceStub(channel)
+        sent: asyncio.Queue = asyncio.Queue()
+
+        async def commands():
+            while True:
+                yield await sent.get()
+
+        call = stub.Telemetry(commands(), metadata=V2_CLIENT)
+        await sent.put(settings("a IN (1)"))
+        refused = await asyncio.wait_for(call.read(), 10)
+        assert refused.status.code == pb.Code.ILLEGAL_FILTER_EXPRESSION
+        assert "position 7" in refused.status.message and "IN's list" in refused.status.message
+        await sent.put(settings("a IN ('1')"))
+        accepted = await asyncio.wait_for(call.read(), 10)
+        assert accepted.status.code == pb.Code.OK, accepted.status.message
+        call.cancel()
