@@ -185,7 +185,14 @@ class PushConsumer(Lifecycle):
                 if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                     raise
                 log.debug("retry topic %s has no route yet: %s", topic, exc)
-        await self._check_selectors()
+        try:
+            await self._check_selectors()
+        except MQClientError:  # nothing was registered yet: undo the start, the consumer cannot run as asked
+            await self._svc.stop(timeout_s=1.0)
+            await self.routes.stop()
+            await self.remoting.close()
+            self._state = "stopped"
+            raise
         self._state = "started"
         await self._heartbeat()
         self._consume = ConsumeService(
