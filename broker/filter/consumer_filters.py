@@ -55,21 +55,71 @@ def record_properties(buf, start: int, end: int) -> dict[str, str] | None:
     return out
 
 
-class PropertyFilter:
-    """A compiled SQL92 subscription as the store's read path applies it (``match_record``)."""
+class _Ambiguous(Exception):
+    """A property written twice or with an empty value: the full parse decides."""
 
-    __slots__ = ("expression", "sql")
+
+class _RecordProps:
+    """A record's properties as the filter reads them (``get``), each looked up in the mapping when first asked:
+    a byte search (the separators are single bytes that never occur inside UTF-8 sequences) that copies nothing
+    but the value."""
+
+    __slots__ = ("buf", "needles", "pe", "ps")
+
+    def __init__(self, buf, ps: int, pe: int, needles: dict[str, tuple[bytes, bytes]]) -> None:
+        self.buf, self.ps, self.pe, self.needles = buf, ps, pe, needles
+
+    def get(self, name: str, default: object = None) -> str | None:
+        buf, ps, pe = self.buf, self.ps, self.pe
+        needle, head = self.needles[name]
+        if buf[ps : ps + len(head)] == head:  # the first property has no separator before it
+            i = ps + len(head)
+        else:
+            i = buf.find(needle, ps, pe)
+            if i < 0:
+                return None
+            i += len(needle)
+        j = buf.find(b"\x02", i, pe)
+        if j < 0:
+            j = pe
+        if j == i or buf.find(needle, j, pe) >= 0:
+            raise _Ambiguous
+        return buf[i:j].decode("utf-8", "replace")
+
+
+class PropertyFilter:
+    """A compiled SQL92 subscription as the store's read path applies it (``match_record``): only the properties
+    the expression reads are looked up, when it reads them; a name written twice or with an empty value takes the
+    full parse, whose rules (later names win, empty values dropped) then decide."""
+
+    __slots__ = ("_needles", "expression", "sql")
 
     def __init__(self, sql: SqlFilter) -> None:
         self.sql = sql
         self.expression = sql.expression
+        self._needles = {name: (b"\x02" + name.encode() + b"\x01", name.encode() + b"\x01")
+                         for name in sql.properties}
 
     def matches(self, props) -> bool:
         return self.sql.matches(props)
 
     def match_record(self, buf, start: int, end: int) -> bool:
-        props = record_properties(buf, start, end)
-        return props is not None and self.sql.matches(props)
+        if end - start < _BODY_AT:
+            return False
+        p = start + _BODY_AT + _BODY_LEN(buf, start + 84)[0]
+        if p < start + _BODY_AT or p >= end:
+            return False
+        props_at = p + 1 + buf[p]
+        if props_at + 2 > end:
+            return False
+        n = _PROPS_LEN(buf, props_at)[0]
+        ps = props_at + 2
+        if n < 0 or ps + n > end:
+            return False
+        try:
+            return self.sql.matches(_RecordProps(buf, ps, ps + n, self._needles))
+        except _Ambiguous:
+            return self.sql.matches(record_properties(buf, start, end) or {})
 
 
 class ConsumerFilters:
