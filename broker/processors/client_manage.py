@@ -7,6 +7,13 @@ group exists (auto-created when ``autoCreateSubscriptionGroup``) and, on a maste
 (1 queue, perm 6, as RocketMQ creates it here), then registers the connection with its subscriptions in
 ``broker.client_manager``; producer groups are registered too. The connection's ``attrs`` keep the client's
 ``clientId``, ``language`` and ``version``. The answer's ``version`` is the broker's (the client stores it).
+A SQL92 subscription is compiled into ``ctx.filters`` (RocketMQ's ConsumerFilterManager); one that does not
+compile refuses the whole heartbeat (23, the remark names group, topic and the error's position), so nothing of it
+is half registered.
+
+CHECK_CLIENT_CONFIG (what Java's consumers send before using SQL92): SUCCESS for tags and for SQL92 that compiles
+on a broker with ``enablePropertyFilter=true``; 1 with "set enablePropertyFilter=true" while it is off or for any
+other filter type, 23 with the position for a bad expression, as RocketMQ answers.
 
 When a group's membership changes (a connection joined, unregistered, closed or went silent), every remaining
 connection of the group gets NOTIFY_CONSUMER_IDS_CHANGED (oneway, header ``consumerGroup``) unless the group's
