@@ -376,7 +376,9 @@ class PushConsumer(Lifecycle):
                     mine = mqs
                 await self._update_queues(topic, expression, set(mine), others)
 
-    async def _update_queues(self, topic: str, expression: MessageSelector, mine: set[MessageQueue], others: bool) -> None:
+    async def _update_queues(
+        self, topic: str, expression: MessageSelector, mine: set[MessageQueue], others: bool
+    ) -> None:
         if self._state != "started":
             return  # stop() owns the queues now
         gone = [pq for mq, pq in self._pqs.items() if mq.topic == topic and (mq not in mine or pq.dropped)]

@@ -152,7 +152,11 @@ def send_ext(
 
 
 def heartbeat_data(
-    client_id: str, consumers: dict[str, dict[str, str]] | None = None, producers: list[str] = (), *, sub_version: int = 1,
+    client_id: str,
+    consumers: dict[str, dict[str, str]] | None = None,
+    producers: list[str] = (),
+    *,
+    sub_version: int = 1,
     expression_type: str = "TAG",
 ) -> bytes:
     """HeartbeatData as a Java client sends it (CLUSTERING, ``expression_type`` expressions): ``consumers`` maps
