@@ -15,6 +15,7 @@ MODULES = [
     "bench.remoting_bench",
     "bench.store_bench",
     "bench.broker_path_bench",
+    "bench.filter_bench",
     "bench.metrics_bench",
     "bench.metadata_storm_bench",
     "bench.replication_bench",

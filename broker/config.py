@@ -257,6 +257,7 @@ class BrokerConfig:
     metrics_prom_exporter_port: int = conf.port(5557, zero_means="any free port")
     metrics_prom_exporter_host: str = ""  # empty: all interfaces
     slave_read_enable: bool = False
+    enable_property_filter: bool = False  # SQL92 subscriptions (RocketMQ's default: off)
     register_name_server_period: int = conf.ranged(30_000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
     register_broker_timeout_mills: int = conf.ranged(6000, 1, conf.JAVA_INT_MAX, _TIMEOUT_MS)
     slave_synchronize_interval: int = conf.ranged(10_000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)

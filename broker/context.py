@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.client_manager import ClientManager
 from broker.config import BrokerRole, BrokerSettings
+from broker.filter.consumer_filters import ConsumerFilters
 from broker.long_polling import PullRequestHoldService
 from broker.metadata.consumer_offsets import ConsumerOffsetManager
 from broker.metadata.delay_offsets import DelayOffsetManager
@@ -104,6 +105,7 @@ class BrokerContext:
     master: MasterAddrs = field(default_factory=MasterAddrs)
     pop: PopProgress | None = None  # on a master serving RocketMQ 5 clients (GET_CONSUME_STATS' in-flight pops)
     stats: BrokerStats = field(default_factory=BrokerStats)
+    filters: ConsumerFilters = field(default_factory=ConsumerFilters)  # compiled SQL92 subscriptions
     boot_timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     _background: set[asyncio.Task] = field(default_factory=set)
     _retry_register_at: float = 0.0  # loop time of the last registration asked for by retry_topics_changed

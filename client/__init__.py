@@ -23,6 +23,7 @@ from client.producer import Producer
 from client.pull_api import PullResult, PullStatus
 from client.pull_consumer import PullConsumer
 from client.push_consumer import ConsumeFromWhere, MessageModel, PushConsumer
+from client.selector import MessageSelector
 
 __all__ = [
     "AdminClient",
@@ -38,6 +39,7 @@ __all__ = [
     "MessageExt",
     "MessageModel",
     "MessageQueue",
+    "MessageSelector",
     "NoNameserverError",
     "NoRouteError",
     "Producer",

@@ -25,6 +25,7 @@ from typing import Any
 
 from client.message import local_ip
 from client.rpc import ClientRemoting, best_effort
+from client.selector import Selector, as_selector
 from remoting import fastjson
 from remoting.codes import RequestCode
 from remoting.message_codec import TagFilter, java_string_hash
@@ -42,9 +43,21 @@ def new_client_id(instance_name: str | None = None, ip: str | None = None) -> st
     return f"{ip or local_ip()}@{instance_name}"
 
 
-def subscription_data(topic: str, expression: str, sub_version: int) -> dict[str, Any]:
-    """RocketMQ's SubscriptionData for a tag expression (``*`` or ``A || B``; FilterAPI.buildSubscriptionData)."""
-    tags = TagFilter(expression)
+def subscription_data(topic: str, expression: Selector, sub_version: int) -> dict[str, Any]:
+    """RocketMQ's SubscriptionData for a tag expression (``*`` or ``A || B``; FilterAPI.buildSubscriptionData) or
+    a SQL92 selector (FilterAPI.build: no tags, the expression as subString)."""
+    selector = as_selector(expression)
+    if not selector.is_tag:
+        return {
+            "classFilterMode": False,
+            "codeSet": [],
+            "expressionType": selector.type,
+            "subString": selector.expression,
+            "subVersion": sub_version,
+            "tagsSet": [],
+            "topic": topic,
+        }
+    tags = TagFilter(selector.expression)
     ordered = sorted(tags.tags)
     return {
         "classFilterMode": False,
@@ -91,7 +104,7 @@ def heartbeat_body(
 def consumer_heartbeat_body(
     client_id: str,
     group: str,
-    subscriptions: Iterable[tuple[str, str]],
+    subscriptions: Iterable[tuple[str, Selector]],
     sub_version: int,
     *,
     consume_type: str,
@@ -136,3 +149,22 @@ async def unregister(
     await asyncio.gather(
         *(best_effort(remoting.call(addr, RequestCode.UNREGISTER_CLIENT, ext, timeout_s=timeout_s)) for addr in addrs)
     )
+
+
+async def check_client_config(
+    remoting: ClientRemoting,
+    addr: str,
+    client_id: str,
+    group: str,
+    topic: str,
+    selector: Selector,
+    sub_version: int,
+    timeout_s: float,
+) -> None:
+    """CHECK_CLIENT_CONFIG (46), as Java's client sends it before using a SQL92 subscription: raises
+    ``BrokerError`` with the broker's remark (SQL92 off on that broker, or where the expression is wrong)."""
+    body = fastjson.dumps(
+        {"clientId": client_id, "group": group, "subscriptionData": subscription_data(topic, selector, sub_version)}
+    )
+    await remoting.call(addr, RequestCode.CHECK_CLIENT_CONFIG, None, body, timeout_s=timeout_s,
+                        what=f"CHECK_CLIENT_CONFIG of {topic} ({as_selector(selector).expression!r})")

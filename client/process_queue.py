@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 
 from client.message import MessageQueue
+from client.selector import MessageSelector
 
 
 class ProcessQueue:
     __slots__ = ("dropped", "idle", "inflight", "mq", "next_offset", "running", "subscription", "task")
 
-    def __init__(self, mq: MessageQueue, subscription: str) -> None:
+    def __init__(self, mq: MessageQueue, subscription: MessageSelector | str) -> None:
         self.mq = mq
         self.subscription = subscription
         self.next_offset = -1  # -1: not yet known (the pull loop computes it)

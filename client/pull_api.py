@@ -16,7 +16,8 @@ A body stored compressed (sysFlag 0x1: RocketMQ clients zlib bodies over 4 KiB, 
 the application sees it, as RocketMQ's consumer does; pyrmq's producer never compresses. Records are decoded in
 one pass by ``remoting.message_codec.decode_records`` (the store codec's checks, about half its CPU); with a tag
 subscription the client re-checks the tag string (the broker filters by the tag's hash code only), like
-RocketMQ's processPullResult.
+RocketMQ's processPullResult; a SQL92 selector (``client.selector``) is sent as ``expressionType=SQL92`` and
+filtered by the broker alone.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from client.errors import BrokerError, BrokerNotFoundError, MQClientError
 from client.message import MessageExt, MessageQueue
 from client.route_cache import RouteCache
 from client.rpc import ClientRemoting, command
+from client.selector import Selector, as_selector
 from remoting.codes import RequestCode, ResponseCode
 from remoting.headers import parse_int
 from remoting.message_codec import MessageCodecError, TagFilter, decode_records
@@ -123,7 +125,7 @@ class PullAPI:
         offset: int,
         *,
         max_nums: int = 32,
-        subscription: str = "*",
+        subscription: Selector = "*",
         timeout_s: float = 10.0,
         suspend_ms: int = 0,
         commit_offset: int = 0,
@@ -152,7 +154,7 @@ class PullAPI:
         mq: MessageQueue,
         offset: int,
         max_nums: int,
-        subscription: str,
+        subscription: Selector,
         timeout_s: float,
         suspend_ms: int,
         commit_offset: int,
@@ -162,6 +164,7 @@ class PullAPI:
             sys_flag |= PULL_SUSPEND
         if commit_offset > 0 and not is_slave:
             sys_flag |= PULL_COMMIT_OFFSET
+        selector = as_selector(subscription)
         header = PullHeader(
             consumer_group=self.group,
             topic=mq.topic,
@@ -171,9 +174,9 @@ class PullAPI:
             sys_flag=sys_flag,
             commit_offset=commit_offset if sys_flag & PULL_COMMIT_OFFSET else 0,
             suspend_timeout_millis=suspend_ms,
-            subscription=subscription or "*",
+            subscription=selector.expression,
             sub_version=self.sub_version,
-            expression_type="TAG",
+            expression_type=selector.type,
         )
         what = f"PULL_MESSAGE {mq}@{offset}"
         resp = await self.remoting.invoke(addr, command(RequestCode.PULL_MESSAGE, header.to_ext()), timeout_s, what)
@@ -203,8 +206,8 @@ class PullAPI:
             for m in messages:
                 if m.sys_flag & SYSFLAG_COMPRESSED:
                     _decompress(m, what)
-            tag_filter = self._filter(subscription)
-            if not tag_filter.match_all:
+            tag_filter = self._filter(selector.expression) if selector.is_tag else None
+            if tag_filter is not None and not tag_filter.match_all:
                 messages = [m for m in messages if tag_filter.match_tags(m.tags)]
         return PullResult(status, next_begin, min_offset, max_offset, messages, suggest, addr, is_slave)
 

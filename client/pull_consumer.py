@@ -6,7 +6,8 @@ offsets to the master while it is reachable, else to the slave (client/offset_st
 Like RocketMQ's DefaultMQPullConsumer it heartbeats (CONSUME_ACTIVELY, ``*`` on every topic it used) to every
 node of those topics' groups, when it first uses a topic and every ``heartbeat_interval_s``, so brokers and
 ``mqctl consumerProgress`` see it, and unregisters when it stops. Its pulls carry their subscription, so no
-broker depends on the heartbeat to serve them.
+broker depends on the heartbeat to serve them. A SQL92 selector is checked with CHECK_CLIENT_CONFIG on the
+queue's master before its first pull there, as Java's client checks at start.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import asyncio
 import time
 
 from client.errors import ClientStateError
-from client.heartbeat import consumer_heartbeat_body, new_client_id, send_heartbeats, unregister
+from client.heartbeat import check_client_config, consumer_heartbeat_body, new_client_id, send_heartbeats, unregister
 from client.lifecycle import Lifecycle
 from client.message import MessageQueue
 from client.namesrv import NamesrvClient
@@ -23,9 +24,12 @@ from client.offset_store import RemoteBrokerOffsetStore
 from client.pull_api import PullAPI, PullResult, PullStatus
 from client.route_cache import RouteCache
 from client.rpc import ClientRemoting
+from client.selector import MessageSelector, Selector, as_selector
 from common.service import Service
 
-__all__ = ["PullConsumer", "PullResult", "PullStatus"]
+__all__ = ["MessageSelector", "PullConsumer", "PullResult", "PullStatus"]
+
+MAX_CHECKED = 1024  # (broker, topic, selector) triples remembered as checked
 
 
 class PullConsumer(Lifecycle):
@@ -51,6 +55,7 @@ class PullConsumer(Lifecycle):
         self.pull_api = PullAPI(group, self.routes, self.remoting, sub_version=self.sub_version)
         self.offsets = RemoteBrokerOffsetStore(group, self.routes, self.remoting, timeout_s=request_timeout_s)
         self._topics: set[str] = set()  # topics this consumer used: its heartbeat's subscriptions
+        self._checked: set[tuple[str, str, MessageSelector]] = set()  # SQL92 selectors a broker accepted
         self._svc = Service(f"pull-consumer.{group}")
         self._heartbeat_task: asyncio.Task | None = None
         self._state = "created"
@@ -123,14 +128,21 @@ class PullConsumer(Lifecycle):
         mq: MessageQueue,
         offset: int,
         max_nums: int = 32,
-        subscription: str = "*",
+        subscription: Selector = "*",
         *,
+        sql92: str | None = None,
         timeout_s: float = 10.0,
         suspend_ms: int = 0,
     ) -> PullResult:
-        """One pull of ``mq`` from ``offset``; long-polls up to ``suspend_ms`` when nothing is there yet."""
+        """One pull of ``mq`` from ``offset``; long-polls up to ``suspend_ms`` when nothing is there yet.
+        ``subscription`` is a tag expression or a ``MessageSelector``; ``sql92="a > 5"`` pulls only the messages
+        whose properties match (the broker filters; the first use of an expression on a broker is checked there
+        with CHECK_CLIENT_CONFIG, which raises ``BrokerError`` with the broker's reason)."""
         self._check()
         await self._use(mq.topic)
+        subscription = as_selector(subscription, sql92)
+        if not subscription.is_tag:
+            await self._check_selector(mq, subscription)
         committed = self.offsets.get(mq) or 0
         return await self.pull_api.pull(
             mq,
@@ -141,6 +153,16 @@ class PullConsumer(Lifecycle):
             suspend_ms=suspend_ms,
             commit_offset=committed,
         )
+
+    async def _check_selector(self, mq: MessageQueue, selector: MessageSelector) -> None:
+        addr = self.routes.find_broker_address_in_subscribe(mq.broker_name, 0, False)
+        if addr is None or (addr[0], mq.topic, selector) in self._checked:
+            return
+        await check_client_config(self.remoting, addr[0], self.client_id, self.group, mq.topic, selector,
+                                  self.sub_version, self.request_timeout_s)
+        if len(self._checked) >= MAX_CHECKED:
+            self._checked.clear()
+        self._checked.add((addr[0], mq.topic, selector))
 
     async def commit_offset(self, mq: MessageQueue, offset: int) -> str:
         """Commit now (master if reachable, else slave); returns the broker address that stored it."""

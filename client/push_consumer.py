@@ -38,7 +38,7 @@ from pathlib import Path
 
 from client.consume_service import ConsumeService, ConsumeStatus, Listener
 from client.errors import BrokerError, ClientStateError, MQClientError
-from client.heartbeat import consumer_heartbeat_body, new_client_id, send_heartbeats, unregister
+from client.heartbeat import check_client_config, consumer_heartbeat_body, new_client_id, send_heartbeats, unregister
 from client.lifecycle import Lifecycle
 from client.message import MessageQueue
 from client.namesrv import NamesrvClient, parse_body
@@ -47,6 +47,7 @@ from client.process_queue import ProcessQueue, allocate_averagely
 from client.pull_api import PullAPI, PullStatus
 from client.route_cache import RouteCache
 from client.rpc import ClientRemoting
+from client.selector import MessageSelector, Selector, as_selector
 from common.service import Service
 from remoting.codes import RequestCode, ResponseCode
 from remoting.connection import Connection
@@ -137,7 +138,7 @@ class PushConsumer(Lifecycle):
             self.offsets: RemoteBrokerOffsetStore | LocalFileOffsetStore = LocalFileOffsetStore(group, base)
         else:
             self.offsets = RemoteBrokerOffsetStore(group, self.routes, self.remoting, timeout_s=request_timeout_s)
-        self._subscriptions: dict[str, str] = {}
+        self._subscriptions: dict[str, MessageSelector] = {}
         self._listener: Listener | None = None
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
         self._svc = Service(f"consumer.{group}")
@@ -153,8 +154,11 @@ class PushConsumer(Lifecycle):
         self._state = "created"
 
     # configuration ----------------------------------------------------------------------------------------
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        self._subscriptions[topic] = expression or "*"
+    def subscribe(self, topic: str, expression: Selector = "*", *, sql92: str | None = None) -> None:
+        """``expression``: a tag expression (``*``, ``A || B``) or a ``MessageSelector``; ``sql92="a > 5"``
+        subscribes to the messages whose properties match (the brokers need ``enablePropertyFilter=true``; start
+        checks each with CHECK_CLIENT_CONFIG and raises ``BrokerError`` with the broker's reason)."""
+        self._subscriptions[topic] = as_selector(expression, sql92)
 
     def register_message_listener(self, listener: Listener) -> None:
         self._listener = listener
@@ -171,7 +175,7 @@ class PushConsumer(Lifecycle):
         if self._listener is None or not self._subscriptions:
             raise ClientStateError(f"push consumer {self.group}", "missing a listener or a subscription")
         if self.message_model is MessageModel.CLUSTERING:
-            self._subscriptions.setdefault(f"{RETRY_GROUP_TOPIC_PREFIX}{self.group}", "*")
+            self._subscriptions.setdefault(f"{RETRY_GROUP_TOPIC_PREFIX}{self.group}", MessageSelector.by_tag())
         await self._svc.start()
         self.routes.start()
         for topic in self._subscriptions:
@@ -181,6 +185,14 @@ class PushConsumer(Lifecycle):
                 if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                     raise
                 log.debug("retry topic %s has no route yet: %s", topic, exc)
+        try:
+            await self._check_selectors()
+        except MQClientError:  # nothing was registered yet: undo the start, the consumer cannot run as asked
+            await self._svc.stop(timeout_s=1.0)
+            await self.routes.stop()
+            await self.remoting.close()
+            self._state = "stopped"
+            raise
         self._state = "started"
         await self._heartbeat()
         self._consume = ConsumeService(
@@ -223,6 +235,16 @@ class PushConsumer(Lifecycle):
         self._state = "stopped"
         await self.routes.stop()
         await self.remoting.close()
+
+    async def _check_selectors(self) -> None:
+        """CHECK_CLIENT_CONFIG for every SQL92 subscription on every master of its topic (Java's
+        checkClientInBroker): a broker without enablePropertyFilter, or a bad expression, fails the start."""
+        for topic, selector in self._subscriptions.items():
+            if selector.is_tag:
+                continue
+            for addr in sorted(self.routes.addrs_of([topic], masters_only=True)):
+                await check_client_config(self.remoting, addr, self.client_id, self.group, topic, selector,
+                                          self.sub_version, self.request_timeout_s)
 
     # heartbeats -------------------------------------------------------------------------------------------
     def _all_broker_addrs(self) -> set[str]:
@@ -354,7 +376,9 @@ class PushConsumer(Lifecycle):
                     mine = mqs
                 await self._update_queues(topic, expression, set(mine), others)
 
-    async def _update_queues(self, topic: str, expression: str, mine: set[MessageQueue], others: bool) -> None:
+    async def _update_queues(
+        self, topic: str, expression: MessageSelector, mine: set[MessageQueue], others: bool
+    ) -> None:
         if self._state != "started":
             return  # stop() owns the queues now
         gone = [pq for mq, pq in self._pqs.items() if mq.topic == topic and (mq not in mine or pq.dropped)]

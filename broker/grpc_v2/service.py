@@ -27,7 +27,7 @@ import time
 import grpc
 
 from broker.context import BrokerContext
-from broker.grpc_v2 import codes, presence, route, send, settings
+from broker.grpc_v2 import codes, filters, presence, route, send, settings
 from broker.grpc_v2.clients import MAX_STREAMS_PER_CLIENT, V2Clients
 from broker.grpc_v2.cluster import ClusterRoutes
 from broker.grpc_v2.observe import V2Metrics
@@ -192,6 +192,10 @@ class MessagingService(sgrpc.MessagingServiceServicer):
                         client.client_type = command.settings.client_type
                     if command.settings.WhichOneof("pub_sub") == "subscription":
                         client.group = command.settings.subscription.group.name
+                    refusal = filters.settings_refusal(self.ctx, command.settings)
+                    if refusal is not None:  # not registered: the client may send corrected settings
+                        yield spb.TelemetryCommand(status=refusal)
+                        continue
                     self._publish(client, context)
                     yield spb.TelemetryCommand(status=codes.OK, settings=settings.answer(self.ctx, command.settings))
                 elif first:

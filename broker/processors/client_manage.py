@@ -7,6 +7,13 @@ group exists (auto-created when ``autoCreateSubscriptionGroup``) and, on a maste
 (1 queue, perm 6, as RocketMQ creates it here), then registers the connection with its subscriptions in
 ``broker.client_manager``; producer groups are registered too. The connection's ``attrs`` keep the client's
 ``clientId``, ``language`` and ``version``. The answer's ``version`` is the broker's (the client stores it).
+A SQL92 subscription is compiled into ``ctx.filters`` (RocketMQ's ConsumerFilterManager); one that does not
+compile refuses the whole heartbeat (23, the remark names group, topic and the error's position), so nothing of it
+is half registered.
+
+CHECK_CLIENT_CONFIG (what Java's consumers send before using SQL92): SUCCESS for tags and for SQL92 that compiles
+on a broker with ``enablePropertyFilter=true``; 1 with "set enablePropertyFilter=true" while it is off or for any
+other filter type, 23 with the position for a bad expression, as RocketMQ answers.
 
 When a group's membership changes (a connection joined, unregistered, closed or went silent), every remaining
 connection of the group gets NOTIFY_CONSUMER_IDS_CHANGED (oneway, header ``consumerGroup``) unless the group's
@@ -21,6 +28,8 @@ from typing import Any
 
 from broker.client_manager import Subscription
 from broker.context import BrokerContext
+from broker.filter.consumer_filters import SQL92, is_tag_type
+from broker.filter.sql92 import SqlFilterError
 from broker.processors import validate
 from remoting import fastjson
 from remoting.codes import LanguageCode, RequestCode, ResponseCode
@@ -156,6 +165,11 @@ def _heartbeat(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -
         bad = validate.group_name(group)
         if bad:
             return refuse(bad.code, bad.remark)
+    for group_name, _, subs in parsed:
+        for sub in subs:
+            refusal = _sql92_refusal(ctx, group_name, sub, check=False)
+            if refusal is not None:
+                return refuse(refusal[0], f"group {group_name}, topic {sub.topic}: {refusal[1]}")
 
     language = _language_name(request.language)
     conn.attrs["clientId"] = client_id
@@ -221,22 +235,45 @@ def _check_client_config(ctx: BrokerContext, conn: Connection, request: Remoting
         data = _json_object(request.body_bytes())
         raw_sub = data.get("subscriptionData")
         sub = parse_subscription(raw_sub, "subscriptionData") if raw_sub is not None else None
+        group = _text(data.get("group"), "group")
     except BodyError as exc:
         return response_to(request, ResponseCode.INVALID_PARAMETER, f"CHECK_CLIENT_CONFIG body is not valid: {exc}")
-    if sub is not None and sub.expression_type != "TAG":
-        return response_to(  # RocketMQ answers 1; its client raises any code as "maybe you use SQL92"
-            request,
-            ResponseCode.INVALID_PARAMETER,
-            f"The broker does not support consumer to filter message by {sub.expression_type};"
-            " pyrmq filters by tags only (subscribe with 'tagA || tagB')",
-        )
-    if sub is not None and not sub.tag_filter.match_all and not sub.tag_filter.tags:
+    if sub is not None and sub.class_filter_mode:
+        return response_to(request, ResponseCode.SYSTEM_ERROR, "Not support class filter anymore; subscribe by tag"
+                           " or SQL92")
+    refusal = _sql92_refusal(ctx, group, sub, check=True) if sub is not None else None
+    if refusal is not None:
+        return response_to(request, *refusal)
+    tags = sub.tag_filter if sub is not None and is_tag_type(sub.expression_type) else None
+    if tags is not None and not tags.match_all and not tags.tags:
         return response_to(
             request,
             ResponseCode.SUBSCRIPTION_PARSE_FAILED,
             f"subscription {sub.sub_string!r} names no tag; use '*' or 'tagA || tagB'",
         )
     return response_to(request, ResponseCode.SUCCESS)
+
+
+def _sql92_refusal(ctx: BrokerContext, group: str, sub: Subscription, *, check: bool) -> tuple[int, str] | None:
+    """(code, remark) when ``sub`` is a filter this broker refuses: SQL92 that does not compile (the remark says
+    where) and, for CHECK_CLIENT_CONFIG (``check``), a type other than TAG and SQL92 or SQL92 while
+    ``enablePropertyFilter`` is off (a heartbeat registers those, as RocketMQ's does, and the pull refuses).
+    RocketMQ's codes: 1 for an unsupported filter (its clients raise any code as "maybe you use SQL92"), 23 for a
+    bad expression."""
+    kind = sub.expression_type
+    if is_tag_type(kind) or (kind != SQL92 and not check):
+        return None
+    if kind != SQL92:
+        return ResponseCode.SYSTEM_ERROR, (f"The broker does not support consumer to filter message by {kind};"
+                                           " use TAG or SQL92")
+    if check and not ctx.settings.broker.enable_property_filter:
+        return ResponseCode.SYSTEM_ERROR, (f"The broker does not support consumer to filter message by SQL92; set"
+                                           f" enablePropertyFilter=true on broker {ctx.broker_name}")
+    try:
+        ctx.filters.get(group, sub.topic, sub.sub_string)
+    except SqlFilterError as exc:
+        return ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)
+    return None
 
 
 def _notify_ids_changed(ctx: BrokerContext, group: str, conns: list) -> None:

@@ -5,8 +5,11 @@ First execution: validate the group (auto-created when allowed), the topic and t
 the request's own (SUBSCRIPTION flag: Go, pull consumers, our SDK) or, by default, the one the group's HEART_BEAT
 registered for the topic (Java and C++ push consumers never send it; none registered -> 24
 SUBSCRIPTION_NOT_EXIST, an older registered ``subVersion`` than the request's -> 25); commit the carried offset
-(COMMIT_OFFSET flag, masters only); read from the store. Filtering is by tags: the consume queue's tag hash
-codes first, then the record's TAGS (SQL92 is not supported). When nothing is there and the SUSPEND flag is set,
+(COMMIT_OFFSET flag, masters only); read from the store. A TAG subscription filters by the consume queue's tag
+hash codes, then the record's TAGS; a SQL92 one (``enablePropertyFilter=true``, else 1 as RocketMQ answers; 23
+with the error's position for an expression that does not compile) by its compiled filter over each record's
+properties, read in place (``broker.filter.consumer_filters``). Records that do not match are skipped and
+``nextBeginOffset`` still moves past them, master and slave alike. When nothing is there and the SUSPEND flag is set,
 the request is held by ``PullRequestHoldService`` until the dispatcher reports a new message for the queue or
 ``suspendTimeoutMillis`` (capped by ``brokerSuspendMaxTimeMillis``) runs out, or for ``shortPollingTimeMills``
 when long polling is off. Then the read runs once more, without commit and without a second hold (RocketMQ's
@@ -25,6 +28,8 @@ import functools
 
 from broker import read_advice
 from broker.context import BrokerContext
+from broker.filter.consumer_filters import SQL92, PropertyFilter, is_tag_type
+from broker.filter.sql92 import SqlFilterError
 from broker.metadata.subscription_groups import SubscriptionGroupConfig
 from broker.metadata.topics import retry_topic
 from broker.processors import missing_topic, validate
@@ -49,10 +54,13 @@ def _refuse(request: RemotingCommand, code: int, remark: str) -> RemotingCommand
     return response_to(request, code, remark)
 
 
+Filters = tuple[TagFilter | None, PropertyFilter | None]
+
+
 def _admit(
     ctx: BrokerContext, h: PullHeader, request: RemotingCommand
-) -> tuple[SubscriptionGroupConfig, TagFilter | None] | RemotingCommand:
-    """The group config and tag filter (None: everything) of a valid pull, or the refusal."""
+) -> tuple[SubscriptionGroupConfig, Filters] | RemotingCommand:
+    """The group config and filters (tags, SQL92; None: everything) of a valid pull, or the refusal."""
     bad = validate.group_name(h.consumer_group) or validate.topic_name(h.topic)
     if bad:
         return _refuse(request, bad.code, bad.remark)
@@ -100,13 +108,13 @@ def _admit(
     bad = validate.queue_id(h.queue_id, topic.read_queue_nums, h.topic, "read")
     if bad:
         return _refuse(request, bad.code, bad.remark)
-    tag_filter = _subscription(ctx, h, request)
-    if isinstance(tag_filter, RemotingCommand):
-        return tag_filter
-    return group, None if tag_filter.match_all else tag_filter
+    filters = _subscription(ctx, h, request)
+    if isinstance(filters, RemotingCommand):
+        return filters
+    return group, filters
 
 
-def _subscription(ctx: BrokerContext, h: PullHeader, request: RemotingCommand) -> TagFilter | RemotingCommand:
+def _subscription(ctx: BrokerContext, h: PullHeader, request: RemotingCommand) -> Filters | RemotingCommand:
     if h.sys_flag & PULL_SUBSCRIPTION:
         expression_type, expression = h.expression_type or "TAG", h.subscription or "*"
     else:
@@ -134,13 +142,8 @@ def _subscription(ctx: BrokerContext, h: PullHeader, request: RemotingCommand) -
                 f" {h.sub_version}; send a HEART_BEAT first",
             )
         expression_type, expression = sub.expression_type, sub.sub_string
-    if expression_type != "TAG":
-        return _refuse(  # RocketMQ answers 1; its consumers retry a failed pull whatever the code
-            request,
-            ResponseCode.INVALID_PARAMETER,
-            f"The broker does not support consumer to filter message by {expression_type}; pyrmq filters by tags"
-            " only (subscribe with 'tagA || tagB')",
-        )
+    if not is_tag_type(expression_type):
+        return _property_filter(ctx, h, request, expression_type, expression)
     tag_filter = _tag_filter(expression)
     if not tag_filter.match_all and not tag_filter.tags:
         return _refuse(
@@ -148,7 +151,24 @@ def _subscription(ctx: BrokerContext, h: PullHeader, request: RemotingCommand) -
             ResponseCode.SUBSCRIPTION_PARSE_FAILED,
             f"subscription {expression!r} names no tag; use '*' or 'tagA || tagB'",
         )
-    return tag_filter
+    return None if tag_filter.match_all else tag_filter, None
+
+
+def _property_filter(
+    ctx: BrokerContext, h: PullHeader, request: RemotingCommand, expression_type: str, expression: str
+) -> Filters | RemotingCommand:
+    if expression_type != SQL92 or not ctx.settings.broker.enable_property_filter:
+        return _refuse(  # RocketMQ answers 1; its consumers retry a failed pull whatever the code
+            request,
+            ResponseCode.SYSTEM_ERROR,
+            f"The broker does not support consumer to filter message by {expression_type}; "
+            + (f"set enablePropertyFilter=true on broker {ctx.broker_name}" if expression_type == SQL92
+               else "use TAG or SQL92"),
+        )
+    try:
+        return None, ctx.filters.get(h.consumer_group, h.topic, expression)
+    except SqlFilterError as exc:
+        return _refuse(request, ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
 
 
 def _read(
@@ -156,7 +176,7 @@ def _read(
     h: PullHeader,
     request: RemotingCommand,
     group: SubscriptionGroupConfig,
-    tag_filter: TagFilter | None,
+    filters: Filters,
 ) -> tuple[RemotingCommand, int, int, int]:
     """(answer, message count, bytes, suggested broker id) of one read from the store."""
     result = ctx.store.get_message(
@@ -166,7 +186,8 @@ def _read(
         h.queue_offset,
         min(h.max_msg_nums, MAX_MSG_NUMS),
         max_total_bytes=max(0, h.max_msg_bytes or 0),
-        tag_filter=tag_filter,
+        tag_filter=filters[0],
+        record_filter=filters[1],
     )
     code = get_code(result.status, h.queue_offset)
     suggest = read_advice.suggest_broker_id(
@@ -217,12 +238,12 @@ def serve_pull(ctx: BrokerContext, conn: Connection, request: RemotingCommand):
     admitted = _admit(ctx, h, request)
     if isinstance(admitted, RemotingCommand):
         return admitted
-    group, tag_filter = admitted
+    group, filters = admitted
     if h.sys_flag & PULL_COMMIT_OFFSET and not ctx.is_slave:
         _commit(ctx, conn, h)
-    answer, count, size, suggest = _read(ctx, h, request, group, tag_filter)
+    answer, count, size, suggest = _read(ctx, h, request, group, filters)
     if answer.code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & PULL_SUSPEND:
-        return _held(ctx, h, request, group, tag_filter)
+        return _held(ctx, h, request, group, filters)
     _count(ctx, h, count, size, suggest)
     return answer
 
@@ -243,7 +264,7 @@ async def _held(
     h: PullHeader,
     request: RemotingCommand,
     group: SubscriptionGroupConfig,
-    tag_filter: TagFilter | None,
+    filters: Filters,
 ) -> RemotingCommand:
     broker = ctx.settings.broker
     limit_ms = broker.broker_suspend_max_time_millis
@@ -252,7 +273,7 @@ async def _held(
         await ctx.hold.hold(h.topic, h.queue_id, h.queue_offset, hold_ms / 1000)
     else:
         await ctx.hold.sleep(min(broker.short_polling_time_mills, hold_ms) / 1000)
-    answer, count, size, suggest = _read(ctx, h, request, group, tag_filter)
+    answer, count, size, suggest = _read(ctx, h, request, group, filters)
     _count(ctx, h, count, size, suggest)
     return answer
 

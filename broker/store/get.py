@@ -10,7 +10,10 @@ Statuses and ``next_begin_offset`` follow 4.9.8 exactly (spec §5.1):
   / 32 messages, in disk 64 KiB / 8); a batch always carries at least one message. The TagFilter checks the
   unit's tags code, then the record's TAGS. next = offset + units examined. The records found are returned as
   memoryviews of the commitlog mapping, one per contiguous run, never copied (``GetResult.buffers``); without a
-  tag filter no Python code runs per message (``_read_unfiltered``). A unit whose record is gone
+  tag filter no Python code runs per message (``_read_unfiltered``). A ``record_filter`` (a SQL92 subscription,
+  RocketMQ's ExpressionMessageFilter#isMatchedByCommitLog) is asked ``match_record(mapping, start, end)`` for each
+  record after the tag check; it reads the record in place, and records it refuses are skipped like tag misses
+  (next still advances past them). A unit whose record is gone
   (MESSAGE_WAS_REMOVING) skips to the next commitlog file. ``suggest_pulling_from_slave`` is set when the
   head is that far ahead of the last unit examined. The queue's file missing -> OFFSET_FOUND_NULL.
 
@@ -26,6 +29,7 @@ import struct
 from bisect import bisect_right
 from itertools import accumulate, compress
 from operator import add, ne
+from typing import Protocol
 
 from broker.config import BrokerRole, MessageStoreConfig
 from broker.store.commitlog import CommitLog
@@ -50,6 +54,12 @@ _TAGS_SEP_NEEDLE = b"\x02" + _TAGS_NEEDLE
 _FALLBACK_MEMORY = 24 * 1024**3
 
 
+class RecordFilter(Protocol):
+    """A filter over a stored record read in place (``buf[start:end]``), e.g. a compiled SQL92 subscription."""
+
+    def match_record(self, buf, start: int, end: int) -> bool: ...
+
+
 def total_physical_memory() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -70,6 +80,7 @@ def get_message(
     max_msg_nums: int,
     max_total_bytes: int,
     tag_filter: TagFilter | None,
+    record_filter: RecordFilter | None = None,
 ) -> GetResult:
     correct = cfg.broker_role is not BrokerRole.SLAVE or cfg.offset_check_in_slave
 
@@ -101,11 +112,11 @@ def get_message(
     memory = TOTAL_PHYSICAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
     read = _Read(cfg, commitlog, offset, min_offset, max_offset, max_msg_nums, max_total_bytes, max_offset_py - memory)
     filt = tag_filter if tag_filter is not None and not tag_filter.match_all else None
-    if filt is None:
+    if filt is None and record_filter is None:
         found = _read_unfiltered(read, units)
         if found is not None:
             return found
-    return _read_scanning(read, units, filt)
+    return _read_scanning(read, units, filt, record_filter)
 
 
 class _Read:
@@ -197,7 +208,9 @@ def _read_unfiltered(r: _Read, units: bytes) -> GetResult | None:
     )
 
 
-def _read_scanning(r: _Read, units: bytes, filt: TagFilter | None) -> GetResult:
+def _read_scanning(
+    r: _Read, units: bytes, filt: TagFilter | None, record_filter: RecordFilter | None = None
+) -> GetResult:
     """Unit by unit: tag filters, the in-memory/in-disk caps per unit, unreadable records (MESSAGE_WAS_REMOVING
     skips to the next commitlog file). Matching records that touch are still sent as one run."""
     cfg = r.cfg
@@ -255,6 +268,8 @@ def _read_scanning(r: _Read, units: bytes, filt: TagFilter | None) -> GetResult:
                 lo = hi = 0
                 continue
         if filt is not None and not filt.match_tags(_record_tags(mm[offset_py - lo : end_py - lo]) or ""):
+            continue
+        if record_filter is not None and not record_filter.match_record(mm, offset_py - lo, end_py - lo):
             continue
         if offset_py != run_end or run_start < 0:
             if run_start >= 0:

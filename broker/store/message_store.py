@@ -374,11 +374,12 @@ class MessageStore:
         *,
         max_total_bytes: int = 0,
         tag_filter: TagFilter | None = None,
+        record_filter: get_path.RecordFilter | None = None,
     ) -> GetResult:
         self.stats["getMessageTimesTotal"] += 1
         result = get_path.get_message(
             self.config, self._commitlog, self._queues, topic, queue_id, offset, max_msg_nums, max_total_bytes,
-            tag_filter,
+            tag_filter, record_filter,
         )
         if result.message_count:
             self.stats["getMessageFoundTotal"] += 1

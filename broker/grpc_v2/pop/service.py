@@ -47,7 +47,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from broker.context import BrokerContext
 from broker.grpc_v2 import codes
+from broker.filter.consumer_filters import PropertyFilter
 from broker.grpc_v2.convert import Unconvertible, to_proto
+from broker.grpc_v2.filters import sql_filter
 from broker.grpc_v2.observe import V2Metrics
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
@@ -93,6 +95,7 @@ class _Pop:
     tag_filter: TagFilter | None
     fifo: bool
     renew_client: str  # the client id of an auto_renew receive, else ""
+    record_filter: PropertyFilter | None = None  # a SQL92 filter, applied to the topic (not to redeliveries)
 
 
 def _ms(duration) -> int:
@@ -192,11 +195,13 @@ class PopService:
                     " that range"))
                 return
         expression = req.filter_expression
+        record_filter = None
         if expression.type == pb.FilterType.SQL:
-            yield spb.ReceiveMessageResponse(status=codes.status(
-                pb.Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not supported by pyrmq; filter by tag"))
-            return
-        tag_filter = TagFilter(expression.expression or "*")
+            record_filter = sql_filter(self.ctx, group, topic, expression.expression)
+            if isinstance(record_filter, pb.Status):
+                yield spb.ReceiveMessageResponse(status=record_filter)
+                return
+        tag_filter = TagFilter("*" if record_filter is not None else expression.expression or "*")
         if not tag_filter.match_all and not tag_filter.tags:
             yield spb.ReceiveMessageResponse(status=codes.status(
                 pb.Code.ILLEGAL_FILTER_EXPRESSION, f"filter {expression.expression!r} names no tag; use '*' or"
@@ -213,7 +218,7 @@ class PopService:
             poll_s = min(poll_s, time_remaining - 1.0)
         retry_topic = retry_topic_config(self.ctx, group, topic).topic_name
         how = _Pop(group, topic, batch, invisible_ms, tag_filter, group_cfg.consume_message_orderly,
-                   client_id if req.auto_renew else "")
+                   client_id if req.auto_renew else "", record_filter)
         out = await self._pop(how, cfg, retry_topic)
         deadline = asyncio.get_running_loop().time() + poll_s
         while not out and not self._stopping:
@@ -332,7 +337,8 @@ class PopService:
                 if offset is None:
                     offset = store.min_offset_in_queue(real_topic, queue_id)
                 result = store.get_message(group, real_topic, queue_id, offset, count - len(records),
-                                           tag_filter=tag_filter)
+                                           tag_filter=tag_filter,
+                                           record_filter=how.record_filter if real_topic == how.topic else None)
                 if result.status is GetStatus.FOUND:
                     fresh = self._decode(result.records, real_topic, queue_id)
                     records += fresh

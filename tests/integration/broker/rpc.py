@@ -152,10 +152,15 @@ def send_ext(
 
 
 def heartbeat_data(
-    client_id: str, consumers: dict[str, dict[str, str]] | None = None, producers: list[str] = (), *, sub_version: int = 1
+    client_id: str,
+    consumers: dict[str, dict[str, str]] | None = None,
+    producers: list[str] = (),
+    *,
+    sub_version: int = 1,
+    expression_type: str = "TAG",
 ) -> bytes:
-    """HeartbeatData as a Java client sends it (CLUSTERING, TAG expressions): ``consumers`` maps group ->
-    {topic: expression}."""
+    """HeartbeatData as a Java client sends it (CLUSTERING, ``expression_type`` expressions): ``consumers`` maps
+    group -> {topic: expression}."""
     data = {
         "clientID": client_id,
         "consumerDataSet": [
@@ -168,7 +173,7 @@ def heartbeat_data(
                     {
                         "classFilterMode": False,
                         "codeSet": [],
-                        "expressionType": "TAG",
+                        "expressionType": expression_type,
                         "subString": expr,
                         "subVersion": sub_version,
                         "tagsSet": [],
@@ -248,6 +253,7 @@ class BrokerClient:
         sub_version: int = 0,
         max_msg_bytes: int | None = None,
         timeout: float = 20,
+        expression_type: str | None = None,
     ) -> Pulled:
         header = PullHeader(
             consumer_group=group,
@@ -260,7 +266,7 @@ class BrokerClient:
             suspend_timeout_millis=suspend_ms,
             subscription=subscription,
             sub_version=sub_version,
-            expression_type="TAG" if subscription is not None else None,
+            expression_type=expression_type or ("TAG" if subscription is not None else None),
             max_msg_bytes=max_msg_bytes,
         )
         resp = await self.request(RequestCode.PULL_MESSAGE, header.to_ext(), timeout=timeout)
@@ -285,10 +291,11 @@ class BrokerClient:
         producers: list[str] = (),
         *,
         sub_version: int = 1,
+        expression_type: str = "TAG",
     ) -> RemotingCommand:
         """HEART_BEAT with HeartbeatData: ``consumers`` maps group -> {topic: expression}."""
-        return await self.request(RequestCode.HEART_BEAT,
-                                  body=heartbeat_data(client_id, consumers, producers, sub_version=sub_version))
+        return await self.request(RequestCode.HEART_BEAT, body=heartbeat_data(
+            client_id, consumers, producers, sub_version=sub_version, expression_type=expression_type))
 
     async def consumer_ids(self, group: str) -> RemotingCommand:
         return await self.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})

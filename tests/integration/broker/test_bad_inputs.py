@@ -151,13 +151,13 @@ async def test_a_bad_pull_is_refused_with_its_code_and_a_hint(
     assert got.code == code and remark_part in got.remark, got.remark
 
 
-async def test_an_sql92_subscription_is_refused_as_unsupported(client):
+async def test_an_sql92_pull_is_refused_while_enable_property_filter_is_off(client):
     await client.create_topic("PullBad", queues=2)
     ext = {"consumerGroup": "g-sql", "topic": "PullBad", "queueId": "0", "queueOffset": "0", "maxMsgNums": "1",
            "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subVersion": "0",
            "subscription": "a > 1", "expressionType": "SQL92"}
     resp = await client.request(RequestCode.PULL_MESSAGE, ext)
-    assert resp.code == RC.INVALID_PARAMETER and "SQL92" in resp.remark
+    assert resp.code == RC.SYSTEM_ERROR and "SQL92" in resp.remark and "enablePropertyFilter=true" in resp.remark
 
 
 async def test_pulls_with_negative_or_huge_offsets_are_told_where_to_continue(client):
