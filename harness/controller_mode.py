@@ -37,3 +37,28 @@ async def replica_info(ns: Namesrv, name: str) -> ReplicaInfo:
         return await client.replica_info(name)
     finally:
         await client.close()
+
+
+def sync_state_set_is(ns: Namesrv, name: str, members: set[int]):
+    """A condition for ``async_wait_until``: the group's SyncStateSet is ``members``."""
+
+    async def check() -> bool:
+        return (await replica_info(ns, name)).sync_state_set == members
+
+    return check
+
+
+def commitlog_bytes(broker: Broker) -> bytes:
+    """The broker's whole commitlog as written (trailing zeros of the last file dropped)."""
+    files = sorted(f for f in (broker.store_dir / "commitlog").iterdir() if f.name.isdigit())
+    return b"".join(f.read_bytes() for f in files).rstrip(b"\0")
+
+
+def log_differences(master: Broker, others: list[Broker]) -> str:
+    want = commitlog_bytes(master)
+    out = []
+    for b in others:
+        got = commitlog_bytes(b)
+        first = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
+        out.append(f"{b.addr}: {len(got)} bytes vs {len(want)}, first difference at {first}")
+    return "; ".join(out)

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from client import AdminClient, Message, MessageQueue, Producer, PullConsumer, PullStatus, SendStatus
-from harness.controller_mode import controller_broker, replica_info
+from harness.controller_mode import commitlog_bytes, controller_broker, log_differences, replica_info
+from harness.controller_mode import sync_state_set_is as harness_sync_state_set_is
 from harness.waiting import async_wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -21,9 +22,7 @@ GROUP = "broker-a"
 
 
 def sync_state_set_is(ns, members: set[int]):
-    async def check() -> bool:
-        return (await replica_info(ns, GROUP)).sync_state_set == members
-    return check
+    return harness_sync_state_set_is(ns, GROUP, members)
 
 
 async def drain(ns, addr_name: str, queues: int) -> set[bytes]:
@@ -41,11 +40,6 @@ async def drain(ns, addr_name: str, queues: int) -> set[bytes]:
     finally:
         await consumer.stop()
     return bodies
-
-
-def commitlog_bytes(broker) -> bytes:
-    files = sorted(f for f in (broker.store_dir / "commitlog").iterdir() if f.name.isdigit())
-    return b"".join(f.read_bytes() for f in files).rstrip(b"\0")
 
 
 async def test_kill_master_elects_a_member_and_the_old_master_rejoins_truncated(tmp_path, cns):
@@ -118,16 +112,7 @@ async def test_kill_master_elects_a_member_and_the_old_master_rejoins_truncated(
             want = commitlog_bytes(new_master)
             return all(commitlog_bytes(b) == want for b in others)
 
-        def differences() -> str:
-            want = commitlog_bytes(new_master)
-            out = []
-            for b in others:
-                got = commitlog_bytes(b)
-                first_diff = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
-                out.append(f"{b.addr}: {len(got)} bytes vs {len(want)}, first difference at {first_diff}")
-            return "; ".join(out)
-
-        await async_wait_until(identical, 20, differences)
+        await async_wait_until(identical, 20, lambda: log_differences(new_master, others))
     finally:
         await producer.stop()
         await admin.stop()
