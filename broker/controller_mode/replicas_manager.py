@@ -89,6 +89,7 @@ class ReplicasManager(Service):
         self._kick = asyncio.Event()
         self._switch = asyncio.Lock()
         self._watched: Connection | None = None
+        self._facts = (0, 0, 0)  # the last (epoch, max offset, confirm offset) a running store gave
         self.switches = 0
 
     # identity as the boot line and tools see it ---------------------------------------------------------------
@@ -179,15 +180,17 @@ class ReplicasManager(Service):
                 quiet.warning("controller mode round failed: %s", exc)
 
     def _store_facts(self) -> tuple[int, int, int]:
-        """(last epoch, max offset, confirm offset) for the heartbeat."""
+        """(last epoch, max offset, confirm offset) for the heartbeat; during a switch, the last known ones (a broker
+        between two servers must not look empty to the election's ranking)."""
         server = self.server
         if server is None or server.store is None:
-            return 0, 0, 0
+            return self._facts
         store = server.store
         confirm = store.max_phy_offset
         if self.waiter is not None and self.role is not None and self.role.kind is Kind.MASTER:
-            confirm = self.waiter.covered()
-        return store.epochs.last_epoch, store.max_phy_offset, confirm
+            confirm = max(self.waiter.covered(), 0)
+        self._facts = (store.epochs.last_epoch, store.max_phy_offset, confirm)
+        return self._facts
 
     def _watch(self) -> None:
         """Revoke the lease when our end of the controller connection closes (see ``fence``)."""
