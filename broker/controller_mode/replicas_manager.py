@@ -273,7 +273,14 @@ class ReplicasManager(Service):
                 broker_name=self.broker_name, broker_id=self.broker_id, entries=list(store.epochs.entries),
                 max_offset=store.max_phy_offset, ha_server_addr=server.settings.ha_server_addr)
 
-        await server.start()
+        try:
+            await server.start()
+        except BaseException:
+            try:  # a start that failed half-way: release what it took (store locks, ports) for the next attempt
+                await server.on_stop()
+            except Exception:  # noqa: BLE001 - the start's own error is the one to report
+                log.exception("cleaning up after a failed role switch")
+            raise
         if server.remoting is not None:
             server.remoting.register(RequestCode.GET_BROKER_EPOCH_CACHE, epoch_cache_processor)
         self.server = server

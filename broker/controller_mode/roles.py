@@ -36,12 +36,11 @@ def decide(my_id: int, master_id: int | None, master_addr: str, master_epoch: in
 
 
 def same_role(current: Role | None, wanted: Role) -> bool:
-    """True when a running broker in ``current`` needs no switch to serve ``wanted``: a master must be re-made for a
-    new masterEpoch (a new epoch entry), a slave only when its master changed."""
-    if current is None or current.kind is not wanted.kind:
+    """True when a running broker in ``current`` needs no switch to serve ``wanted``. Any new masterEpoch needs one,
+    even with the same master (re-elected after a period without one): the master records a new epoch entry, and a
+    slave must copy it, or its history would call that reign's writes the previous epoch's."""
+    if current is None or current.kind is not wanted.kind or current.master_epoch != wanted.master_epoch:
         return False
-    if wanted.kind is Kind.MASTER:
-        return current.master_epoch == wanted.master_epoch
     if wanted.kind is Kind.SLAVE:
         return current.master_id == wanted.master_id and current.master_addr == wanted.master_addr
     return True

@@ -83,7 +83,8 @@ def test_role_decisions():
     slave = decide(1, 2, "h:2", 3)
     assert slave.kind is Kind.SLAVE and slave.master_addr == "h:2"
     assert same_role(master, decide(2, 2, "h:2", 3)) and not same_role(master, decide(2, 2, "h:2", 4))
-    assert same_role(slave, decide(1, 2, "h:2", 4))  # the same master at a new epoch: nothing to redo
+    assert same_role(slave, decide(1, 2, "h:2", 3))
+    assert not same_role(slave, decide(1, 2, "h:2", 4))  # the same master re-elected: copy its new epoch entry
     assert not same_role(slave, decide(1, 3, "h:3", 4)) and not same_role(None, slave)
     base = BrokerSettings(BrokerConfig(broker_name="b"), MessageStoreConfig(broker_role=BrokerRole.SYNC_MASTER))
     as_master = role_settings(base, master, 2)
