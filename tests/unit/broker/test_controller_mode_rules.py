@@ -132,3 +132,23 @@ async def test_the_waiter_needs_every_member_and_a_valid_lease():
     one = SyncStateSetWaiter(view=lambda: view, acks=lambda: {2: 200, 3: 0}, master_max=lambda: 200, lease=lease,
                              slave_timeout_ms=20, all_ack=False)
     assert (await one.wait(200))[0] is PutStatus.PUT_OK  # allAckInSyncStateSet=false: one member suffices
+
+
+def test_epoch_cache_answer_round_trip_and_a_slave_refuses():
+    from broker.controller_mode import epoch_cache
+    from broker.store.epoch_file import EpochEntry
+    from remoting.codes import RequestCode, ResponseCode
+    from remoting.frame_codec import RemotingCommand
+
+    request = RemotingCommand(RequestCode.GET_BROKER_EPOCH_CACHE)
+    entries = [EpochEntry(1, 0), EpochEntry(3, 500)]
+    resp = epoch_cache.answer(request, is_master=True, cluster="c", broker_name="b", broker_id=2, entries=entries,
+                              max_offset=900, ha_server_addr="h:10912")
+    assert resp.code == ResponseCode.SUCCESS
+    cache = epoch_cache.parse(resp)
+    assert cache == epoch_cache.EpochCache(tuple(entries), 900, "h:10912")
+    refused = epoch_cache.answer(request, is_master=False, cluster="c", broker_name="b", broker_id=2,
+                                 entries=entries, max_offset=900, ha_server_addr="h:10912")
+    assert refused.code != ResponseCode.SUCCESS and "not the master" in refused.remark
+    with pytest.raises(ValueError, match="does not parse"):
+        epoch_cache.parse(RemotingCommand(ResponseCode.SUCCESS, body=b'{"epochList": [{"epoch": -1}]}'))
