@@ -25,6 +25,10 @@ def boot_line(server) -> str:
 
 
 def _make_server(settings: BrokerSettings):
+    if settings.controller.enable_controller_mode:
+        from broker.controller_mode.replicas_manager import ReplicasManager
+
+        return ReplicasManager(settings)
     from broker.server import BrokerServer  # heavy imports only when actually serving
 
     return BrokerServer(settings)
@@ -33,7 +37,7 @@ def _make_server(settings: BrokerSettings):
 def render(settings: BrokerSettings) -> list[tuple[str, str]]:
     """Every effective key for --print-config; secrets (haAuthSecret, haAuthSecretFile) read ``<set>``
     (``common.conf.render``)."""
-    return conf.render(settings.broker) + conf.render(settings.store)
+    return conf.render(settings.broker) + conf.render(settings.store) + conf.render(settings.controller)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,6 +33,7 @@ import socket
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from broker.controller_mode.config import ControllerModeConfig
 from common import conf
 from common.errors import ConfigError
 from common.ports import ANY_HOST, ListenPort
@@ -321,6 +322,7 @@ class BrokerSettings:
     broker: BrokerConfig
     store: MessageStoreConfig
     source: str = "<defaults>"
+    controller: ControllerModeConfig = field(default_factory=ControllerModeConfig)  # enableControllerMode ...
 
     @property
     def role(self) -> BrokerRole:
@@ -377,7 +379,15 @@ def load_broker_settings(path: str | Path | None, environ: dict[str, str] | None
     """Load broker.conf strictly and apply RocketMQ's startup rules (role vs. brokerId)."""
     source = str(path) if path else "<defaults>"
     overrides = conf.env_overrides(environ if environ is not None else dict(os.environ), ENV_OVERRIDES)
-    broker, store = conf.load((BrokerConfig, MessageStoreConfig), path, overrides=overrides)
+    broker, store, controller = conf.load((BrokerConfig, MessageStoreConfig, ControllerModeConfig), path,
+                                          overrides=overrides)
+    if controller.enable_controller_mode:
+        # RocketMQ ignores brokerRole and brokerId in controller mode: the controller assigns both. Any broker of
+        # the group may become a SYNC_MASTER, so the HA secret is required as for one.
+        store = replace(store, broker_role=BrokerRole.SYNC_MASTER)
+        broker = replace(broker, broker_id=0)
+        check_ha_auth(store, source)
+        return BrokerSettings(broker=broker, store=store, source=source, controller=controller)
     if store.broker_role.is_master and broker.broker_id != 0:
         # RocketMQ forces masters to id 0; say so instead of doing it silently.
         raise ConfigError(

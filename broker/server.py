@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from broker import processors
@@ -96,6 +96,10 @@ class BrokerServer(Service):
         self.slave_sync: SlaveSynchronize | None = None
         self.master = MasterAddrs()
         self.registration_listeners: list[Callable[[str, str], None]] = []
+        # controller mode (broker/controller_mode): run after the store recovered, before anything is served (the
+        # new master's epoch entry), and after HA started (its SyncStateSet replica waiter replaces GroupTransfer's)
+        self.store_started_hooks: list[Callable[[MessageStore], Awaitable[None]]] = []
+        self.ha_started_hooks: list[Callable[[BrokerServer], None]] = []
         self.store: MessageStore | None = None
         self.ctx: BrokerContext | None = None
         self.registration: RegistrationService | None = None
@@ -182,6 +186,8 @@ class BrokerServer(Service):
         await topics.persist()
 
         await store.start()
+        for hook in self.store_started_hooks:
+            await hook(store)
         self.metrics = metrics = BrokerMetrics(
             self.metrics_registry,
             cluster=broker.broker_cluster_name,
@@ -228,6 +234,8 @@ class BrokerServer(Service):
         self.ha = ctx.ha = HAService(settings, store, wrap_waiter=metrics.timed_replica_waiter)
         await self.ha.start()  # a SYNC_MASTER installs its (timed) replica waiter here, once
         metrics.attach(ha=self.ha)
+        for ha_hook in self.ha_started_hooks:
+            ha_hook(self)
         if not settings.role.is_master:
             self.slave_sync = SlaveSynchronize(
                 topics=topics,

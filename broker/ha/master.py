@@ -97,6 +97,8 @@ class HAMaster:
         self.port = port
         self.counters = counters or HACounters()
         self.on_ack_listener = on_ack_listener
+        # called on every accepted ack, advancing the maximum or not (controller mode counts acks per member)
+        self.ack_observers: list[Callable[[], None]] = []
         self.push2slave_max_offset = 0
         self.connections: dict[int, MasterConnection] = {}  # brokerId -> live connection
         self.links: dict[int, SlaveLink] = {}  # brokerId -> last known state
@@ -151,6 +153,8 @@ class HAMaster:
 
     def on_ack(self, offset: int) -> None:
         self.counters.acks += 1
+        for observer in self.ack_observers:
+            observer()
         if offset > self.push2slave_max_offset:
             self.push2slave_max_offset = offset
             if self.on_ack_listener is not None:

@@ -1,0 +1,130 @@
+"""Controller-mode failover: time from SIGKILL of a master to the first SEND_OK on the newly elected master, and to
+the first message (sent after the kill) that a pull consumer gets from it.
+
+Per run, real processes on 127.0.0.1: one etcd, a nameserver running the controller, a broker group of three
+controller-mode brokers (heartbeat every 200 ms, controllerHeartBeatTimeoutMills 1.5 s; the SIGKILL closes the
+master's controller connection, so the controller elects at once). The SDK producer sends SYNC to the group's only
+topic; the master is SIGKILLed and the producer sends in a loop (each failure retried at once) until a SEND_OK.
+A PullConsumer, caught up on both queues before the kill, pulls from there in a loop (failures retried every 10 ms).
+Reported per run: both times, the failed send attempts, and the new master's brokerId.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.report import median_of, print_table, write_json
+from client import AdminClient, Message, MessageQueue, Producer, PullConsumer, PullStatus, SendStatus
+from harness.controller_mode import controller_broker, controller_namesrv, replica_info
+from harness.etcd import EtcdServer, ensure_etcd
+
+TOPIC = "ControllerFailoverBench"
+GROUP = "broker-cf"
+
+
+async def one_run(workdir: Path, etcd_binary: str) -> dict:
+    with EtcdServer(workdir / "etcd", binary=etcd_binary) as etcd, \
+            controller_namesrv(workdir / "ns", etcd.endpoint) as ns:
+        brokers = [controller_broker(workdir, ns, GROUP, i) for i in (1, 2, 3)]
+        admin = await AdminClient(ns.addr).start()
+        producer = await Producer("controller-failover-bench", ns.addr).start()
+        consumer = await PullConsumer("controller-failover-bench", ns.addr).start()
+        try:
+            for b in brokers:
+                b.start()
+            deadline = time.monotonic() + 30
+            while (await replica_info(ns, GROUP)).sync_state_set != {1, 2, 3}:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the SyncStateSet did not grow to three")
+                await asyncio.sleep(0.1)
+            await admin.update_topic(brokers[0].addr, TOPIC, read_queue_nums=2, write_queue_nums=2)
+            for i in range(50):
+                assert (await producer.send(Message(TOPIC, b"m%d" % i))).status is SendStatus.SEND_OK
+            offsets = {}
+            for q in (0, 1):
+                mq = MessageQueue(TOPIC, GROUP, q)
+                offsets[q] = 0
+                while (r := await consumer.pull(mq, offsets[q], max_nums=32, timeout_s=3)).status is PullStatus.FOUND:
+                    offsets[q] = r.next_begin_offset
+
+            async def first_consumed() -> float:
+                while True:
+                    for q in (0, 1):
+                        try:
+                            r = await consumer.pull(MessageQueue(TOPIC, GROUP, q), offsets[q], max_nums=1,
+                                                    timeout_s=1)
+                        except Exception:  # noqa: BLE001 - the dead master or a switching one
+                            await asyncio.sleep(0.01)
+                            continue
+                        if r.status is PullStatus.FOUND:
+                            return time.monotonic()
+
+            brokers[0].kill()
+            killed_at = time.monotonic()
+            consumed = asyncio.ensure_future(first_consumed())
+            failed = 0
+            while True:
+                if time.monotonic() - killed_at > 60:
+                    raise TimeoutError("no SEND_OK within 60 s of the kill")
+                try:
+                    result = await producer.send(Message(TOPIC, b"after"))
+                    if result.status is SendStatus.SEND_OK:
+                        break
+                except Exception:  # noqa: BLE001 - counted: the route names the dead master, or a switch is under way
+                    pass
+                failed += 1
+                await asyncio.sleep(0.01)
+            elapsed_ms = (time.monotonic() - killed_at) * 1000
+            consumed_ms = (await asyncio.wait_for(consumed, 60) - killed_at) * 1000
+            info = await replica_info(ns, GROUP)
+            return {"kill_to_send_ok_ms": round(elapsed_ms, 1), "kill_to_consumed_ms": round(consumed_ms, 1),
+                    "failed_attempts": failed,
+                    "new_master": info.master_broker_id, "master_epoch": info.master_epoch}
+        finally:
+            await consumer.stop()
+            await producer.stop()
+            await admin.stop()
+            for b in brokers:
+                b.stop()
+
+
+async def main_async(args: argparse.Namespace) -> dict:
+    binary, why = ensure_etcd()
+    if binary is None:
+        raise SystemExit(f"no etcd: {why}")
+    root = Path(tempfile.mkdtemp(prefix="pyrmq-cfailover-", dir=args.tmp))
+    runs = []
+    try:
+        for i in range(args.runs):
+            runs.append(await one_run(root / f"run{i}", binary))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print_table("SIGKILL of a controller-mode master -> first SEND_OK on the elected one",
+                ["run", "SEND_OK ms", "consumed ms", "failed sends", "new master", "masterEpoch"],
+                [[i, r["kill_to_send_ok_ms"], r["kill_to_consumed_ms"], r["failed_attempts"], r["new_master"],
+                  r["master_epoch"]] for i, r in enumerate(runs)])
+    summary = {}
+    for key in ("kill_to_send_ok_ms", "kill_to_consumed_ms"):
+        times = [r[key] for r in runs]
+        summary[key] = {"median_ms": median_of(times), "min_ms": min(times), "max_ms": max(times)}
+        print(f"{key}: median {median_of(times):.0f} ms (min {min(times):.0f}, max {max(times):.0f})")
+    return {"args": vars(args), "runs": runs, "summary": summary}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.controller_failover_bench")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--tmp", default=None, help="directory for the stores (default: system temp)")
+    args = parser.parse_args(argv)
+    write_json("controller_failover_bench", asyncio.run(main_async(args)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""The controller-mode master's replica waiter: PUT_OK once every SyncStateSet member acked (``allAckInSyncStateSet``)
+and the master's role lease is valid at that moment (``fence.RoleLease``).
+
+It replaces the classic SYNC_MASTER waiter (``GroupTransfer``: any one slave). ``acks()`` gives the members' acks
+(brokerId -> offset, from the HA master's live connections); ``on_ack`` is called on every ack and releases the
+waiters the confirm offset now covers. A waiter that is not covered within ``slaveTimeout`` (or the sender's
+deadline) answers FLUSH_SLAVE_TIMEOUT, naming the members that had not acked. With ``allAckInSyncStateSet=false`` one
+member's ack suffices (RocketMQ's inSyncReplicas=1 path with a slave). Task-safety: event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Callable, Mapping
+
+from broker.controller_mode.fence import RoleLease
+from broker.controller_mode.sync_state_set import SyncStateSetView
+from broker.store.types import PutStatus
+
+MAX_WAITERS = 100_000
+
+
+class SyncStateSetWaiter:
+    def __init__(self, *, view: Callable[[], SyncStateSetView], acks: Callable[[], Mapping[int, int]],
+                 master_max: Callable[[], int], lease: RoleLease, slave_timeout_ms: int, all_ack: bool) -> None:
+        self._view = view
+        self._acks = acks
+        self._master_max = master_max
+        self.lease = lease
+        self.timeout_s = slave_timeout_ms / 1000.0
+        self.all_ack = all_ack
+        self._heap: list[tuple[int, int, asyncio.Future]] = []
+        self._seq = itertools.count()
+        self.fenced = 0  # sends refused for want of a valid lease
+
+    def covered(self) -> int:
+        """The offset every counted member acked (RocketMQ's confirm offset)."""
+        view, acks = self._view(), self._acks()
+        if self.all_ack or not view.counted:
+            return view.confirm_offset(acks, self._master_max())
+        return min(max(acks.get(i, -1) for i in view.counted), self._master_max())
+
+    def _answer(self) -> tuple[PutStatus, str]:
+        if self.lease.valid():
+            return PutStatus.PUT_OK, ""
+        self.fenced += 1
+        return PutStatus.SLAVE_NOT_AVAILABLE, self.lease.remark()
+
+    async def wait(self, next_offset: int, deadline: float | None = None) -> tuple[PutStatus, str]:
+        if next_offset <= self.covered():
+            return self._answer()
+        if len(self._heap) >= MAX_WAITERS:
+            return PutStatus.FLUSH_SLAVE_TIMEOUT, f"{MAX_WAITERS} puts already wait for the SyncStateSet"
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future = loop.create_future()
+        heapq.heappush(self._heap, (next_offset, next(self._seq), fut))
+        expire = loop.time() + self.timeout_s
+        if deadline is not None:
+            expire = min(expire, deadline)
+        timer = loop.call_at(expire, self._expire, fut, next_offset)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+        return fut.result() if fut.result()[0] is not PutStatus.PUT_OK else self._answer()
+
+    def _expire(self, fut: asyncio.Future, next_offset: int) -> None:
+        if fut.done():
+            return
+        view, acks = self._view(), self._acks()
+        missing = sorted(i for i in view.counted if acks.get(i, -1) < next_offset)
+        fut.set_result((PutStatus.FLUSH_SLAVE_TIMEOUT,
+                        f"SyncStateSet members {missing} did not acknowledge offset {next_offset} within "
+                        f"{int(self.timeout_s * 1000)} ms (or the sender's deadline); stored on the master, do not "
+                        "resend"))
+        if len(self._heap) > 1024 and sum(1 for e in self._heap if e[2].done()) * 2 > len(self._heap):
+            self._heap = [e for e in self._heap if not e[2].done()]
+            heapq.heapify(self._heap)
+
+    def on_ack(self) -> None:
+        if not self._heap:
+            return
+        covered = self.covered()
+        heap = self._heap
+        while heap and heap[0][0] <= covered:
+            _, _, fut = heapq.heappop(heap)
+            if not fut.done():
+                fut.set_result((PutStatus.PUT_OK, ""))
+
+    def close(self) -> None:
+        for _, _, fut in self._heap:
+            if not fut.done():
+                fut.set_result((PutStatus.FLUSH_SLAVE_TIMEOUT, "the master is switching role before the "
+                                "SyncStateSet acked; stored on it only"))
+        self._heap.clear()

@@ -1,0 +1,410 @@
+"""ReplicasManager: a controller-mode broker process (RocketMQ 5's ReplicasManager), the owner of its BrokerServer.
+
+The controller decides the role; this service carries it out:
+
+- **Identity**: the brokerId comes from the controller (``identity``: next id, apply, persist in
+  ``<storePathRootDir>/brokerIdentity``); ``brokerRole``/``brokerId`` of the conf are ignored.
+- **Heartbeat and role reads**: every ``brokerHeartbeatInterval`` a BROKER_HEARTBEAT (epoch, max offset, confirm
+  offset, priority, ``controllerHeartBeatTimeoutMills``) and then a GET_REPLICA_INFO; a NOTIFY_BROKER_ROLE_CHANGED
+  push runs the same round at once. The pair also renews the master's role lease (``fence``).
+- **Role switch** (``_apply``, one at a time): the running ``BrokerServer`` is stopped and a new one started in the
+  new role, on the same ports and store. A switch therefore closes the clients' connections (they reconnect and
+  retry), and costs a clean store stop and start; the store recovered cleanly has nothing to redo, so the switch is
+  quick, and it reuses every path the broker already has (HA client and server, registration, metadata).
+
+  *To master* (``newEpoch`` >= the store's last epoch): the slave's HA client stops with its server; the store's
+  recovery cut any incomplete tail; before anything is served the epoch entry ``(newEpoch, max offset)`` is appended
+  (a ``store_started_hooks`` hook), the store has dispatched everything (its start re-dispatches), the SyncStateSet
+  waiter replaces the classic one (``ha_started_hooks``), the server registers as brokerId 0 with the nameservers
+  at once (its start), and a heartbeat round makes the lease valid.
+
+  *To slave*: the master's history comes from GET_BROKER_EPOCH_CACHE (``epoch_cache``, with its HA address); the
+  store is opened alone, the consistent point computed (``epoch_file.consistent_offset``); a longer local log is cut
+  by ``truncation.request`` and a store restart (crash-safe); the master's later epoch entries are copied; then the
+  server starts as SLAVE with ``haMasterAddress`` set to the master's HA address (authenticated hello as always) and
+  registers with its own id.
+
+- **SyncStateSet** (on the master, every ``checkSyncStateSetPeriod``): shrink members that are not connected or not
+  caught up for ``haMaxTimeSlaveNotCatchup``; grow with connected slaves that caught up within this epoch; each
+  change goes to the controller (ALTER_SYNC_STATE_SET) and acks count against both sets while it is in flight.
+
+Not yet: consume queues are dispatched up to the max offset, not the confirm offset (a consumer may see a message
+that a later master does not have); the lease is not held in etcd (see ``fence``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from broker.config import BrokerSettings
+from broker.controller_mode import epoch_cache, identity
+from broker.controller_mode.ack_waiter import SyncStateSetWaiter
+from broker.controller_mode.fence import RoleLease
+from broker.controller_mode.roles import Kind, Role, decide, role_settings, same_role
+from broker.controller_mode.sync_state_set import SyncStateSetView
+from broker.server import BrokerServer
+from broker.store import truncation
+from broker.store.epoch_file import consistent_offset
+from broker.store.message_store import MessageStore
+from common.errors import PyrmqError
+from common.log import RateLimitedLog
+from common.service import Service
+from controller.client import ControllerClient, ControllerError, ReplicaInfo
+from remoting.client import RemotingClient
+from remoting.codes import RequestCode, ResponseCode
+from remoting.connection import Connection
+from remoting.errors import RemotingError
+from remoting.frame_codec import RemotingCommand
+
+log = logging.getLogger(__name__)
+quiet = RateLimitedLog(log)
+
+MASTER_ANSWER_WAIT_S = 30.0  # how long a new slave asks the master for its epochs before the next round retries
+
+
+class RoleSwitchError(PyrmqError):
+    """A role the controller gave could not be taken now (the next round tries again)."""
+
+
+class ReplicasManager(Service):
+    def __init__(self, settings: BrokerSettings) -> None:
+        super().__init__("replicas-manager")
+        if not settings.broker.listen_port:
+            raise PyrmqError("enableControllerMode needs a fixed listenPort: the controller knows brokers by address")
+        self.base = settings
+        self.cfg = settings.controller
+        self.server: BrokerServer | None = None
+        self.role: Role | None = None
+        self.broker_id = 0
+        self.lease = RoleLease(self.cfg.controller_heart_beat_timeout_mills, self.cfg.controller_fence_margin_mills)
+        self.client = RemotingClient(name="broker-controller")
+        self.client.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self._on_notify)
+        self.controller = ControllerClient(self.cfg.controller_addrs, client=self.client)
+        self.peers = RemotingClient(name="broker-peers")
+        self.view: SyncStateSetView | None = None
+        self.waiter: SyncStateSetWaiter | None = None
+        self.info: ReplicaInfo | None = None
+        self._kick = asyncio.Event()
+        self._switch = asyncio.Lock()
+        self._watched: Connection | None = None
+        self._facts = (0, 0, 0)  # the last (epoch, max offset, confirm offset) a running store gave
+        self.switches = 0
+
+    # identity as the boot line and tools see it ---------------------------------------------------------------
+    @property
+    def settings(self) -> BrokerSettings:
+        return self.server.settings if self.server is not None else self.base
+
+    @property
+    def address(self) -> str:
+        return self.base.broker.broker_addr
+
+    @property
+    def cluster(self) -> str:
+        return self.base.broker.broker_cluster_name
+
+    @property
+    def broker_name(self) -> str:
+        return self.base.broker.broker_name
+
+    # lifecycle ----------------------------------------------------------------------------------------------
+    async def on_start(self) -> None:
+        self.broker_id = await self._obtain_id()
+        await self.controller.register(self.cluster, self.broker_name, self.broker_id, self.address)
+        log.info("controller mode: %s/%s is brokerId %d at %s", self.cluster, self.broker_name, self.broker_id,
+                 self.address)
+        deadline = time.monotonic() + 60.0
+        while self.role is None or self.role.kind is Kind.NONE:
+            try:
+                await self._round()
+            except (PyrmqError, RemotingError) as exc:
+                if time.monotonic() > deadline:
+                    raise PyrmqError(f"controller mode: no role within 60 s: {exc}") from None
+                quiet.warning("controller mode: no role yet: %s", exc)
+            if self.role is None or self.role.kind is Kind.NONE:
+                await asyncio.sleep(self.cfg.broker_heartbeat_interval / 1000)
+        self.spawn("rounds", self._rounds())
+        self.run_every("sync-state-set", self.cfg.check_sync_state_set_period / 1000, self._check_sync_state_set)
+
+    async def on_stop(self) -> None:
+        self._kick.set()
+        async with self._switch:
+            if self.server is not None:
+                await self._stop_server()
+        await self.peers.close()
+        await self.controller.close()
+
+    async def _obtain_id(self) -> int:
+        root = self.base.store.root_dir
+        known = identity.load(root, self.cluster, self.broker_name)
+        if known is not None:
+            return known
+        pending = identity.load_pending(root, self.cluster, self.broker_name)
+        for _ in range(20):
+            if pending is None:
+                broker_id = await self.controller.next_broker_id(self.cluster, self.broker_name)
+                check = f"{self.address};{time.time_ns()}"
+                identity.save_pending(root, self.cluster, self.broker_name, broker_id, check)
+                pending = (broker_id, check)
+            try:
+                await self.controller.apply_broker_id(self.cluster, self.broker_name, *pending)
+            except ControllerError as exc:
+                if exc.code != ResponseCode.CONTROLLER_BROKER_ID_INVALID:
+                    raise
+                pending = None  # another broker took that id first: ask again
+                continue
+            identity.commit(root, self.cluster, self.broker_name, pending[0])
+            return pending[0]
+        raise PyrmqError("controller mode: could not obtain a brokerId in 20 attempts")
+
+    # rounds -------------------------------------------------------------------------------------------------
+    def _on_notify(self, conn: Connection, request: RemotingCommand) -> None:
+        log.info("controller pushed a role change: %s", dict(request.ext or {}))
+        self._kick.set()
+
+    async def _rounds(self) -> None:
+        interval = self.cfg.broker_heartbeat_interval / 1000
+        while not self.stopping:
+            try:
+                await asyncio.wait_for(self._kick.wait(), interval)
+            except TimeoutError:
+                pass
+            self._kick.clear()
+            if self.stopping:
+                return
+            try:
+                await self._round()
+            except (PyrmqError, RemotingError, OSError) as exc:
+                quiet.warning("controller mode round failed: %s", exc)
+
+    def _store_facts(self) -> tuple[int, int, int]:
+        """(last epoch, max offset, confirm offset) for the heartbeat; during a switch, the last known ones (a broker
+        between two servers must not look empty to the election's ranking)."""
+        server = self.server
+        if server is None or server.store is None:
+            return self._facts
+        store = server.store
+        confirm = store.max_phy_offset
+        if self.waiter is not None and self.role is not None and self.role.kind is Kind.MASTER:
+            confirm = max(self.waiter.covered(), 0)
+        self._facts = (store.epochs.last_epoch, store.max_phy_offset, confirm)
+        return self._facts
+
+    def _watch(self) -> None:
+        """Revoke the lease when our end of the controller connection closes (see ``fence``)."""
+        addr = self.controller.active
+        conn = self.client.cached(addr) if addr else None
+        if conn is None or conn is self._watched or conn.closed is None:
+            return
+        self._watched = conn
+        conn.closed.add_done_callback(lambda _f: self.lease.revoke("the connection to the controller closed"))
+
+    async def _round(self) -> None:
+        epoch, max_offset, confirm = self._store_facts()
+        sent = time.monotonic()
+        beat_ok = False
+        try:
+            await self.controller.heartbeat(self.cluster, self.broker_name, self.address, self.broker_id,
+                                            epoch=epoch, max_offset=max_offset, confirm_offset=confirm,
+                                            timeout_ms=self.cfg.controller_heart_beat_timeout_mills,
+                                            priority=self.cfg.broker_election_priority)
+            beat_ok = True
+            self._watch()
+        except (ControllerError, RemotingError) as exc:
+            self.lease.revoke(f"the last heartbeat to the controller failed ({exc})")
+            quiet.warning("heartbeat to the controller failed: %s", exc)
+        info = await self.controller.replica_info(self.broker_name)
+        self.info = info
+        role = self.role
+        if role is not None and role.kind is Kind.MASTER:
+            if info.master_broker_id == self.broker_id and info.master_epoch == role.master_epoch:
+                if beat_ok:
+                    self.lease.renew(sent)
+                if self.view is not None and info.sync_state_set_epoch > self.view.epoch:
+                    self.view.members, self.view.epoch = info.sync_state_set, info.sync_state_set_epoch
+            else:
+                self.lease.revoke(f"the controller names brokerId {info.master_broker_id} master at masterEpoch "
+                                  f"{info.master_epoch}")
+        await self._settle(info)
+
+    async def _settle(self, info: ReplicaInfo) -> None:
+        wanted = decide(self.broker_id, info.master_broker_id, info.master_address, info.master_epoch)
+        if wanted.kind is Kind.NONE:
+            code, remark, state = await self.controller.elect(self.cluster, self.broker_name, self.broker_id)
+            log.info("the group has no master; asked for an election: %s %s", code, remark)
+            if state is None:
+                return
+            wanted = decide(self.broker_id, state.master_broker_id, state.master_address, state.master_epoch)
+            self.info = state
+            if wanted.kind is Kind.NONE:
+                return
+        if same_role(self.role, wanted):
+            return
+        async with self._switch:
+            if self.stopping or same_role(self.role, wanted):
+                return
+            if wanted.kind is Kind.MASTER:
+                await self._become_master(wanted)
+            else:
+                await self._become_slave(wanted)
+            self.switches += 1
+        if wanted.kind is Kind.MASTER:
+            await self._round()  # the lease: a heartbeat and a read that names us master
+
+    # switches -----------------------------------------------------------------------------------------------
+    async def _stop_server(self) -> None:
+        server, self.server = self.server, None
+        if self.waiter is not None:
+            self.waiter.close()
+        self.waiter = None
+        if server is not None:
+            await server.stop()
+
+    async def _serve(self, server: BrokerServer) -> None:
+        """Start ``server`` and add GET_BROKER_EPOCH_CACHE to its remoting port."""
+
+        def epoch_cache_processor(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            store = server.store
+            assert store is not None
+            return epoch_cache.answer(
+                request, is_master=server.settings.role.is_master, cluster=self.cluster,
+                broker_name=self.broker_name, broker_id=self.broker_id, entries=list(store.epochs.entries),
+                max_offset=store.max_phy_offset, ha_server_addr=server.settings.ha_server_addr)
+
+        try:
+            await server.start()
+        except BaseException:
+            try:  # a start that failed half-way: release what it took (store locks, ports) for the next attempt
+                await server.on_stop()
+            except Exception:  # noqa: BLE001 - the start's own error is the one to report
+                log.exception("cleaning up after a failed role switch")
+            raise
+        if server.remoting is not None:
+            server.remoting.register(RequestCode.GET_BROKER_EPOCH_CACHE, epoch_cache_processor)
+        self.server = server
+
+    async def _become_master(self, role: Role) -> None:
+        log.warning("controller mode: %s brokerId %d becomes master at masterEpoch %d", self.broker_name,
+                    self.broker_id, role.master_epoch)
+        self.lease.revoke(f"becoming master at masterEpoch {role.master_epoch}")
+        await self._stop_server()
+        settings = role_settings(self.base, role, self.broker_id)
+        server = BrokerServer(settings)
+        info = self.info
+        members = info.sync_state_set if info is not None else frozenset({self.broker_id})
+        sss_epoch = info.sync_state_set_epoch if info is not None else 0
+
+        async def record_epoch(store: MessageStore) -> None:
+            if role.master_epoch < store.epochs.last_epoch:
+                raise RoleSwitchError(f"masterEpoch {role.master_epoch} is older than this store's last epoch "
+                                      f"{store.epochs.last_epoch}")
+            start = store.max_phy_offset
+            await asyncio.get_running_loop().run_in_executor(None, store.epochs.append, role.master_epoch, start)
+            self.view = SyncStateSetView(master_id=self.broker_id, members=members, epoch=sss_epoch,
+                                         epoch_start=store.epochs.entries[-1].start_offset)
+
+        def install_waiter(s: BrokerServer) -> None:
+            assert s.ha is not None and s.ha.master is not None and s.store is not None
+            ha_master, store = s.ha.master, s.store
+            waiter = SyncStateSetWaiter(
+                view=lambda: self.view, acks=lambda: {i: c.link.ack_offset for i, c in ha_master.connections.items()},
+                master_max=lambda: store.max_phy_offset, lease=self.lease,
+                slave_timeout_ms=settings.store.slave_timeout, all_ack=self.cfg.all_ack_in_sync_state_set)
+            ha_master.ack_observers.append(waiter.on_ack)
+            wait = waiter.wait if s.metrics is None else s.metrics.timed_replica_waiter(waiter.wait)
+            store.set_replica_waiter(wait)
+            self.waiter = waiter
+
+        server.store_started_hooks.append(record_epoch)
+        server.ha_started_hooks.append(install_waiter)
+        await self._serve(server)
+        self.role = role
+
+    async def _become_slave(self, role: Role) -> None:
+        log.warning("controller mode: %s brokerId %d becomes a slave of brokerId %s (%s) at masterEpoch %d",
+                     self.broker_name, self.broker_id, role.master_id, role.master_addr, role.master_epoch)
+        self.lease.revoke(f"this broker is a slave of brokerId {role.master_id}")
+        cache = await self._master_epochs(role)
+        await self._stop_server()
+        self.role = None
+        settings = role_settings(self.base, role, self.broker_id, cache.ha_server_addr)
+        await self._fit_store(settings, cache)
+        await self._serve(BrokerServer(settings))
+        self.view = None
+        self.role = role
+
+    async def _master_epochs(self, role: Role) -> epoch_cache.EpochCache:
+        deadline = time.monotonic() + MASTER_ANSWER_WAIT_S
+        last = ""
+        while time.monotonic() < deadline and not self.stopping:
+            try:
+                code, remark, cache = await epoch_cache.fetch(self.peers, role.master_addr)
+                if cache is not None and cache.ha_server_addr:
+                    return cache
+                last = f"{code} {remark}"
+            except (RemotingError, ValueError) as exc:
+                last = str(exc)
+            await asyncio.sleep(0.1)
+        raise RoleSwitchError(f"the master {role.master_addr} did not give its epoch history: {last}")
+
+    async def _fit_store(self, settings: BrokerSettings, cache: epoch_cache.EpochCache) -> None:
+        """Cut the local log back to where it agrees with the master's, and copy the master's newer epochs."""
+        host = (settings.broker.broker_ip1, settings.broker.listen_port)
+        store = MessageStore(settings.store, store_host=host)
+        await store.start()
+        try:
+            local, local_end = list(store.epochs.entries), store.max_phy_offset
+            point = consistent_offset(local, local_end, list(cache.entries), cache.max_offset)
+            if point is None:
+                raise RoleSwitchError(
+                    f"this store's epoch history {local} shares no epoch with the master's {list(cache.entries)}",
+                    hint="move this broker's store aside so it copies the group's log again as a new replica")
+            if point < local_end:
+                log.warning("controller mode: cutting the log from %d back to %d (never confirmed: the master's "
+                            "history diverges there)", local_end, point)
+                await store.stop()
+                truncation.request(settings.store.root_dir, point)
+                store = MessageStore(settings.store, store_host=host)
+                await store.start()
+            loop = asyncio.get_running_loop()
+            for entry in cache.entries:
+                if entry.epoch > store.epochs.last_epoch:
+                    await loop.run_in_executor(None, store.epochs.append, entry.epoch, entry.start_offset)
+        finally:
+            await store.stop()
+
+    # SyncStateSet -------------------------------------------------------------------------------------------
+    async def _check_sync_state_set(self) -> None:
+        server, view, role = self.server, self.view, self.role
+        if server is None or view is None or role is None or role.kind is not Kind.MASTER or view.proposed:
+            return
+        if server.ha is None or server.ha.master is None or server.store is None:
+            return
+        ha_master = server.ha.master
+        acks = {i: c.link.ack_offset for i, c in ha_master.connections.items()}
+        connected = set(acks)
+        now, master_max = time.monotonic(), server.store.max_phy_offset
+        view.observe(now, acks, master_max)
+        proposal = view.shrink(now, acks, connected, self.cfg.ha_max_time_slave_not_catchup / 1000)
+        if proposal is None:
+            proposal = view.grow(acks, connected, master_max)
+        if proposal is None:
+            return
+        view.proposed = proposal
+        try:
+            members, epoch = await self.controller.alter_sync_state_set(
+                self.broker_name, self.broker_id, role.master_epoch, set(proposal), view.epoch)
+            log.info("SyncStateSet of %s: %s -> %s (epoch %d)", self.broker_name, sorted(view.members),
+                     sorted(members), epoch)
+            view.members, view.epoch = members, epoch
+            for i in members - {self.broker_id}:
+                view.last_caught_up[i] = now
+        except (ControllerError, RemotingError) as exc:
+            quiet.warning("SyncStateSet change to %s refused: %s", sorted(proposal), exc)
+            self._kick.set()
+        finally:
+            view.proposed = None
+            if self.waiter is not None:
+                self.waiter.on_ack()
