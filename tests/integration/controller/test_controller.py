@@ -64,10 +64,15 @@ async def test_one_instance_is_active_and_a_killed_one_is_replaced(controllers):
     standby = next(c for c in controllers if c is not active)
     driver = BrokerDriver([standby.addr], "c", "broker-a", "127.0.0.1:10911")
     try:
-        resp = await driver.call(RequestCode.CONTROLLER_GET_NEXT_BROKER_ID,
-                                 {"clusterName": "c", "brokerName": "broker-a"}, addr=standby.addr)
-        assert resp.code == RC.CONTROLLER_NOT_LEADER
-        assert resp.ext["controllerLeaderAddress"] == active.addr and active.addr in resp.remark
+        async def standby_names_the_active_one():
+            # a standby learns the active instance from etcd's key, a moment after that instance took the lease
+            resp = await driver.call(RequestCode.CONTROLLER_GET_NEXT_BROKER_ID,
+                                     {"clusterName": "c", "brokerName": "broker-a"}, addr=standby.addr)
+            assert resp.code == RC.CONTROLLER_NOT_LEADER
+            return (resp.ext or {}).get("controllerLeaderAddress") == active.addr and resp
+
+        resp = await async_wait_until(standby_names_the_active_one, 10, "the standby to name the active controller")
+        assert active.addr in resp.remark
         assert (await metadata(standby.addr))["controllerLeaderAddress"] == active.addr
         assert "rocketmq_controller_active" in scrape(active.metrics_port)
 
