@@ -16,7 +16,9 @@ One ``broker.conf`` feeds both classes by key name, as in RocketMQ. Differences 
   ``haUnsafeAllowUnauthenticatedSlaves=true`` says the operator accepts that any TCP peer can confirm its sends;
 - ``grpcServerPort`` (RocketMQ 5's proxy key, 8081) is the broker's own: every broker serves the v2 endpoint;
 - ``serverMaxHeldBytes`` and ``serverFrameTimeoutMillis`` (the nameserver has them too) cap the bytes all remoting
-  connections together hold and the time a frame may take to arrive whole (``remoting.held_bytes``).
+  connections together hold and the time a frame may take to arrive whole (``remoting.held_bytes``);
+  ``grpcMaxConcurrentStreams``, ``grpcMaxConnectionAgeMillis`` and ``grpcMaxConnectionIdleMillis`` bound each v2
+  connection (``broker.grpc_v2.endpoint``).
 
 The metrics exporter is RocketMQ 5's: off (``metricsExporterType=DISABLE``) unless a conf turns it on with
 ``metricsExporterType=PROM`` (then ``metricsPromExporterHost``/``metricsPromExporterPort``, 5557). So a nameserver and
@@ -278,6 +280,16 @@ class BrokerConfig:
     )
     # RocketMQ 5's key: the apache.rocketmq.v2 endpoint for RocketMQ 5 clients (broker/grpc_v2)
     grpc_server_port: int = conf.port(8081, zero_means="the RocketMQ 5 endpoint is off")
+    # pyrmq's bounds of each v2 connection (broker/grpc_v2/endpoint.py says why these values)
+    grpc_max_concurrent_streams: int = conf.ranged(
+        256, 4, 1_000_000, "streams per connection; a RocketMQ 5 client needs a few (Telemetry and its receives)"
+    )
+    grpc_max_connection_age_millis: int = conf.ranged(
+        1_800_000, 1000, conf.JAVA_INT_MAX, "milliseconds before a connection is asked to reconnect (GOAWAY)"
+    )
+    grpc_max_connection_idle_millis: int = conf.ranged(
+        120_000, 1000, conf.JAVA_INT_MAX, "milliseconds a connection without a stream stays open"
+    )
 
     def __post_init__(self) -> None:
         if not self.broker_name or not all(c.isalnum() or c in "-_%|" for c in self.broker_name):
