@@ -147,6 +147,7 @@ class UnreadAnswers:
                  code: int = RequestCode.GET_ROUTEINFO_BY_TOPIC, ext: dict[str, str] | None = None) -> None:
         host, port = addr.rsplit(":", 1)
         self.target = (host, int(port))
+        self.connections = connections
         self.requests = requests
         frame = b"".join(bytes(part) for part in encode(
             RemotingCommand(code, opaque=1, ext=ext if ext is not None else {"topic": topic})))
