@@ -532,6 +532,9 @@ JOINED = 64 * 1024
 
 
 def _coalesced(parts: list[bytes | memoryview]) -> list[bytes | memoryview]:
+    sizes = list(map(len, parts))
+    if max(sizes) < SMALL_PART and sum(sizes) <= JOINED:  # the usual flush: small answers of one loop pass
+        return [b"".join(parts)]
     out: list[bytes | memoryview] = []
     run: list[bytes | memoryview] = []
     run_bytes = 0
