@@ -30,6 +30,7 @@ MODULES = [
     "bench.spark_bench",
     "bench.chaos",
     "bench.fuzz",
+    "bench.attack_memory",
 ]
 
 

@@ -15,7 +15,11 @@ One ``broker.conf`` feeds both classes by key name, as in RocketMQ. Differences 
   secret or the file's path), ``haSlaveCatchUpFrom`` and
   ``haDisconnectedSlaveKeepInterval``; a SYNC_MASTER without a secret refuses to start unless
   ``haUnsafeAllowUnauthenticatedSlaves=true`` says the operator accepts that any TCP peer can confirm its sends;
-- ``grpcServerPort`` (RocketMQ 5's proxy key, 8081) is the broker's own: every broker serves the v2 endpoint.
+- ``grpcServerPort`` (RocketMQ 5's proxy key, 8081) is the broker's own: every broker serves the v2 endpoint;
+- ``serverMaxHeldBytes`` and ``serverFrameTimeoutMillis`` (the nameserver has them too) cap the bytes all remoting
+  connections together hold and the time a frame may take to arrive whole (``remoting.held_bytes``);
+  ``grpcMaxConcurrentStreams``, ``grpcMaxConnectionAgeMillis`` and ``grpcMaxConnectionIdleMillis`` bound each v2
+  connection (``broker.grpc_v2.endpoint``).
 
 The metrics exporter is RocketMQ 5's: off (``metricsExporterType=DISABLE``) unless a conf turns it on with
 ``metricsExporterType=PROM`` (then ``metricsPromExporterHost``/``metricsPromExporterPort``, 5557). So a nameserver and
@@ -38,6 +42,7 @@ from common import conf
 from common.errors import ConfigError
 from common.ports import ANY_HOST, ListenPort
 from remoting.headers import NumberError, parse_int
+from remoting.held_bytes import DEFAULT_MAX_HELD_BYTES
 
 # Environment variables that may override a few deployment keys (DESIGN.md §6).
 ENV_OVERRIDES = {"NAMESRV_ADDR": "namesrvAddr", "BROKER_IP1": "brokerIP1", "BROKER_IP2": "brokerIP2",
@@ -283,8 +288,27 @@ class BrokerConfig:
     broker_suspend_max_time_millis: int = conf.ranged(15_000, 0, conf.JAVA_INT_MAX, "milliseconds a pull may be held")
     max_reconsume_times: int = conf.ranged(16, 0, conf.JAVA_INT_MAX, "deliveries before a message goes to %DLQ%")
     send_dedup_window_seconds: int = conf.ranged(600, 0, conf.JAVA_INT_MAX, "seconds; 0 turns send dedup off")
+    # pyrmq's, as the nameserver's: bytes the listen and fast ports' connections together may hold in partial
+    # frames and unread answers (remoting.held_bytes says why 256 MiB), and the time a frame may take to arrive
+    server_max_held_bytes: int = conf.ranged(
+        DEFAULT_MAX_HELD_BYTES, 16 * 1024 * 1024, None,
+        "bytes; below 16 MiB a single message of the largest size (4 MiB by default) would hardly fit",
+    )
+    server_frame_timeout_millis: int = conf.ranged(
+        30_000, 100, conf.JAVA_INT_MAX, "milliseconds; a frame needs at least a round trip to arrive"
+    )
     # RocketMQ 5's key: the apache.rocketmq.v2 endpoint for RocketMQ 5 clients (broker/grpc_v2)
     grpc_server_port: int = conf.port(8081, zero_means="the RocketMQ 5 endpoint is off")
+    # pyrmq's bounds of each v2 connection (broker/grpc_v2/endpoint.py says why these values)
+    grpc_max_concurrent_streams: int = conf.ranged(
+        256, 4, 1_000_000, "streams per connection; a RocketMQ 5 client needs a few (Telemetry and its receives)"
+    )
+    grpc_max_connection_age_millis: int = conf.ranged(
+        1_800_000, 1000, conf.JAVA_INT_MAX, "milliseconds before a connection is asked to reconnect (GOAWAY)"
+    )
+    grpc_max_connection_idle_millis: int = conf.ranged(
+        120_000, 1000, conf.JAVA_INT_MAX, "milliseconds a connection without a stream stays open"
+    )
 
     def __post_init__(self) -> None:
         if not self.broker_name or not all(c.isalnum() or c in "-_%|" for c in self.broker_name):

@@ -53,13 +53,14 @@ from broker.slave_sync import (
     pull_offsets_from_slaves,
 )
 from broker.store.message_store import MessageStore
-from common.metrics import ScrapeCollector, new_registry
+from common.metrics import ScrapeCollector, held_bytes_collector, new_registry
 from common.metrics_server import MetricsServer
 from common.perm import PERM_INHERIT, PERM_RW
 from common.ports import check_ports
 from common.service import Service
 from remoting.codes import RequestCode
-from remoting.connection import Connection
+from remoting.connection import Connection, Limits
+from remoting.held_bytes import HeldBytes
 from remoting.message_headers import DEFAULT_TOPIC
 from remoting.server import Processor, RemotingServer
 
@@ -251,9 +252,14 @@ class BrokerServer(Service):
         self.registration = RegistrationService(settings, topics, self.on_registration_result)
         ctx.register_now = self.registration.register_now
 
-        self.remoting = RemotingServer("broker", LISTEN_HOST, broker.listen_port)
+        # one cap over the listen and fast ports' connections together
+        held = HeldBytes(broker.server_max_held_bytes, name="broker")
+        limits = Limits(frame_timeout_s=broker.server_frame_timeout_millis / 1000)
+        metrics.registry.register(held_bytes_collector(held.snapshot))
+        self.remoting = RemotingServer("broker", LISTEN_HOST, broker.listen_port, limits=limits, held_bytes=held)
         if broker.fast_listen_port:
-            self.fast_remoting = RemotingServer("broker-fast", LISTEN_HOST, broker.fast_listen_port)
+            self.fast_remoting = RemotingServer("broker-fast", LISTEN_HOST, broker.fast_listen_port, limits=limits,
+                                                held_bytes=held)
         processors.register_all(_Ports(self.remoting, self.fast_remoting), ctx)
         for service in self._services:
             await service.start()

@@ -32,7 +32,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
-from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
@@ -292,3 +292,37 @@ class ScrapeCollector(Collector):
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # names are dynamic; skip the duplicate check
+
+
+HeldBytesSnapshot = Callable[[], "tuple[int, int, int, Mapping[str, int]]"]
+
+
+def held_bytes_collector(snapshot: HeldBytesSnapshot) -> ScrapeCollector:
+    """The remoting connections' memory bound as series, from ``snapshot() -> (held, cap, connections, closes by
+    reason)`` (``remoting.held_bytes.HeldBytes.snapshot``), read at scrape time: ``rocketmq_remoting_held_bytes``,
+    ``rocketmq_remoting_held_bytes_limit``, ``rocketmq_remoting_connections`` and
+    ``rocketmq_remoting_connections_closed_total{reason}``. Register it where the process's constant labels apply."""
+
+    def families() -> list[Metric]:
+        held, cap, connections, closes = snapshot()
+        closed = CounterMetricFamily(
+            "rocketmq_remoting_connections_closed",
+            "Remoting connections this process closed to bound its memory, by reason: frame_refused (a large frame "
+            "while the connections held the cap), shed (the largest holders past the cap), frame_timeout (a frame "
+            "not whole in time), unread_answers (the peer did not read), malformed (not a remoting frame).",
+            labels=["reason"],
+        )
+        for reason, count in closes.items():
+            closed.add_metric([reason], count)
+        return [
+            GaugeMetricFamily("rocketmq_remoting_held_bytes",
+                              "Bytes the remoting connections hold in partial frames (at their announced size), "
+                              "requests being served and answers the peers have not read.", held),
+            GaugeMetricFamily("rocketmq_remoting_held_bytes_limit",
+                              "The cap on rocketmq_remoting_held_bytes (serverMaxHeldBytes).", cap),
+            GaugeMetricFamily("rocketmq_remoting_connections", "Open remoting connections (listen and fast ports).",
+                              connections),
+            closed,
+        ]
+
+    return ScrapeCollector("remoting-held-bytes", families)
