@@ -39,7 +39,7 @@ from remoting.message_codec import (
 )
 
 
-MAX_WALK_RECORDS = 4096  # ~0.5 ms of the event loop at most
+MAX_WALK_RECORDS = 2048  # at most about 0.7 ms of the event loop (4,096 steps measured 1.5 ms)
 
 
 class RecordRefusal(NamedTuple):
