@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import subprocess
 import sys
@@ -70,6 +71,7 @@ async def measure(topics: int, scrapes: int) -> dict[str, float | int]:
     registry, _metrics = build(topics)
     server = MetricsServer(registry, host="127.0.0.1", port=0)
     await server.start()
+    gc.freeze()  # as a server does once started (common.process.serve)
     worst_stall = 0.0
     stop = asyncio.Event()
 
