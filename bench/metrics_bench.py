@@ -19,7 +19,8 @@ reports it). Usage: ``python -m bench.metrics_bench [--topics 10 2000] [--scrape
 ``--seconds`` without scrapes, and again while another process scrapes /metrics every ``--scrape-intervals``
 seconds (0: back to back). Reported: send p50/p99/max in each phase, series on the page, scrapes done, and from
 the broker's own ``rocketmq_event_loop_lag_seconds`` (where it has it): probes in the phase, how many woke more
-than 5 ms late, and the bucket bound of the latest (a stall of the broker's loop, apart from the client's noise). Writes ``bench/results/metrics_bench_sends.json``.
+than 5 ms late, and the bucket bound of the latest (a stall of the broker's loop, apart from the client's noise).
+Writes ``bench/results/metrics_bench_sends.json``.
 """
 
 from __future__ import annotations

@@ -19,9 +19,10 @@ matching stored records, concatenated; headers ``indexLastUpdateTimestamp`` / ``
 the store time and commitlog offset where the scan ended. No match answers 22 QUERY_NOT_FOUND with RocketMQ's
 remark plus the scanned range, so an operator knows when to narrow the time range.
 
-The scan follows the commitlog's own chain of records from a file's first byte, so bytes shaped like a record
-inside a message body are never taken for one (issue 22 item 6). The scan runs on the event loop in slices of ``SLICE_RECORDS`` records (other requests are served between
-slices) and holds no view of the store's mapping across slices, so file cleanup is never blocked by it.
+The scan follows the commitlog's own chain of records from a file's first byte, so bytes shaped like a record inside
+a message body are never taken for one (issue 22 item 6). The scan runs on the event loop in slices of
+``SLICE_RECORDS`` records (other requests are served between slices) and holds no view of the store's mapping across
+slices, so file cleanup is never blocked by it.
 """
 
 from __future__ import annotations
