@@ -40,7 +40,7 @@ from pathlib import Path
 from broker.controller_mode.config import ControllerModeConfig
 from common import conf
 from common.errors import ConfigError
-from common.ports import ANY_HOST, ListenPort
+from common.ports import ANY_HOST, ListenPort, clashes, describe_clash
 from remoting.headers import NumberError, parse_int
 from remoting.held_bytes import DEFAULT_MAX_HELD_BYTES
 
@@ -428,7 +428,37 @@ def load_broker_settings(path: str | Path | None, environ: dict[str, str] | None
             hint="give each slave of a brokerName its own id starting at 1",
         )
     check_ha_auth(store, source)
-    return BrokerSettings(broker=broker, store=store, source=source)
+    check_store_paths(store, source)
+    settings = BrokerSettings(broker=broker, store=store, source=source)
+    check_port_clashes(settings)
+    return settings
+
+
+def check_port_clashes(settings: BrokerSettings) -> None:
+    """Two keys naming one port (listenPort, its derived fastListenPort and haListenPort, grpcServerPort,
+    metricsPromExporterPort) are a configuration error, found at load (exit 2) instead of as a bind error."""
+    found = clashes(settings.listen_ports())
+    if found:
+        first, repeat = found[0]
+        raise ConfigError(describe_clash(first, repeat), source=settings.source, key=repeat.key)
+
+
+# Kernel pseudo-filesystems: a directory there cannot hold files (mkdir says ENOENT, open says EACCES).
+PSEUDO_FS_ROOTS = (Path("/proc"), Path("/sys"))
+
+
+def check_store_paths(store: MessageStoreConfig, source: str) -> None:
+    """A store directory under /proc or /sys is refused at load with one line naming the key."""
+    for key, path in (("storePathRootDir", store.root_dir), ("storePathCommitLog", store.commitlog_dir)):
+        real = Path(os.path.realpath(path))
+        for root in PSEUDO_FS_ROOTS:
+            if real == root or root in real.parents:
+                raise ConfigError(
+                    f"{path} is on the kernel's {root} pseudo-filesystem, which cannot hold a store",
+                    source=source,
+                    key=key,
+                    hint="name a directory on a real disk (the default is ~/store)",
+                )
 
 
 def check_ha_auth(store: MessageStoreConfig, source: str) -> None:

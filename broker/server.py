@@ -53,6 +53,7 @@ from broker.slave_sync import (
     pull_offsets_from_slaves,
 )
 from broker.store.message_store import MessageStore
+from common.loop_lag import LoopLagProbe
 from common.metrics import ScrapeCollector, held_bytes_collector, new_registry
 from common.metrics_server import MetricsServer
 from common.perm import PERM_INHERIT, PERM_RW
@@ -220,7 +221,7 @@ class BrokerServer(Service):
             metrics=metrics,
         )
         store.add_dispatch_listener(hold.notify)
-        self._services = [hold, clients]
+        self._services = [hold, clients, LoopLagProbe(metrics.loop_lag)]
         if settings.role.is_master:
             self.schedule = ScheduleService(
                 store, delay_offsets, levels, flush_interval_ms=store_cfg.flush_delay_offset_interval
