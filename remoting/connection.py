@@ -68,6 +68,12 @@ log = logging.getLogger(__name__)
 Dispatch = Callable[["Connection", RemotingCommand], "RemotingCommand | None | Awaitable[RemotingCommand | None]"]
 
 
+# Frames served in one go before the connection yields the loop to the others (about 64 small requests, well under
+# a millisecond); the rest wait in its backlog, and it reads nothing new meanwhile.
+FRAMES_PER_TURN = 64
+TURN = "turn"  # the pause reason while a connection waits for its next turn
+
+
 @dataclass(frozen=True)
 class Limits:
     max_frame: int = DEFAULT_MAX_FRAME
@@ -208,8 +214,18 @@ class Connection(asyncio.Protocol):
             if self._pause_reasons:  # a cap was reached inside this read: keep the rest for later
                 self._keep(frames[i:])
                 return
+            if i == FRAMES_PER_TURN:  # one read of thousands of small requests: let other peers have the loop
+                self._keep(frames[i:])
+                self._yield_turn()
+                return
             if not self._handle_frame(frame) or self.transport.is_closing():  # type: ignore[union-attr]
                 return  # closed inside this read (a bad frame, the process's cap): serve nothing more
+
+    def _yield_turn(self) -> None:
+        """Stop reading and go on with the backlog after every callback already waiting on the loop: a peer that
+        pipelines thousands of requests in one read takes turns with the others instead of holding the loop."""
+        self._pause(TURN)
+        self._loop.call_soon(self._resume, TURN)  # type: ignore[union-attr]
 
     def _keep(self, frames: list[bytes]) -> None:
         self._backlog.extend(frames)
@@ -267,9 +283,14 @@ class Connection(asyncio.Protocol):
 
     def _drain_backlog(self) -> None:
         backlog = self._backlog
+        served = 0
         while backlog and not self._pause_reasons and self.is_open:
+            if served == FRAMES_PER_TURN:
+                self._yield_turn()
+                break
             frame = backlog.popleft()
             self._backlog_bytes -= len(frame)
+            served += 1
             if not self._handle_frame(frame):
                 return
         self.account()
