@@ -4,7 +4,7 @@ A traced producer records a ``Pub`` record when a send is answered (cost, status
 consumer records ``SubBefore`` for each message before the listener sees its batch and ``SubAfter`` after it
 answered (cost per message, success, ConsumeReturnType). Records go to a bounded in-memory buffer, never to the
 network on the caller's path: ``TraceDispatcher`` flushes the buffer every ``flush_interval_s`` (or at once when
-``batch_records`` are waiting) as trace messages of up to 128 KB (``client.trace_codec.pack``), sent by its own
+``batch_records`` are waiting) as trace messages of up to 128 KB (``client.trace_codec.pack_texts``), sent by its own
 producer (group ``PID_CLIENT_INNER_TRACE_PRODUCER``, not traced) to the trace topic, ``RMQ_SYS_TRACE_TOPIC`` by
 default. A full buffer drops new records and counts them (``dropped``): a slow trace topic never slows sends or
 consumption. A failed trace send is counted (``failed``) and not retried beyond the producer's own retries.
@@ -18,13 +18,23 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from client.message import Message, new_msg_id
-from client.trace_codec import ConsumeReturnType, MessageType, TraceRecord, TraceType, pack
+from client.message import Message, SendStatus, new_msg_id
+from client.trace_codec import (
+    DEFAULT_REGION,
+    ConsumeReturnType,
+    MessageType,
+    TraceRecord,
+    encode_record,
+    pack_texts,
+    pub_text,
+    sub_after_text,
+    sub_before_text,
+)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_PENDING = 20_000
-DEFAULT_BATCH_RECORDS = 100
+DEFAULT_BATCH_RECORDS = 500
 
 
 class TraceSender(Protocol):
@@ -43,7 +53,7 @@ class TraceDispatcher:
         *,
         max_pending: int = DEFAULT_MAX_PENDING,
         batch_records: int = DEFAULT_BATCH_RECORDS,
-        flush_interval_s: float = 0.05,
+        flush_interval_s: float = 0.1,
     ) -> None:
         self.sender = sender
         self.topic = topic
@@ -53,7 +63,7 @@ class TraceDispatcher:
         self.dropped = 0  # records refused by a full buffer
         self.sent = 0  # records in trace messages the trace topic stored
         self.failed = 0  # records in trace messages whose send failed
-        self._pending: list[TraceRecord] = []
+        self._pending: list[tuple[str, str, str]] = []  # (encoded record, msgId, keys)
         self._inflight: set[asyncio.Future] = set()
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
@@ -75,11 +85,16 @@ class TraceDispatcher:
         await self.sender.stop(timeout_s)
 
     def add(self, record: TraceRecord) -> None:
-        if len(self._pending) >= self.max_pending:
+        self.add_text(encode_record(record), record.msg_id, record.keys)
+
+    def add_text(self, text: str, msg_id: str, keys: str) -> None:
+        """Buffer one encoded record (``client.trace_codec``'s ``*_text``) for the next flush."""
+        pending = self._pending
+        if len(pending) >= self.max_pending:
             self.dropped += 1
             return
-        self._pending.append(record)
-        if len(self._pending) >= self.batch_records and self._wake is not None:
+        pending.append((text, msg_id, keys))
+        if len(pending) >= self.batch_records and self._wake is not None:
             self._wake.set()
 
     async def _run(self) -> None:
@@ -97,7 +112,7 @@ class TraceDispatcher:
         if not self._pending:
             return
         records, self._pending = self._pending, []
-        for body, keys in pack(records):
+        for body, keys in pack_texts(records):
             n = body.count("\x02")
             try:
                 fut = self.sender.send_async(Message(self.topic, body.encode(), keys=keys))
@@ -139,12 +154,14 @@ class ProducerTrace:
             return  # RocketMQ traces answered sends only
         result = fut.result()
         keys = msg.keys if isinstance(msg.keys, str) else " ".join(msg.keys)
-        self.dispatcher.add(TraceRecord(
-            TraceType.PUB, start_ms, group=self.group, topic=msg.topic, msg_id=result.msg_id, tags=msg.tags,
-            keys=keys, store_host=self.store_host_of(result.message_queue.broker_name) or "",
-            body_length=len(msg.body), cost_ms=_now_ms() - start_ms,
-            msg_type=MessageType.DELAY if msg.delay_level > 0 else MessageType.NORMAL,
-            offset_msg_id=result.offset_msg_id, success=result.status.value == "SEND_OK"))
+        try:
+            text = pub_text(start_ms, DEFAULT_REGION, self.group, msg.topic, result.msg_id, msg.tags, keys,
+                            self.store_host_of(result.message_queue.broker_name) or "", len(msg.body),
+                            _now_ms() - start_ms, MessageType.DELAY if msg.delay_level > 0 else MessageType.NORMAL,
+                            result.offset_msg_id, result.status is SendStatus.SEND_OK)
+        except ValueError:  # cannot happen for a message the broker took (its fields are checked names/properties)
+            return
+        self.dispatcher.add_text(text, result.msg_id, keys)
 
 
 class ConsumeTrace:
@@ -160,9 +177,14 @@ class ConsumeTrace:
         if not traced:
             return None
         request_id, now = new_msg_id(), _now_ms()
+        add = self.dispatcher.add_text
         for m in traced:
-            self.dispatcher.add(TraceRecord(TraceType.SUB_BEFORE, now, group=self.group, request_id=request_id,
-                                            msg_id=m.msg_id, retry_times=m.reconsume_times, keys=m.keys))
+            msg_id, keys = m.msg_id, m.keys
+            try:
+                add(sub_before_text(now, DEFAULT_REGION, self.group, request_id, msg_id, m.reconsume_times, keys),
+                    msg_id, keys)
+            except ValueError:  # a separator in a stored key: not traceable
+                pass
         return request_id, now, traced
 
     def after(self, ctx: tuple[str, int, list] | None, code: ConsumeReturnType) -> None:
@@ -172,6 +194,10 @@ class ConsumeTrace:
         now = _now_ms()
         cost = (now - start) // len(traced)  # RocketMQ reports the batch's time per message
         ok = code is ConsumeReturnType.SUCCESS
+        add = self.dispatcher.add_text
         for m in traced:
-            self.dispatcher.add(TraceRecord(TraceType.SUB_AFTER, now, request_id=request_id, msg_id=m.msg_id,
-                                            cost_ms=cost, success=ok, keys=m.keys, context_code=code))
+            msg_id, keys = m.msg_id, m.keys
+            try:
+                add(sub_after_text(request_id, msg_id, cost, ok, keys, code, now), msg_id, keys)
+            except ValueError:
+                pass

@@ -85,31 +85,49 @@ class TraceRecord:
     client_host: str = ""  # Pub's optional 15th field
 
 
-def _text(value: str) -> str:
-    if CONTENT_SPLITOR in value or FIELD_SPLITOR in value:
-        raise TraceCodecError(f"trace field {value!r} contains \\x01 or \\x02, RocketMQ's trace separators")
-    return value or NULL
-
-
 def _bool(value: bool) -> str:
     return "true" if value else "false"
+
+
+def _checked(text: str, separators: int) -> str:
+    """``text`` when its fields held no separator (it has exactly ``separators`` \\x01 and no \\x02)."""
+    if text.count(CONTENT_SPLITOR) != separators or FIELD_SPLITOR in text:
+        raise TraceCodecError(f"a trace field of {text[:200]!r} contains \\x01 or \\x02, RocketMQ's trace separators")
+    return text + FIELD_SPLITOR
+
+
+def pub_text(timestamp: int, region_id: str, group: str, topic: str, msg_id: str, tags: str, keys: str,
+             store_host: str, body_length: int, cost_ms: int, msg_type: int, offset_msg_id: str, success: bool,
+             client_host: str = "") -> str:
+    """A Pub record with its trailing ``\\x02`` (the producer's hot path: one f-string, one check)."""
+    text = (f"Pub\x01{timestamp}\x01{region_id or NULL}\x01{group or NULL}\x01{topic or NULL}\x01{msg_id or NULL}"
+            f"\x01{tags or NULL}\x01{keys or NULL}\x01{store_host or NULL}\x01{body_length}\x01{cost_ms}"
+            f"\x01{int(msg_type)}\x01{offset_msg_id or NULL}\x01{'true' if success else 'false'}")
+    if client_host:
+        return _checked(f"{text}\x01{client_host}", 14)
+    return _checked(text, 13)
+
+
+def sub_before_text(timestamp: int, region_id: str, group: str, request_id: str, msg_id: str, retry_times: int,
+                    keys: str) -> str:
+    return _checked(f"SubBefore\x01{timestamp}\x01{region_id or NULL}\x01{group or NULL}\x01{request_id or NULL}"
+                    f"\x01{msg_id or NULL}\x01{retry_times}\x01{keys or NULL}", 7)
+
+
+def sub_after_text(request_id: str, msg_id: str, cost_ms: int, success: bool, keys: str, context_code: int,
+                   timestamp: int) -> str:
+    return _checked(f"SubAfter\x01{request_id or NULL}\x01{msg_id or NULL}\x01{cost_ms}"
+                    f"\x01{'true' if success else 'false'}\x01{keys or NULL}\x01{int(context_code)}\x01{timestamp}", 7)
 
 
 def encode_record(r: TraceRecord) -> str:
     """One record with its trailing ``\\x02``."""
     if r.type is TraceType.PUB:
-        fields = [r.type.value, str(r.timestamp), _text(r.region_id), _text(r.group), _text(r.topic),
-                  _text(r.msg_id), _text(r.tags), _text(r.keys), _text(r.store_host), str(r.body_length),
-                  str(r.cost_ms), str(int(r.msg_type)), _text(r.offset_msg_id), _bool(r.success)]
-        if r.client_host:
-            fields.append(_text(r.client_host))
-    elif r.type is TraceType.SUB_BEFORE:
-        fields = [r.type.value, str(r.timestamp), _text(r.region_id), _text(r.group), _text(r.request_id),
-                  _text(r.msg_id), str(r.retry_times), _text(r.keys)]
-    else:
-        fields = [r.type.value, _text(r.request_id), _text(r.msg_id), str(r.cost_ms), _bool(r.success),
-                  _text(r.keys), str(int(r.context_code)), str(r.timestamp)]
-    return CONTENT_SPLITOR.join(fields) + FIELD_SPLITOR
+        return pub_text(r.timestamp, r.region_id, r.group, r.topic, r.msg_id, r.tags, r.keys, r.store_host,
+                        r.body_length, r.cost_ms, r.msg_type, r.offset_msg_id, r.success, r.client_host)
+    if r.type is TraceType.SUB_BEFORE:
+        return sub_before_text(r.timestamp, r.region_id, r.group, r.request_id, r.msg_id, r.retry_times, r.keys)
+    return sub_after_text(r.request_id, r.msg_id, r.cost_ms, r.success, r.keys, r.context_code, r.timestamp)
 
 
 def encode(records: Iterable[TraceRecord]) -> str:
@@ -118,11 +136,18 @@ def encode(records: Iterable[TraceRecord]) -> str:
 
 def trace_keys(records: Iterable[TraceRecord]) -> list[str]:
     """The trace message's keys: each record's msgId and keys, first occurrence order, no duplicates."""
+    return _keys((r.msg_id, r.keys) for r in records)
+
+
+def _keys(pairs: Iterable[tuple[str, str]]) -> list[str]:
     seen: dict[str, None] = {}
-    for r in records:
-        for k in (r.msg_id, *r.keys.split(" ")):
-            if k:
-                seen.setdefault(k, None)
+    for msg_id, keys in pairs:
+        if msg_id:
+            seen[msg_id] = None
+        if keys:
+            for k in keys.split(" "):
+                if k:
+                    seen[k] = None
     return list(seen)
 
 
@@ -187,19 +212,24 @@ def decode(data: str) -> list[TraceRecord]:
 def pack(records: list[TraceRecord], max_bytes: int = MAX_TRACE_MSG_BYTES) -> list[tuple[str, list[str]]]:
     """Records as trace message (body, keys) pairs, each body at most ``max_bytes`` (a longer single record goes
     alone), in order."""
+    return pack_texts([(encode_record(r), r.msg_id, r.keys) for r in records], max_bytes)
+
+
+def pack_texts(items: list[tuple[str, str, str]], max_bytes: int = MAX_TRACE_MSG_BYTES) -> list[tuple[str, list[str]]]:
+    """``pack`` for records already encoded: (text, msgId, keys) triples."""
     out: list[tuple[str, list[str]]] = []
-    parts: list[str] = []
-    batch: list[TraceRecord] = []
-    size = 0
-    for r in records:
-        text = encode_record(r)
-        n = len(text.encode())
-        if parts and size + n > max_bytes:
-            out.append(("".join(parts), trace_keys(batch)))
-            parts, batch, size = [], [], 0
-        parts.append(text)
-        batch.append(r)
+    first = size = 0
+    for i, (text, _, _) in enumerate(items):
+        n = len(text) if text.isascii() else len(text.encode())
+        if i > first and size + n > max_bytes:
+            out.append(_message(items, first, i))
+            first, size = i, 0
         size += n
-    if parts:
-        out.append(("".join(parts), trace_keys(batch)))
+    if first < len(items):
+        out.append(_message(items, first, len(items)))
     return out
+
+
+def _message(items: list[tuple[str, str, str]], lo: int, hi: int) -> tuple[str, list[str]]:
+    part = items[lo:hi]
+    return "".join(t for t, _, _ in part), _keys((m, k) for _, m, k in part)

@@ -94,3 +94,37 @@ def test_a_message_without_trace_records_is_reported_as_not_found(namesrv, broke
     result = mqctl("queryMsgTraceById", "-n", namesrv.addr, "-i", "0" * 32)
     assert result.exit_code == 1
     assert "208" in result.stderr and "no message" in result.stderr
+
+
+def test_a_renamed_trace_topic_and_an_auto_created_default_one(tmp_path):
+    """msgTraceTopicName renames the topic traceTopicEnable creates (clients name it with trace_topic=); without
+    traceTopicEnable, autoCreateTopicEnable makes RMQ_SYS_TRACE_TOPIC on the first trace send, as in RocketMQ."""
+    from harness.procs import Broker, Namesrv
+
+    custom = "TRACE_custom"
+    with Namesrv(tmp_path / "ns") as ns, Broker(tmp_path / "b", name="broker-trace2", namesrv_addr=ns.addr,
+                                                traceTopicEnable=True, msgTraceTopicName=custom) as broker:
+        async def send_traced() -> tuple[str, str]:
+            async with AdminClient(ns.addr) as admin:
+                topic = unique("t_trace2")
+                await create_topic(admin, broker, topic, queues=1)
+                assert len((await admin.topic_route(custom)).publish_queues) == 1
+            ids = []
+            for kwargs in ({"trace_topic": custom}, {"enable_trace": True}):
+                producer = await Producer(unique("pg_trace2"), ns.addr, **kwargs).start()
+                try:
+                    ids.append((await producer.send(Message(topic, b"x"))).msg_id)
+                finally:
+                    await producer.stop()
+                assert producer.trace is not None and producer.trace.dispatcher.sent == 1, kwargs
+            return ids[0], ids[1]
+
+        in_custom, in_default = asyncio.run(send_traced())
+
+        def pub_of(msg_id: str, *topic: str) -> bool:
+            result = mqctl("queryMsgTraceById", "-n", ns.addr, "-i", msg_id, *topic, "--json")
+            return result.exit_code == 0 and len(json.loads(result.stdout)["pub"]) == 1
+
+        wait_until(lambda: pub_of(in_custom, "-t", custom), TRACE_WAIT_S, f"the Pub of {in_custom} in {custom}")
+        wait_until(lambda: pub_of(in_default), TRACE_WAIT_S, f"the Pub of {in_default} in {TRACE_TOPIC}")
+        assert mqctl("queryMsgTraceById", "-n", ns.addr, "-i", in_default, "-t", custom).exit_code == 1
