@@ -17,6 +17,7 @@ MODULES = [
     "bench.broker_path_bench",
     "bench.index_bench",
     "bench.filter_bench",
+    "bench.trace_bench",
     "bench.metrics_bench",
     "bench.metadata_storm_bench",
     "bench.replication_bench",

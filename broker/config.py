@@ -43,6 +43,7 @@ from common.errors import ConfigError
 from common.ports import ANY_HOST, ListenPort, clashes, describe_clash
 from remoting.headers import NumberError, parse_int
 from remoting.held_bytes import DEFAULT_MAX_HELD_BYTES
+from remoting.message_codec import validate_topic
 
 # Environment variables that may override a few deployment keys (DESIGN.md §6).
 ENV_OVERRIDES = {"NAMESRV_ADDR": "namesrvAddr", "BROKER_IP1": "brokerIP1", "BROKER_IP2": "brokerIP2",
@@ -264,6 +265,8 @@ class BrokerConfig:
     metrics_prom_exporter_host: str = ""  # empty: all interfaces
     slave_read_enable: bool = False
     enable_property_filter: bool = False  # SQL92 subscriptions (RocketMQ's default: off)
+    trace_topic_enable: bool = False  # create msgTraceTopicName (one queue) at start, for message trace records
+    msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
     register_name_server_period: int = conf.ranged(30_000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
     register_broker_timeout_mills: int = conf.ranged(6000, 1, conf.JAVA_INT_MAX, _TIMEOUT_MS)
     slave_synchronize_interval: int = conf.ranged(10_000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
@@ -321,6 +324,9 @@ class BrokerConfig:
                 f"metricsExporterType: {self.metrics_exporter_type!r} is not one of {', '.join(METRICS_EXPORTER_TYPES)}"
                 " (PROM serves /metrics on metricsPromExporterPort)"
             )
+        bad_trace_topic = validate_topic(self.msg_trace_topic_name)
+        if bad_trace_topic:
+            raise ValueError(f"msgTraceTopicName: {bad_trace_topic}")
         for part in filter(None, self.namesrv_addr.split(";")):
             host, _, port = part.rpartition(":")
             if not host or not (port.isascii() and port.isdigit() and 0 < int(port) <= conf.PORT_MAX):

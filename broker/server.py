@@ -181,6 +181,8 @@ class BrokerServer(Service):
         for manager in (topics, groups, offsets, delay_offsets):
             manager.load()
         topics.ensure_system_topics()
+        if broker.trace_topic_enable:  # RocketMQ's TopicConfigManager: the trace topic, one queue
+            topics.create_if_absent(broker.msg_trace_topic_name, 1)
         if broker.auto_create_topic_enable:
             # RocketMQ's auto-creation template: producers route an unknown topic by TBW102's route (spec §7.3)
             # and the broker creates the topic from it on the first send (send_admit).
