@@ -271,6 +271,11 @@ class BrokerConfig:
     send_dedup_window_seconds: int = conf.ranged(600, 0, conf.JAVA_INT_MAX, "seconds; 0 turns send dedup off")
     # RocketMQ 5's key: the apache.rocketmq.v2 endpoint for RocketMQ 5 clients (broker/grpc_v2)
     grpc_server_port: int = conf.port(8081, zero_means="the RocketMQ 5 endpoint is off")
+    # transactional messages (RocketMQ BrokerConfig): refuse half messages, first check after, scan period, max checks
+    reject_transaction_message: bool = False
+    transaction_time_out: int = conf.ranged(6000, 0, conf.JAVA_INT_MAX, "milliseconds a half waits for its first check")
+    transaction_check_interval: int = conf.ranged(30_000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
+    transaction_check_max: int = conf.ranged(15, 0, conf.JAVA_INT_MAX, "checks before a half is discarded")
 
     def __post_init__(self) -> None:
         if not self.broker_name or not all(c.isalnum() or c in "-_%|" for c in self.broker_name):

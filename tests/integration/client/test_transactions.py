@@ -1,0 +1,193 @@
+"""Transactional messages end to end against a real broker process: the SDK's TransactionProducer, RocketMQ's
+END_TRANSACTION (37) and the broker's CHECK_TRANSACTION_STATE (39) (spec controller-and-features.md §2.1)."""
+
+from __future__ import annotations
+
+import pytest
+
+from client import Message
+from client.transaction_producer import LocalTransactionState, TransactionProducer, end_header
+from harness.procs import Broker
+from remoting.codes import RequestCode, ResponseCode
+from tests.brokers import broker_fixture
+from tests.integration.broker.rpc import BrokerClient, message
+from tests.integration.client.conftest import create_topic, unique, wait_for
+
+pytestmark = pytest.mark.integration
+
+COMMIT = LocalTransactionState.COMMIT_MESSAGE
+ROLLBACK = LocalTransactionState.ROLLBACK_MESSAGE
+UNKNOW = LocalTransactionState.UNKNOW
+TX_CONF = {"transactionTimeOut": 800, "transactionCheckInterval": 200, "transactionCheckMax": 3,
+           "flushConsumerOffsetInterval": 200}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory, namesrv):
+    yield from broker_fixture(tmp_path_factory, namesrv, "broker-tx", **TX_CONF)
+
+
+async def bodies_in(broker: Broker, topic: str, queues: int = 4) -> list[bytes]:
+    async with BrokerClient(broker.addr) as c:
+        out = []
+        for q in range(queues):
+            out += [m.body for m in await c.pull_all("tx-reader", topic, q)]
+        return out
+
+
+async def half_offset(broker: Broker) -> int:
+    async with BrokerClient(broker.addr) as c:
+        _, offset = await c.query_offset("CID_RMQ_SYS_TRANS", "RMQ_SYS_TRANS_HALF_TOPIC", 0)
+        return offset or 0
+
+
+async def half_count(broker: Broker) -> int:
+    async with BrokerClient(broker.addr) as c:
+        return len(await c.pull_all("tx-reader", "RMQ_SYS_TRANS_HALF_TOPIC", 0))
+
+
+async def settled(broker: Broker) -> None:
+    """Every half copy stored so far is closed and the check service moved the system group past it."""
+    async def done() -> bool:
+        return await half_offset(broker) >= await half_count(broker)
+
+    await wait_for(done, 15.0, "the check service to pass every resolved half")
+
+
+def tx_producer(namesrv, group: str, **kw) -> TransactionProducer:
+    return TransactionProducer(group, namesrv.addr, send_timeout_s=3.0, heartbeat_interval_s=1.0, **kw)
+
+
+async def test_commit_delivers_once_and_rollback_never(namesrv, admin, broker):
+    topic = unique("TxTopic")
+    await create_topic(admin, broker, topic)
+    async with tx_producer(namesrv, unique("pg")) as p:
+        committed = await p.send_message_in_transaction(Message(topic, b"commit-me"), lambda m, a: COMMIT)
+        rolled = await p.send_message_in_transaction(Message(topic, b"roll-me"), lambda m, a: ROLLBACK)
+        assert committed.state is COMMIT and rolled.state is ROLLBACK
+        assert committed.send_result.message_queue.topic == topic
+
+        async def delivered() -> bool:
+            return await bodies_in(broker, topic) == [b"commit-me"]
+
+        await wait_for(delivered, 10.0, "the committed message")
+        await settled(broker)
+        assert await bodies_in(broker, topic) == [b"commit-me"]
+        assert p.checks_answered == 0
+
+
+async def test_a_producer_that_crashed_between_half_and_commit_is_checked_and_its_commit_delivers_once(
+        namesrv, admin, broker):
+    topic, group = unique("TxCrash"), unique("pg-crash")
+    await create_topic(admin, broker, topic)
+    crashed = await tx_producer(namesrv, group).start()
+    await crashed.send_half(Message(topic, b"orphan"))
+    await crashed.remoting.close()  # gone without END_TRANSACTION or UNREGISTER_CLIENT
+    asked: list[bytes] = []
+
+    def checker(msg) -> LocalTransactionState:
+        asked.append(msg.body)
+        assert msg.topic == topic
+        return COMMIT
+
+    async with tx_producer(namesrv, group, checker=checker, topics=(topic,)) as p:
+        async def delivered() -> bool:
+            return await bodies_in(broker, topic) == [b"orphan"]
+
+        await wait_for(delivered, 15.0, "the check's commit")
+        await settled(broker)
+        assert await bodies_in(broker, topic) == [b"orphan"]
+        assert asked[0] == b"orphan" and p.checks_answered >= 1
+
+
+async def test_a_half_checked_transactionCheckMax_times_moves_to_TRANS_CHECK_MAX_TIME_TOPIC(namesrv, admin, broker):
+    topic = unique("TxMax")
+    await create_topic(admin, broker, topic)
+    before = len(await bodies_in(broker, "TRANS_CHECK_MAX_TIME_TOPIC", 1))
+    async with tx_producer(namesrv, unique("pg-max"), checker=lambda m: UNKNOW) as p:
+        await p.send_message_in_transaction(Message(topic, b"undecided"), lambda m, a: UNKNOW)
+
+        async def moved() -> bool:
+            return len(await bodies_in(broker, "TRANS_CHECK_MAX_TIME_TOPIC", 1)) > before
+
+        await wait_for(moved, 20.0, "the half to reach TRANS_CHECK_MAX_TIME_TOPIC")
+        assert (await bodies_in(broker, "TRANS_CHECK_MAX_TIME_TOPIC", 1))[-1] == b"undecided"
+        assert p.checks_answered == TX_CONF["transactionCheckMax"]
+        await settled(broker)
+        assert await bodies_in(broker, topic) == []
+
+
+async def test_end_transaction_bad_inputs_get_specific_codes(namesrv, admin, broker):
+    topic, group = unique("TxBad"), unique("pg-bad")
+    await create_topic(admin, broker, topic)
+    async with tx_producer(namesrv, group) as p, BrokerClient(broker.addr) as c:
+        half = await p.send_half(Message(topic, b"half"))
+        plain = await c.send(topic, 0, [message(b"plain")])
+        assert plain.code == ResponseCode.SUCCESS
+
+        async def end(result_offset_id: str, queue_offset: int, state=COMMIT, pgroup: str = group) -> tuple[int, str]:
+            ext = end_header(pgroup, queue_offset, result_offset_id, state, half.msg_id, False)
+            resp = await c.request(RequestCode.END_TRANSACTION, ext)
+            return resp.code, resp.remark or ""
+
+        code, remark = await end(plain.msg_ids[0], plain.queue_offset)
+        assert code == ResponseCode.INVALID_PARAMETER and "not a half message" in remark
+        code, remark = await end(half.offset_msg_id[:16] + "%016X" % (plain.physical_offset + 3), 0)
+        assert code == ResponseCode.INVALID_PARAMETER and "no message record starts there" in remark
+        code, remark = await end(half.offset_msg_id, half.queue_offset, pgroup="someone-else")
+        assert code == ResponseCode.NO_PERMISSION and "producer group" in remark
+        code, remark = await end(half.offset_msg_id, half.queue_offset + 1)
+        assert code == ResponseCode.INVALID_PARAMETER and "table offset" in remark
+        assert await bodies_in(broker, topic) == [b"plain"]  # nothing committed by a bad request
+
+        assert await end(half.offset_msg_id, half.queue_offset) == (ResponseCode.SUCCESS, "")
+        code, remark = await end(half.offset_msg_id, half.queue_offset)  # twice
+        assert code == ResponseCode.SYSTEM_ERROR and "already resolved (commit)" in remark
+        code, remark = await end(half.offset_msg_id, half.queue_offset, ROLLBACK)
+        assert code == ResponseCode.SYSTEM_ERROR and "already resolved (commit)" in remark
+        assert sorted(await bodies_in(broker, topic)) == [b"half", b"plain"]
+
+
+async def test_a_batch_with_a_half_message_is_refused(namesrv, admin, broker):
+    topic = unique("TxBatch")
+    await create_topic(admin, broker, topic)
+    async with BrokerClient(broker.addr) as c:
+        resp = await c.send(topic, 0, [message(b"a", TRAN_MSG="true", PGROUP="g"), message(b"b")])
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "transaction" in resp.remark
+    assert await bodies_in(broker, topic) == []
+
+
+@pytest.mark.parametrize("bounce", ["clean", "hard"])
+async def test_a_master_restart_between_half_and_commit_keeps_the_transaction(tmp_path, namesrv, admin, bounce):
+    with Broker(tmp_path / "b", name=f"broker-txr-{bounce}", namesrv_addr=namesrv.addr, **TX_CONF) as broker:
+        topic, group = unique("TxRestart"), unique("pg-restart")
+        await create_topic(admin, broker, topic)
+        p = await tx_producer(namesrv, group).start()
+        try:
+            first = await p.send_half(Message(topic, b"before-restart"))
+            second = await p.send_half(Message(topic, b"rolled-back"))
+            if bounce == "clean":
+                assert broker.stop() == 0
+            else:
+                broker.kill()
+            broker.start()
+
+            async def ended(result, state) -> bool:
+                async with BrokerClient(broker.addr) as c:
+                    ext = end_header(group, result.queue_offset, result.offset_msg_id, state, result.msg_id, False)
+                    resp = await c.request(RequestCode.END_TRANSACTION, ext)
+                    return resp.code == ResponseCode.SUCCESS
+
+            assert await ended(first, COMMIT)
+            assert await ended(second, ROLLBACK)
+            assert await bodies_in(broker, topic) == [b"before-restart"]
+            await settled(broker)
+            assert broker.stop() == 0  # and again: the resolution is records too
+            broker.start()
+            async with BrokerClient(broker.addr) as c:
+                ext = end_header(group, first.queue_offset, first.offset_msg_id, COMMIT, first.msg_id, False)
+                resp = await c.request(RequestCode.END_TRANSACTION, ext)
+                assert resp.code in (ResponseCode.SYSTEM_ERROR, ResponseCode.QUERY_NOT_FOUND)
+            assert await bodies_in(broker, topic) == [b"before-restart"]
+        finally:
+            await p.stop()
