@@ -3,7 +3,11 @@ END_TRANSACTION (37) and the broker's CHECK_TRANSACTION_STATE (39) (spec control
 
 from __future__ import annotations
 
+import asyncio
+import urllib.request
+
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from client import Message
 from client.transaction_producer import LocalTransactionState, TransactionProducer, end_header
@@ -54,6 +58,19 @@ async def settled(broker: Broker) -> None:
     await wait_for(done, 15.0, "the check service to pass every resolved half")
 
 
+async def metric(broker: Broker, name: str, **labels: str) -> float:
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    text = await asyncio.to_thread(scrape)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    raise AssertionError(f"{name} {labels} not exported")
+
+
 def tx_producer(namesrv, group: str, **kw) -> TransactionProducer:
     return TransactionProducer(group, namesrv.addr, send_timeout_s=3.0, heartbeat_interval_s=1.0, **kw)
 
@@ -61,6 +78,8 @@ def tx_producer(namesrv, group: str, **kw) -> TransactionProducer:
 async def test_commit_delivers_once_and_rollback_never(namesrv, admin, broker):
     topic = unique("TxTopic")
     await create_topic(admin, broker, topic)
+    commits, rollbacks = (await metric(broker, "rocketmq_commit_messages_total"),
+                          await metric(broker, "rocketmq_rollback_messages_total"))
     async with tx_producer(namesrv, unique("pg")) as p:
         committed = await p.send_message_in_transaction(Message(topic, b"commit-me"), lambda m, a: COMMIT)
         rolled = await p.send_message_in_transaction(Message(topic, b"roll-me"), lambda m, a: ROLLBACK)
@@ -74,6 +93,8 @@ async def test_commit_delivers_once_and_rollback_never(namesrv, admin, broker):
         await settled(broker)
         assert await bodies_in(broker, topic) == [b"commit-me"]
         assert p.checks_answered == 0
+    assert await metric(broker, "rocketmq_commit_messages_total") == commits + 1
+    assert await metric(broker, "rocketmq_rollback_messages_total") == rollbacks + 1
 
 
 async def test_a_producer_that_crashed_between_half_and_commit_is_checked_and_its_commit_delivers_once(
@@ -98,6 +119,7 @@ async def test_a_producer_that_crashed_between_half_and_commit_is_checked_and_it
         await settled(broker)
         assert await bodies_in(broker, topic) == [b"orphan"]
         assert asked[0] == b"orphan" and p.checks_answered >= 1
+    assert await metric(broker, "rocketmq_transaction_checks_total", outcome="sent") >= 1
 
 
 async def test_a_half_checked_transactionCheckMax_times_moves_to_TRANS_CHECK_MAX_TIME_TOPIC(namesrv, admin, broker):
@@ -113,8 +135,10 @@ async def test_a_half_checked_transactionCheckMax_times_moves_to_TRANS_CHECK_MAX
         await wait_for(moved, 20.0, "the half to reach TRANS_CHECK_MAX_TIME_TOPIC")
         assert (await bodies_in(broker, "TRANS_CHECK_MAX_TIME_TOPIC", 1))[-1] == b"undecided"
         assert p.checks_answered == TX_CONF["transactionCheckMax"]
+        assert await metric(broker, "rocketmq_transaction_checks_total", outcome="discarded") >= 1
         await settled(broker)
         assert await bodies_in(broker, topic) == []
+        assert await metric(broker, "rocketmq_half_messages") == 0
 
 
 async def test_end_transaction_bad_inputs_get_specific_codes(namesrv, admin, broker):
