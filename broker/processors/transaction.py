@@ -26,49 +26,49 @@ from remoting.headers import Fields
 from remoting.message_codec import decode
 
 
-async def _end_transaction(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+async def end_transaction(ctx: BrokerContext, group: str, table_offset: int, phy: int, kind: int,
+                          from_check: bool) -> tuple[int, str]:
+    """(response code, remark) of resolving the half at commitlog ``phy`` (shared with the v2 EndTransaction)."""
     if ctx.is_slave:
-        return response_to(request, ResponseCode.SERVICE_NOT_AVAILABLE,
-                           ctx.slave_refusal("send END_TRANSACTION to the master"))
+        return ResponseCode.SERVICE_NOT_AVAILABLE, ctx.slave_refusal("send END_TRANSACTION to the master")
     service = ctx.transactions
     if service is None:
-        return response_to(request, ResponseCode.NO_PERMISSION,
-                           f"broker {ctx.broker_name} refuses transactional messages (rejectTransactionMessage=true);"
-                           " there is no half message to commit or roll back")
-    f = Fields(request.ext, "END_TRANSACTION")
-    group = f.req_str("producerGroup")
-    table_offset = f.req_long("tranStateTableOffset")
-    phy = f.req_long("commitLogOffset")
-    kind = f.req_int("commitOrRollback")
-    from_check = f.bool("fromTransactionCheck")
+        return ResponseCode.NO_PERMISSION, (f"broker {ctx.broker_name} refuses transactional messages"
+                                            " (rejectTransactionMessage=true); there is no half message to commit or"
+                                            " roll back")
     if kind == tx.TRANSACTION_NOT_TYPE:
-        return response_to(request, ResponseCode.SUCCESS, "commitOrRollback=0 (unknown): nothing done; the broker's"
-                           " check will ask the producer group again")
+        return ResponseCode.SUCCESS, ("commitOrRollback=0 (unknown): nothing done; the broker's check will ask the"
+                                      " producer group again")
     if kind not in (tx.TRANSACTION_COMMIT_TYPE, tx.TRANSACTION_ROLLBACK_TYPE):
-        return response_to(request, ResponseCode.INVALID_PARAMETER, f"commitOrRollback={kind}: send 8 (commit),"
-                           " 12 (rollback) or 0 (unknown)")
+        return ResponseCode.INVALID_PARAMETER, f"commitOrRollback={kind}: send 8 (commit), 12 (rollback) or 0 (unknown)"
     where = f"broker {ctx.broker_name}"
     raw = record_at(ctx.store, phy, max_record_size(ctx.max_message_size), where)
     if isinstance(raw, RecordRefusal):
-        return response_to(request, raw.code, f"Find prepared transaction message failed: {raw.remark}")
+        return raw.code, f"Find prepared transaction message failed: {raw.remark}"
     half = decode(raw)
     try:
         tx.committed_target(half)
     except ValueError as exc:
-        return response_to(request, ResponseCode.INVALID_PARAMETER,
-                           f"the message at commitLogOffset {phy} is {exc}; give the offset of the half message"
-                           " (the offsetMsgId of its send result)")
+        return ResponseCode.INVALID_PARAMETER, (f"the message at commitLogOffset {phy} is {exc}; give the offset of"
+                                                " the half message (the offsetMsgId of its send result)")
     owner = half.properties.get(tx.PROPERTY_PRODUCER_GROUP, "")
     if owner != group:
-        return response_to(request, ResponseCode.NO_PERMISSION,
-                           f"The producer group wrong: the half message at {phy} belongs to producer group"
-                           f" {owner!r}, not {group!r}")
+        return ResponseCode.NO_PERMISSION, (f"The producer group wrong: the half message at {phy} belongs to producer"
+                                            f" group {owner!r}, not {group!r}")
     if table_offset != half.queue_offset:
-        return response_to(request, ResponseCode.INVALID_PARAMETER,
-                           f"The transaction state table offset wrong: the half message at {phy} has queue offset"
-                           f" {half.queue_offset}, the request says {table_offset}")
+        return ResponseCode.INVALID_PARAMETER, (f"The transaction state table offset wrong: the half message at {phy}"
+                                                f" has queue offset {half.queue_offset}, the request says"
+                                                f" {table_offset}")
     out = await service.end(half, kind == tx.TRANSACTION_COMMIT_TYPE, from_check)
-    return response_to(request, out.code, out.remark or None)
+    return out.code, out.remark
+
+
+async def _end_transaction(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    f = Fields(request.ext, "END_TRANSACTION")
+    code, remark = await end_transaction(
+        ctx, f.req_str("producerGroup"), f.req_long("tranStateTableOffset"), f.req_long("commitLogOffset"),
+        f.req_int("commitOrRollback"), f.bool("fromTransactionCheck"))
+    return response_to(request, code, remark or None)
 
 
 def register(server, ctx: BrokerContext) -> None:

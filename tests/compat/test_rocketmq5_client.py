@@ -145,7 +145,7 @@ def test_producer_send_and_send_async_get_receipts_and_the_messages_are_stored(g
 
 def test_unsupported_rpcs_answer_unsupported_naming_the_feature(group, stub):
     end = stub.EndTransaction(spb.EndTransactionRequest(), metadata=CLIENT_ID, timeout=5)
-    assert end.status.code == pb.Code.UNSUPPORTED and "transaction" in end.status.message
+    assert end.status.code == pb.Code.INVALID_TRANSACTION_ID and "transaction_id" in end.status.message
     recall = stub.RecallMessage(spb.RecallMessageRequest(), metadata=CLIENT_ID, timeout=5)
     assert recall.status.code == pb.Code.UNSUPPORTED and "RecallMessage" in recall.status.message
 

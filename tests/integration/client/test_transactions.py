@@ -6,9 +6,13 @@ from __future__ import annotations
 import asyncio
 import urllib.request
 
+import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.grpc_v2.pb import definition_pb2 as pb
+from broker.grpc_v2.pb import service_pb2 as spb
+from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
 from client import Message
 from client.transaction_producer import LocalTransactionState, TransactionProducer, end_header
 from harness.procs import Broker
@@ -215,3 +219,68 @@ async def test_a_master_restart_between_half_and_commit_keeps_the_transaction(tm
             assert await bodies_in(broker, topic) == [b"before-restart"]
         finally:
             await p.stop()
+
+
+# -- the v2 endpoint ------------------------------------------------------------------------------------------------
+V2_CLIENT = [("x-mq-client-id", "pytest@tx-v2")]
+
+
+def v2_half(topic: str, body: bytes, message_id: str) -> pb.Message:
+    return pb.Message(topic=pb.Resource(name=topic), body=body, system_properties=pb.SystemProperties(
+        message_id=message_id, message_type=pb.MessageType.TRANSACTION, body_encoding=pb.Encoding.IDENTITY))
+
+
+async def test_v2_transaction_commit_rollback_and_bad_end_transaction(namesrv, admin, broker):
+    topic = unique("TxV2")
+    await create_topic(admin, broker, topic)
+    async with grpc.aio.insecure_channel(broker.grpc_addr) as channel:
+        stub = sgrpc.MessagingServiceStub(channel)
+
+        async def send(body: bytes, message_id: str) -> spb.SendResultEntry:
+            answer = await stub.SendMessage(spb.SendMessageRequest(messages=[v2_half(topic, body, message_id)]),
+                                            metadata=V2_CLIENT, timeout=5)
+            assert answer.status.code == pb.Code.OK, answer.status
+            return answer.entries[0]
+
+        async def end(entry, resolution) -> pb.Status:
+            req = spb.EndTransactionRequest(topic=pb.Resource(name=topic), message_id=entry.message_id,
+                                            transaction_id=entry.transaction_id, resolution=resolution,
+                                            source=pb.TransactionSource.SOURCE_CLIENT)
+            return (await stub.EndTransaction(req, metadata=V2_CLIENT, timeout=5)).status
+
+        commit, rollback = await send(b"v2-commit", "01TXV2COMMIT"), await send(b"v2-rollback", "01TXV2ROLLBACK")
+        assert commit.transaction_id and await bodies_in(broker, topic) == []
+        assert (await end(commit, pb.TransactionResolution.COMMIT)).code == pb.Code.OK
+        assert (await end(rollback, pb.TransactionResolution.ROLLBACK)).code == pb.Code.OK
+        again = await end(commit, pb.TransactionResolution.COMMIT)
+        assert again.code != pb.Code.OK and "already resolved (commit)" in again.message
+        bad = spb.EndTransactionRequest(topic=pb.Resource(name=topic), transaction_id="nonsense",
+                                        resolution=pb.TransactionResolution.COMMIT)
+        assert (await stub.EndTransaction(bad, metadata=V2_CLIENT, timeout=5)).status.code == \
+            pb.Code.INVALID_TRANSACTION_ID
+        assert await bodies_in(broker, topic) == [b"v2-commit"]
+
+
+async def test_v2_check_arrives_on_the_telemetry_stream_and_its_commit_delivers_once(namesrv, admin, broker):
+    topic = unique("TxV2Check")
+    await create_topic(admin, broker, topic)
+    async with grpc.aio.insecure_channel(broker.grpc_addr) as channel:
+        stub = sgrpc.MessagingServiceStub(channel)
+        stream = stub.Telemetry(metadata=V2_CLIENT)
+        await stream.write(spb.TelemetryCommand(settings=pb.Settings(
+            client_type=pb.ClientType.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=topic)]))))
+        assert (await stream.read()).status.code == pb.Code.OK
+        answer = await stub.SendMessage(spb.SendMessageRequest(messages=[v2_half(topic, b"v2-orphan", "01TXV2ORPH")]),
+                                        metadata=V2_CLIENT, timeout=5)
+        assert answer.status.code == pb.Code.OK
+        command = await asyncio.wait_for(stream.read(), 15.0)
+        recover = command.recover_orphaned_transaction_command
+        assert recover.message.body == b"v2-orphan" and recover.message.topic.name == topic
+        req = spb.EndTransactionRequest(topic=pb.Resource(name=topic), message_id=recover.message.system_properties
+                                        .message_id, transaction_id=recover.transaction_id,
+                                        resolution=pb.TransactionResolution.COMMIT,
+                                        source=pb.TransactionSource.SOURCE_SERVER_CHECK)
+        assert (await stub.EndTransaction(req, metadata=V2_CLIENT, timeout=5)).status.code == pb.Code.OK
+        stream.cancel()
+    await settled(broker)
+    assert await bodies_in(broker, topic) == [b"v2-orphan"]
