@@ -65,17 +65,19 @@ class EndOutcome:
 
 
 class _Gate:
-    """Many shared holders (writes) or one exclusive holder (``Ledger.advance``)."""
+    """Many shared holders (writes) or one exclusive holder (``Ledger.advance``). A waiting exclusive holder
+    keeps new shared ones out, so a steady stream of sends cannot starve the check round."""
 
     def __init__(self) -> None:
         self._shared = 0
         self._exclusive = False
+        self._exclusive_waiting = 0
         self._cond = asyncio.Condition()
 
     @asynccontextmanager
     async def shared(self):
         async with self._cond:
-            await self._cond.wait_for(lambda: not self._exclusive)
+            await self._cond.wait_for(lambda: not self._exclusive and not self._exclusive_waiting)
             self._shared += 1
         try:
             yield
@@ -87,7 +89,11 @@ class _Gate:
     @asynccontextmanager
     async def exclusive(self):
         async with self._cond:
-            await self._cond.wait_for(lambda: not self._exclusive and self._shared == 0)
+            self._exclusive_waiting += 1
+            try:
+                await self._cond.wait_for(lambda: not self._exclusive and self._shared == 0)
+            finally:
+                self._exclusive_waiting -= 1
             self._exclusive = True
         try:
             yield
