@@ -6,7 +6,8 @@ from the system group ``CID_RMQ_SYS_TRANS``'s offsets on the half and op queues,
 goes on where the last one stopped. Write orders that make a crash between two writes safe (the ledger's tests):
 
 - commit: the real message BEFORE its op; before putting it the message index is asked whether the real topic
-  already holds a COMMIT record of that transaction (a crash between the two writes), so it is never put twice;
+  already holds a COMMIT record of that transaction (a crash between the two writes), so it is never put twice.
+  Only transactions that may be in that state ask: those replayed at start and those whose op write failed;
 - check: the renewed copy (check count + 1) BEFORE the ``renewed`` op for the old one, then the producer is asked
   about the new copy; after ``transactionCheckMax`` checks the half goes to TRANS_CHECK_MAX_TIME_TOPIC before its
   ``discarded`` op.
@@ -151,6 +152,9 @@ class TransactionService(Service):
         self.ledger = Ledger()
         self._gate = _Gate()
         self._resolving: set[str] = set()
+        # transactions whose real message may already be stored without its op (replayed at start, or an op write
+        # failed after the commit): only these ask the index before a commit puts the real message
+        self._unsure: set[str] = set()
         self.checks_sent = 0
 
     @property
@@ -174,6 +178,7 @@ class TransactionService(Service):
         for msg in self._read(tx.OP_TOPIC, op_from):
             offsets, ids, resolution = tx.parse_op(msg.body, msg.properties)
             ledger.on_op(msg.queue_offset, offsets, ids, resolution)
+        self._unsure = set(ledger.by_tx)
         log.info("transactions: %d open half copies (half queue from %d, op queue from %d)",
                  ledger.open_count, half_from, op_from)
 
@@ -237,6 +242,8 @@ class TransactionService(Service):
                         return stored
                 failed = await self._put_op(data, [tx_id], verb)
                 if failed is not None:
+                    if commit:
+                        self._unsure.add(tx_id)
                     return failed
         finally:
             self._resolving.discard(tx_id)
@@ -247,7 +254,7 @@ class TransactionService(Service):
 
     async def _commit_real(self, half: StoredMessage, tx_id: str) -> EndOutcome | None:
         topic, queue_id, props = tx.committed_target(half)
-        if self._already_committed(topic, tx_id):
+        if tx_id in self._unsure and self._already_committed(topic, tx_id):
             return None  # a crash came between the real message and its op: write only the op
         draft = MessageDraft(half.body, props, half.flag, half.born_timestamp, half.born_host,
                              half.reconsume_times, (half.sys_flag & ~tx.TRANSACTION_MASK) | tx.TRANSACTION_COMMIT_TYPE)
@@ -276,6 +283,8 @@ class TransactionService(Service):
             return EndOutcome(ResponseCode.SYSTEM_ERROR, f"writing the {resolution} op record failed"
                               f" ({result.status.value}: {result.remark}); retry the END_TRANSACTION")
         self.ledger.on_op(result.queue_offset, half_offsets, tx_ids, resolution)
+        if resolution != "renewed":
+            self._unsure.difference_update(tx_ids)
         return None
 
     # the check-back ------------------------------------------------------------------------------------------

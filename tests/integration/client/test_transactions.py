@@ -284,3 +284,16 @@ async def test_v2_check_arrives_on_the_telemetry_stream_and_its_commit_delivers_
         stream.cancel()
     await settled(broker)
     assert await bodies_in(broker, topic) == [b"v2-orphan"]
+
+
+async def test_reject_transaction_message_refuses_halves_and_end_transaction(tmp_path, namesrv):
+    with Broker(tmp_path / "b", name="broker-txoff", namesrv_addr=namesrv.addr, rejectTransactionMessage=True) as b:
+        async with BrokerClient(b.addr) as c:
+            await c.create_topic("TxOff", queues=1)
+            sent = await c.send("TxOff", 0, [message(b"half", TRAN_MSG="true", PGROUP="pg")], sys_flag=0x4)
+            assert sent.code == ResponseCode.NO_PERMISSION and "rejectTransactionMessage=true" in sent.remark
+            end = {"producerGroup": "pg", "tranStateTableOffset": "0", "commitLogOffset": "0",
+                   "commitOrRollback": "8"}
+            resp = await c.request(RequestCode.END_TRANSACTION, end)
+            assert resp.code == ResponseCode.NO_PERMISSION and "rejectTransactionMessage=true" in resp.remark
+        assert await bodies_in(b, "TxOff", 1) == []
