@@ -14,7 +14,8 @@ queue from ``half_offset`` and the op queue from ``op_offset`` (the offsets of t
 
 Invariants: ``half_offset`` only grows and every copy below it is closed; an op about a copy at or above
 ``half_offset`` lies at or above ``op_offset``, because ``op_offset`` only passes ops whose copies are all below
-``half_offset``; so replaying both windows rebuilds exactly the open set.
+``half_offset`` (a decision's op also closes the copies of its transaction put after it, ``late``); so replaying
+both windows rebuilds exactly the open set.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ class Ledger:
     # (op queue offset, highest half offset it names, transactions it decided): what advance() may pass
     ops: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)
     seen_half_end: int = 0  # the half queue offset after the last copy replayed or put
+    # transaction id -> highest queue offset of a copy put after its transaction was decided (a check's renewal
+    # racing the producer's END_TRANSACTION): closed only by that decision's op, which must stay in the replayed
+    # window until half_offset passes the copy
+    late: dict[str, int] = field(default_factory=dict)
 
     # replay and new records ----------------------------------------------------------------------------------
     def on_half(self, copy: HalfCopy) -> None:
@@ -54,7 +59,8 @@ class Ledger:
         if q < self.half_offset or q in self.closed_ahead:
             return
         if self.resolved.get(copy.tx_id) in RESOLUTIONS_FINAL:
-            return  # a copy put before its transaction's op was replayed: already decided
+            self.late[copy.tx_id] = max(self.late.get(copy.tx_id, -1), q)
+            return  # a copy put after its transaction's op (or replayed before it): already decided
         self.open[q] = copy
         self.by_tx.setdefault(copy.tx_id, set()).add(q)
 
@@ -116,11 +122,13 @@ class Ledger:
         self.half_offset = q
         kept = []
         for op_q, highest, decided in sorted(self.ops):
-            if highest < q and not kept:
+            reach = max([highest, *(self.late.get(tx, -1) for tx in decided)])
+            if reach < q and not kept:
                 self.op_offset = max(self.op_offset, op_q + 1)
                 for tx in decided:  # out of the window a restart replays: forget it here too (bounded memory)
                     if tx not in self.by_tx:
                         self.resolved.pop(tx, None)
+                        self.late.pop(tx, None)
             else:
                 kept.append((op_q, highest, decided))
         self.ops = kept

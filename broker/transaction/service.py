@@ -65,7 +65,7 @@ class EndOutcome:
     remark: str
 
 
-class _Gate:
+class WriteGate:
     """Many shared holders (writes) or one exclusive holder (``Ledger.advance``). A waiting exclusive holder
     keeps new shared ones out, so a steady stream of sends cannot starve the check round."""
 
@@ -150,7 +150,7 @@ class TransactionService(Service):
         self.metrics = metrics
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self.ledger = Ledger()
-        self._gate = _Gate()
+        self._gate = WriteGate()
         self._resolving: set[str] = set()
         # transactions whose real message may already be stored without its op (replayed at start, or an op write
         # failed after the commit): only these ask the index before a commit puts the real message

@@ -174,3 +174,17 @@ class LedgerMachine(RuleBasedStateMachine):
 
 LedgerMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
 TestLedger = LedgerMachine.TestCase
+
+
+def test_a_renewal_stored_after_its_transaction_was_decided_stays_closed_once_the_offsets_move():
+    """Hypothesis' find: a check that crashed between a renewal and its op left two copies; the next pass renewed
+    the stale one after the producer's commit had closed it, and advance() let the commit's op leave the replayed
+    window while that late copy was still above half_offset, so a restart reopened it."""
+    m = LedgerMachine()
+    m.begin("commit")
+    m.begin(None)
+    m.checks_run(seconds=10, crash=1)
+    m.checks_run(seconds=10, crash=None)
+    m.offsets_stored()
+    m.ledger_matches_a_replay()
+    m.teardown()

@@ -7,13 +7,13 @@ import asyncio
 
 from broker.grpc_v2.transaction import parse_transaction_id, transaction_id
 from broker.transaction import records as tx
-from broker.transaction.service import _Gate, check_request
+from broker.transaction.service import WriteGate, check_request
 from remoting.codes import RequestCode
 from remoting.message_codec import StoredMessage, decode, offset_msg_id
 
 
 async def test_a_waiting_exclusive_holder_is_not_starved_by_a_steady_stream_of_shared_ones():
-    gate = _Gate()
+    gate = WriteGate()
     stop = asyncio.Event()
     order: list[str] = []
 
