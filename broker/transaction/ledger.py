@@ -70,13 +70,15 @@ class Ledger:
             if q >= self.half_offset:
                 self.closed_ahead.add(q)
             self._close(q)
+        highest = max(half_offsets, default=-1)
         if resolution in RESOLUTIONS_FINAL:
             for tx in tx_ids:
                 self.resolved[tx] = resolution
-                for q in list(self.by_tx.get(tx, ())):
+                for q in list(self.by_tx.get(tx, ())):  # a copy the op does not list (stored while it was written)
+                    highest = max(highest, q)
                     self._close(q)
         final = tuple(tx_ids) if resolution in RESOLUTIONS_FINAL else ()
-        self.ops.append((op_queue_offset, max(half_offsets, default=-1), final))
+        self.ops.append((op_queue_offset, highest, final))
 
     def _close(self, q: int) -> None:
         copy = self.open.pop(q, None)

@@ -173,11 +173,12 @@ class TransactionService(Service):
         half_from = max(self._stored(tx.HALF_TOPIC), store.min_offset_in_queue(tx.HALF_TOPIC, 0))
         op_from = max(self._stored(tx.OP_TOPIC), store.min_offset_in_queue(tx.OP_TOPIC, 0))
         ledger = self.ledger = Ledger(half_offset=half_from, op_offset=op_from, seen_half_end=half_from)
-        for msg in self._read(tx.HALF_TOPIC, half_from):
-            ledger.on_half(half_copy(msg, self.config.timeout_ms))
+        # ops first: a copy stored after its transaction's decision is then known as late (Ledger.late)
         for msg in self._read(tx.OP_TOPIC, op_from):
             offsets, ids, resolution = tx.parse_op(msg.body, msg.properties)
             ledger.on_op(msg.queue_offset, offsets, ids, resolution)
+        for msg in self._read(tx.HALF_TOPIC, half_from):
+            ledger.on_half(half_copy(msg, self.config.timeout_ms))
         self._unsure = set(ledger.by_tx)
         log.info("transactions: %d open half copies (half queue from %d, op queue from %d)",
                  ledger.open_count, half_from, op_from)

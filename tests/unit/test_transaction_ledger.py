@@ -188,3 +188,26 @@ def test_a_renewal_stored_after_its_transaction_was_decided_stays_closed_once_th
     m.offsets_stored()
     m.ledger_matches_a_replay()
     m.teardown()
+
+
+def test_a_renewal_opened_while_the_commit_op_was_being_written_is_closed_for_good():
+    """A check renewed T0 (copy 2) after END_TRANSACTION read the ledger but before its op was stored: the op lists
+    copy 0 only and closes copy 2 through its transaction; it must stay replayed until half_offset passes copy 2."""
+    halves = [("T0", 0), ("T1", 0), ("T0", 1)]
+    live = Ledger()
+    live.on_half(HalfCopy(0, 1000, "T0", "pg", 10, 0))
+    live.on_half(HalfCopy(1, 1001, "T1", "pg", 10, 0))
+    action, copies = live.end(0, "T0")
+    assert (action, copies) == ("resolve", [0])
+    live.on_half(HalfCopy(2, 1002, "T0", "pg", 20, 1))  # the racing renewal
+    ops = [(copies, ["T0"], "commit")]
+    live.on_op(0, *ops[0])
+    half_offset, op_offset = live.advance()
+    replay = Ledger(half_offset=half_offset, op_offset=op_offset)
+    for i, op in enumerate(ops):
+        if i >= op_offset:
+            replay.on_op(i, *op)
+    for q, (tx, times) in enumerate(halves):
+        if q >= half_offset:
+            replay.on_half(HalfCopy(q, 1000 + q, tx, "pg", 10, times))
+    assert set(live.open) == set(replay.open) == {1}
