@@ -153,7 +153,8 @@ class BrokerMetrics:
         self.rollback_messages = LoopCounter("rocketmq_rollback_messages", "Transactions rolled back.")
         self.transaction_checks = LoopCounter(
             "rocketmq_transaction_checks",
-            "Transaction checks of open halves, by outcome: sent (to a live producer), no_producer, discarded"
+            "Transaction checks of open halves, by outcome: sent (to a live producer), no_producer, renewed (an older"
+            " copy closed), discarded"
             " (transactionCheckMax reached: moved to TRANS_CHECK_MAX_TIME_TOPIC), failed.", ["outcome"])
         self.commit_messages.cell()
         self.rollback_messages.cell()

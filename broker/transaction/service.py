@@ -155,6 +155,7 @@ class TransactionService(Service):
         # transactions whose real message may already be stored without its op (replayed at start, or an op write
         # failed after the commit): only these ask the index before a commit puts the real message
         self._unsure: set[str] = set()
+        self._inflight: set[asyncio.Task] = set()
         self.checks_sent = 0
 
     @property
@@ -165,6 +166,10 @@ class TransactionService(Service):
     async def on_start(self) -> None:
         self.rebuild()
         self.spawn("check", self._check_loop())
+
+    async def on_stop(self) -> None:
+        if self._inflight:
+            await asyncio.wait(list(self._inflight), timeout=5.0)
 
     def rebuild(self) -> None:
         """The ledger from the records: the half queue from the system group's half offset, the op queue from
@@ -202,9 +207,21 @@ class TransactionService(Service):
                 offset = msg.queue_offset + 1
 
     # half messages -------------------------------------------------------------------------------------------
+    def _shielded(self, coro):
+        """Run ``coro`` to its end even when the request that started it is cancelled (its connection closed): a
+        half stored but not in the ledger, or a commit without its op, is the crash these writes must not make."""
+        task = asyncio.ensure_future(coro)
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        return asyncio.shield(task)
+
     async def put_half(self, draft: MessageDraft, topic: str, queue_id: int, producer_group: str,
                        wait: bool, deadline: float | None) -> PutResult:
         """Store a producer's half message in the half queue and open its transaction."""
+        return await self._shielded(self._put_half(draft, topic, queue_id, producer_group, wait, deadline))
+
+    async def _put_half(self, draft: MessageDraft, topic: str, queue_id: int, producer_group: str,
+                        wait: bool, deadline: float | None) -> PutResult:
         props = tx.half_properties(draft.properties, topic, queue_id, producer_group)
         half = MessageDraft(draft.body, props, draft.flag, draft.born_timestamp, draft.born_host,
                             draft.reconsume_times, draft.sys_flag & ~tx.TRANSACTION_MASK)
@@ -222,6 +239,9 @@ class TransactionService(Service):
     async def end(self, half: StoredMessage, commit: bool, from_check: bool) -> EndOutcome:
         """Resolve the transaction of ``half`` (a verified half record the caller read at the request's
         commitLogOffset): every open copy is closed by one op, after the real message for a commit."""
+        return await self._shielded(self._end(half, commit, from_check))
+
+    async def _end(self, half: StoredMessage, commit: bool, from_check: bool) -> EndOutcome:
         tx_id = tx.transaction_id(half)
         verb = "commit" if commit else "rollback"
         if tx_id in self._resolving:
@@ -324,6 +344,10 @@ class TransactionService(Service):
         return checked
 
     async def _check_one(self, copy: HalfCopy) -> str:
+        if max(self.ledger.by_tx.get(copy.tx_id, ()), default=copy.queue_offset) > copy.queue_offset:
+            # a newer copy is open (its renewed op was not written: a failed write or a crash): close this one
+            failed = await self._put_op([copy.queue_offset], [copy.tx_id], "renewed")
+            return "failed" if failed else "renewed"
         half = self.store.read_message(copy.commit_log_offset)
         if half is None or half.topic != tx.HALF_TOPIC:
             log.warning("transaction %s: half copy at %d is gone (expired); discarding it", copy.tx_id,

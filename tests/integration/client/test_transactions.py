@@ -17,7 +17,7 @@ from client import Message
 from client.transaction_producer import LocalTransactionState, TransactionProducer, end_header
 from harness.procs import Broker
 from remoting.codes import RequestCode, ResponseCode
-from tests.brokers import broker_fixture
+from tests.brokers import broker_fixture, master_and_slave
 from tests.integration.broker.rpc import BrokerClient, message
 from tests.integration.client.conftest import create_topic, unique, wait_for
 
@@ -297,3 +297,52 @@ async def test_reject_transaction_message_refuses_halves_and_end_transaction(tmp
             resp = await c.request(RequestCode.END_TRANSACTION, end)
             assert resp.code == ResponseCode.NO_PERMISSION and "rejectTransactionMessage=true" in resp.remark
         assert await bodies_in(b, "TxOff", 1) == []
+
+
+async def test_the_slave_promoted_to_master_goes_on_checking_where_the_old_master_stopped(tmp_path, namesrv, admin):
+    conf = {**TX_CONF, "slaveSynchronizeInterval": 300, "transactionTimeOut": 600_000}  # no check before the switch
+    topic, group = unique("TxPromote"), unique("pg-promote")
+    with master_and_slave(tmp_path, namesrv.addr, "broker-txp", **conf) as (master, slave):
+        await create_topic(admin, master, topic)
+        p = await tx_producer(namesrv, group).start()
+        decided = await p.send_message_in_transaction(Message(topic, b"decided"), lambda m, a: COMMIT)
+        orphan = await p.send_half(Message(topic, b"orphan"))
+        await p.remoting.close()  # the producer is gone before it ends the second transaction
+        async with BrokerClient(slave.addr) as c:
+            ext = end_header(group, orphan.queue_offset, orphan.offset_msg_id, COMMIT, orphan.msg_id, False)
+            resp = await c.request(RequestCode.END_TRANSACTION, ext)
+            assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and "slave" in resp.remark
+
+            async def replicated() -> bool:
+                return (topic in await c.topic_configs()
+                        and await half_count(slave) == await half_count(master) == 2
+                        and sorted(await bodies_in(slave, topic)) == [b"decided"])
+
+            async def state() -> str:
+                return (f"topic {topic in await c.topic_configs()}, halves {await half_count(slave)} of"
+                        f" {await half_count(master)}, {await bodies_in(slave, topic)}")
+
+            try:
+                await wait_for(replicated, 15.0, "the slave to hold the halves, the op and the topic")
+            except Exception:
+                raise AssertionError(await state()) from None
+        master.stop()
+        slave.stop()
+        promoted = Broker(tmp_path / "s", name="broker-txp", namesrv_addr=namesrv.addr, **TX_CONF).start()
+        try:
+            asked: list[bytes] = []
+
+            def checker(msg):
+                asked.append(msg.body)
+                return COMMIT
+
+            async with tx_producer(namesrv, group, checker=checker, topics=(topic,)):
+                async def delivered() -> bool:
+                    return sorted(await bodies_in(promoted, topic)) == [b"decided", b"orphan"]
+
+                await wait_for(delivered, 20.0, "the promoted master's check to commit the orphan")
+                await settled(promoted)
+            assert sorted(await bodies_in(promoted, topic)) == [b"decided", b"orphan"]
+            assert asked and set(asked) == {b"orphan"} and decided.state is COMMIT
+        finally:
+            promoted.stop()
