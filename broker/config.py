@@ -312,6 +312,11 @@ class BrokerConfig:
     grpc_max_connection_idle_millis: int = conf.ranged(
         120_000, 1000, conf.JAVA_INT_MAX, "milliseconds a connection without a stream stays open"
     )
+    # transactional messages (RocketMQ BrokerConfig): refuse half messages, first check after, scan period, max checks
+    reject_transaction_message: bool = False
+    transaction_time_out: int = conf.ranged(6000, 0, conf.JAVA_INT_MAX, "milliseconds a half waits for its first check")
+    transaction_check_interval: int = conf.ranged(30_000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
+    transaction_check_max: int = conf.ranged(15, 0, conf.JAVA_INT_MAX, "checks before a half is discarded")
 
     def __post_init__(self) -> None:
         if not self.broker_name or not all(c.isalnum() or c in "-_%|" for c in self.broker_name):

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from broker.rebalance_lock import RebalanceLockManager
     from broker.retry import RetryService
     from broker.store.message_store import MessageStore
+    from broker.transaction.service import TransactionService
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ class BrokerContext:
     register_now: Callable[[], asyncio.Future | None] = lambda: None
     ha: HAService | None = None  # GET_BROKER_HA_STATUS; None in handler tests that run no HA
     master: MasterAddrs = field(default_factory=MasterAddrs)
+    transactions: TransactionService | None = None  # on a master that takes transactional messages
     pop: PopProgress | None = None  # on a master serving RocketMQ 5 clients (GET_CONSUME_STATS' in-flight pops)
     stats: BrokerStats = field(default_factory=BrokerStats)
     filters: ConsumerFilters = field(default_factory=ConsumerFilters)  # compiled SQL92 subscriptions

@@ -158,6 +158,20 @@ class BrokerMetrics:
                                                   "Pull responses that advised the consumer to pull from a slave.")
         self.pull_slave_suggestions.cell()
         self.loop_lag = loop_lag_histogram()  # observed by a LoopLagProbe the server runs
+        # transactional messages (master only; RocketMQ 5's names): open halves at scrape time, outcomes as counted
+        self.half_messages = Gauge("rocketmq_half_messages", "Half (prepared) messages whose transaction is open.",
+                                   registry=reg)
+        self.commit_messages = LoopCounter("rocketmq_commit_messages", "Transactions committed (message delivered).")
+        self.rollback_messages = LoopCounter("rocketmq_rollback_messages", "Transactions rolled back.")
+        self.transaction_checks = LoopCounter(
+            "rocketmq_transaction_checks",
+            "Transaction checks of open halves, by outcome: sent (to a live producer), no_producer, renewed (an older"
+            " copy closed), discarded"
+            " (transactionCheckMax reached: moved to TRANS_CHECK_MAX_TIME_TOPIC), failed.", ["outcome"])
+        self.commit_messages.cell()
+        self.rollback_messages.cell()
+        for outcome in ("sent", "no_producer", "discarded", "failed"):
+            self.transaction_checks.cell(outcome)
         # Topic- and group-labelled families through their caps; a group shares one cap (same topics kept).
         groups = [
             (SeriesCap(series_limit, in_labels, ["topic"]), self.messages_in,
@@ -171,7 +185,8 @@ class BrokerMetrics:
         for cap, driver, families in groups:
             reg.register(CappedGroup(cap, driver, families))
         for family in (self.send_results, self.send_requests, self.sync_wait, self.sync_timeouts, self.pulls,
-                       self.pull_slave_suggestions, self.loop_lag):
+                       self.pull_slave_suggestions, self.loop_lag, self.commit_messages, self.rollback_messages,
+                       self.transaction_checks):
             reg.register(family)
 
         # slave metadata sync (slaves only) ---------------------------------------------------------------------
@@ -300,6 +315,16 @@ class BrokerMetrics:
         self.send_back.inc(msg_count, topic, group)
         if to_dlq:
             self.send_to_dlq.inc(msg_count, topic, group, label_value(_is_system(topic)))
+
+    def attach_transactions(self, open_count: Callable[[], int]) -> None:
+        """``rocketmq_half_messages`` reads ``open_count`` (the transaction service's ledger) at scrape time."""
+        self.half_messages.set_function(open_count)
+
+    def on_transaction_end(self, committed: bool) -> None:
+        (self.commit_messages if committed else self.rollback_messages).inc()
+
+    def on_transaction_check(self, outcome: str) -> None:
+        self.transaction_checks.inc(1, outcome)
 
     def on_slave_sync(self, step: str, ok: bool) -> None:
         """One metadata-sync step on a slave (``topic_config``, ``consumer_offsets``, ``delay_offsets``,

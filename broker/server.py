@@ -46,6 +46,7 @@ from broker.rebalance_lock import RebalanceLockManager
 from broker.registration import RegistrationService
 from broker.retry import RetryService
 from broker.schedule import ScheduleService
+from broker.transaction.service import transaction_service
 from broker.slave_sync import (
     SlaveSynchronize,
     fetch_slave_addrs,
@@ -230,6 +231,9 @@ class BrokerServer(Service):
             )
             store.add_dispatch_listener(self.schedule.on_dispatch)
             self._services.append(self.schedule)
+            if not broker.reject_transaction_message:
+                ctx.transactions = transaction_service(settings, store, topics, offsets, clients, metrics)
+                self._services.append(ctx.transactions)
         # HA: a restarting master first takes the offsets its slaves accepted while it was down (DESIGN §4)
         if settings.role.is_master and broker.namesrv_list:
             slave_addrs = await fetch_slave_addrs(broker.namesrv_list, broker.broker_name)

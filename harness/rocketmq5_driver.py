@@ -9,7 +9,9 @@ command per stdin line, one JSON answer per stdout line (``{"ok": ...}`` or ``{"
 total_s} (receive and ack until ``idle_receives`` receives in a row came back empty; every message received, with
 the monotonic time of its receive and of its ack), ``push_consumer`` {endpoint, group, topic, fail_once?} (its
 listener answers FAILURE the first time it sees a body in ``fail_once``, SUCCESS otherwise), ``pushed`` (what the
-push listener saw so far, in order), ``shutdown``. Received messages are kept by message id for ack/change.
+push listener saw so far, in order), ``tx_producer`` {endpoint, topics, check} (a Producer whose TransactionChecker
+answers ``check``, COMMIT or ROLLBACK), ``tx_send`` {topic, body, end} (a half message in a new transaction, then
+``end``: commit, rollback, or none), ``checked`` (the bodies the checker was asked about), ``shutdown``. Received messages are kept by message id for ack/change.
 """
 
 from __future__ import annotations
@@ -33,9 +35,12 @@ def main() -> None:
         Producer,
         PushConsumer,
         SimpleConsumer,
+        TransactionChecker,
+        TransactionResolution,
     )
 
-    producer = consumer = pusher = None
+    producer = consumer = pusher = txp = None
+    checked: list[str] = []
     received: dict[str, object] = {}
     pushed: list[dict] = []
     pushed_lock = threading.Lock()
@@ -53,6 +58,15 @@ def main() -> None:
                                "result": "FAILURE" if failing else "SUCCESS"})
             return ConsumeResult.FAILURE if failing else ConsumeResult.SUCCESS
 
+    class Checker(TransactionChecker):
+        def __init__(self, answer: str) -> None:
+            self.answer = answer
+
+        def check(self, message) -> TransactionResolution:
+            with pushed_lock:
+                checked.append(message.body.decode())
+            return TransactionResolution.COMMIT if self.answer == "COMMIT" else TransactionResolution.ROLLBACK
+
     def view(m) -> dict:
         return {
             "id": m.message_id, "body": m.body.decode(), "tag": m.tag, "keys": list(m.keys or []),
@@ -65,8 +79,26 @@ def main() -> None:
         return ClientConfiguration(endpoint, Credentials(), request_timeout=3)
 
     def do(cmd: dict):
-        nonlocal producer, consumer, pusher
+        nonlocal producer, consumer, pusher, txp
         op = cmd["op"]
+        if op == "tx_producer":
+            txp = Producer(config(cmd["endpoint"]), tuple(cmd["topics"]), checker=Checker(cmd["check"]))
+            txp.startup()
+            return True
+        if op == "tx_send":
+            msg = Message()
+            msg.topic = cmd["topic"]
+            msg.body = cmd["body"].encode()
+            transaction = txp.begin_transaction()
+            receipt = txp.send(msg, transaction)
+            if cmd["end"] == "commit":
+                transaction.commit()
+            elif cmd["end"] == "rollback":
+                transaction.rollback()
+            return {"message_id": receipt.message_id}
+        if op == "checked":
+            with pushed_lock:
+                return list(checked)
         if op == "producer":
             producer = Producer(config(cmd["endpoint"]), tuple(cmd["topics"]))
             producer.startup()
@@ -136,7 +168,7 @@ def main() -> None:
             consumer.change_invisible_duration(received[cmd["id"]], cmd["invisible_s"])
             return True
         if op == "shutdown":
-            for client in (producer, consumer, pusher):
+            for client in (producer, consumer, pusher, txp):
                 if client is not None:
                     client.shutdown()
             return True

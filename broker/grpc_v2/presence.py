@@ -17,6 +17,7 @@ close skip these channels (they are not remoting connections).
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from broker.client_manager import Subscription
@@ -27,14 +28,28 @@ from broker.grpc_v2.pop.receipt import pop_retry_topic
 from remoting.codes import CURRENT_VERSION, LanguageCode
 
 
-class V2Channel:
-    """A RocketMQ 5 client as a member of the broker's client table (hashable by identity, one per client id)."""
+OUTBOX_MAX = 1024  # checks waiting for one v2 client's Telemetry stream
 
-    __slots__ = ("client_id", "peer")
+
+class V2Channel:
+    """A RocketMQ 5 client as a member of the broker's client table (hashable by identity, one per client id).
+
+    ``invoke_oneway`` is how the transaction check service reaches a v2 producer: the CHECK_TRANSACTION_STATE
+    waits in ``outbox`` (bounded) for one of the client's open Telemetry streams, which sends it as a
+    RecoverOrphanedTransactionCommand; without an open stream it raises, so the service tries another producer."""
+
+    __slots__ = ("client_id", "outbox", "peer", "streams")
 
     def __init__(self, client_id: str, peer: str) -> None:
         self.client_id = client_id
         self.peer = peer
+        self.streams = 0  # open Telemetry streams that read the outbox
+        self.outbox: asyncio.Queue = asyncio.Queue(maxsize=OUTBOX_MAX)
+
+    def invoke_oneway(self, command) -> None:
+        if self.streams <= 0:
+            raise ConnectionError(f"v2 client {self.client_id} has no open Telemetry stream")
+        self.outbox.put_nowait(command)  # QueueFull: the client is not reading; the next round asks again
 
     def __repr__(self) -> str:
         return f"V2Channel({self.client_id}@{self.peer})"

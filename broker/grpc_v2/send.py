@@ -6,7 +6,7 @@ Queue choice: a message with a message_group (FIFO) goes to ``crc32(group) % wri
 one queue; any other to a queue ``admit`` picks. The answer has one entry per message (the official client sends
 one and asserts exactly one entry), each with the client's message_id and the queue offset; the top-level status
 is the first non-OK entry's (errors belong there: the client ignores entry statuses). A weak "stored" status of a
-SYNC_MASTER is never OK (``codes.put_status``). Transactional messages are refused with UNSUPPORTED. What is stored
+SYNC_MASTER is never OK (``codes.put_status``). A TRANSACTION message is a half (``grpc_v2.transaction``). What is stored
 passes the remoting senders' property rules (``validate.properties_dict``): a system property name among the user
 properties is refused by ``convert.to_draft`` (ILLEGAL_MESSAGE_PROPERTY_KEY), as RocketMQ's proxy refuses it.
 """
@@ -21,6 +21,7 @@ from broker.grpc_v2 import codes
 from broker.grpc_v2.convert import BadMessage, to_draft
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
+from broker.grpc_v2.transaction import transaction_id
 from broker.processors import validate
 from broker.processors.send_admit import Refusal, admit
 from broker.store.types import PutStatus
@@ -43,9 +44,10 @@ def _header(topic: str, queue_id: int, born_ms: int) -> SendHeader:
 async def _send_one(ctx: BrokerContext, msg: pb.Message, born_host: tuple[str, int]) -> spb.SendResultEntry:
     sp = msg.system_properties
     entry = spb.SendResultEntry(message_id=sp.message_id)
-    if sp.message_type == TRANSACTION:
-        entry.status.CopyFrom(codes.unsupported(
-            "transactional messages (EndTransaction)", "send NORMAL, FIFO or DELAY messages"))
+    half = sp.message_type == TRANSACTION
+    if half and (ctx.transactions is None or ctx.settings.broker.reject_transaction_message):
+        entry.status.CopyFrom(codes.status(pb.Code.FORBIDDEN, f"broker {ctx.broker_name} refuses transactional"
+                                           " messages (rejectTransactionMessage=true or not a master)"))
         return entry
     topic = msg.topic.name
     now_ms = int(time.time() * 1000)
@@ -73,7 +75,13 @@ async def _send_one(ctx: BrokerContext, msg: pb.Message, born_host: tuple[str, i
     if bad:
         entry.status.CopyFrom(codes.status(pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY, bad.remark))
         return entry
-    result = await ctx.store.put_messages(target.topic, target.queue_id, [draft])
+    if half:  # PGROUP is the topic: v2 producers are registered under the topics they publish (presence)
+        result = await ctx.transactions.put_half(draft, target.topic, target.queue_id, target.topic, True, None)
+        if result.status.stored:
+            entry.transaction_id = transaction_id(ctx.offset_msg_ids(result.physical_offsets)[0],
+                                                  result.queue_offset)
+    else:
+        result = await ctx.store.put_messages(target.topic, target.queue_id, [draft])
     # PUT_OK (nearly every send) copies the prebuilt OK status; put_status builds one, with its advice, per call
     ok = result.status is PutStatus.PUT_OK
     entry.status.CopyFrom(codes.OK if ok else codes.put_status(result.status, result.remark))

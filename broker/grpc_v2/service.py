@@ -3,8 +3,8 @@ answers. No exception leaves a handler as a gRPC UNKNOWN: a failure becomes INTE
 response's status, with the error named (and the traceback logged).
 
 Handlers: ``route`` (QueryRoute, QueryAssignment), ``send`` (SendMessage), ``settings`` (the Telemetry reply),
-``pop`` (ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue). What pyrmq does not
-do answers UNSUPPORTED naming the feature: EndTransaction, RecallMessage, PullMessage, UpdateOffset, GetOffset,
+``pop`` (ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue), ``transaction``
+(EndTransaction). What pyrmq does not do answers UNSUPPORTED naming the feature: RecallMessage, PullMessage, UpdateOffset, GetOffset,
 QueryOffset.
 
 Heartbeat and every Telemetry settings command also register the client in the broker's client table
@@ -12,7 +12,8 @@ Heartbeat and every Telemetry settings command also register the client in the b
 
 Telemetry: the first command must be ``settings`` (within ``SETTINGS_WAIT_S``, else the stream ends with
 BAD_REQUEST saying so: the official client sends its Settings as soon as the stream opens); each settings command
-is answered with ``settings.answer``; other client commands are ignored. At most ``MAX_STREAMS_PER_CLIENT`` (16)
+is answered with ``settings.answer``; other client commands are ignored. Once its settings are in, a stream also
+carries the broker's transaction checks to the client (RecoverOrphanedTransactionCommand, ``presence.V2Channel``). At most ``MAX_STREAMS_PER_CLIENT`` (16)
 streams per client id, ``MAX_STREAMS_PER_CONNECTION`` (64) per connection (checked first, so a client rotating
 client ids records none) and ``MAX_STREAMS`` (4096) in all; the rest are answered TOO_MANY_REQUESTS at once.
 """
@@ -27,7 +28,7 @@ import time
 import grpc
 
 from broker.context import BrokerContext
-from broker.grpc_v2 import codes, filters, presence, route, send, settings
+from broker.grpc_v2 import codes, filters, presence, route, send, settings, transaction
 from broker.grpc_v2.clients import MAX_STREAMS_PER_CLIENT, V2Clients
 from broker.grpc_v2.cluster import ClusterRoutes
 from broker.grpc_v2.observe import V2Metrics
@@ -182,6 +183,9 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         client.streams += 1
         self._streams += 1
         self._streams_by_peer[peer] = self._streams_by_peer.get(peer, 0) + 1
+        reading: asyncio.Future | None = None
+        pushing: asyncio.Future | None = None
+        channel = None  # the client's V2Channel once its settings were published: checks go out on this stream
         try:
             iterator = request_iterator.__aiter__()
             first = True
@@ -190,7 +194,22 @@ class MessagingService(sgrpc.MessagingServiceServicer):
                     if first:
                         command = await asyncio.wait_for(iterator.__anext__(), SETTINGS_WAIT_S)
                     else:
-                        command = await iterator.__anext__()
+                        if channel is None and client.channel is not None:
+                            channel = client.channel
+                            channel.streams += 1
+                        reading = reading or asyncio.ensure_future(iterator.__anext__())
+                        if channel is not None:
+                            pushing = pushing or asyncio.ensure_future(channel.outbox.get())
+                        await asyncio.wait([f for f in (reading, pushing) if f is not None],
+                                           return_when=asyncio.FIRST_COMPLETED)
+                        if pushing is not None and pushing.done():
+                            check, pushing = pushing.result(), None
+                            recover = transaction.recover_command(self.ctx, check)
+                            if recover is not None:
+                                yield recover
+                        if not reading.done():
+                            continue
+                        command, reading = reading.result(), None
                 except StopAsyncIteration:
                     return
                 except TimeoutError:
@@ -217,6 +236,11 @@ class MessagingService(sgrpc.MessagingServiceServicer):
                         pb.Code.BAD_REQUEST, "the first Telemetry command must be settings"))
                     return
         finally:
+            for pending in (reading, pushing):
+                if pending is not None and not pending.done():
+                    pending.cancel()
+            if channel is not None:
+                channel.streams -= 1
             client.streams -= 1
             self._streams -= 1
             left = self._streams_by_peer.pop(peer) - 1
@@ -273,9 +297,12 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             return spb.ForwardMessageToDeadLetterQueueResponse(status=self._no_pop("dead-letter messages"))
         return await self.pop.forward_to_dlq(request)
 
+    # transactions -------------------------------------------------------------------------------------------
+    @_guarded(spb.EndTransactionResponse)
+    async def EndTransaction(self, request, context):
+        return await transaction.end(self.ctx, request)
+
     # not supported ------------------------------------------------------------------------------------------
-    EndTransaction = _unsupported("EndTransaction", "transactional messages (EndTransaction)",
-                                  "pyrmq has no transactions yet; send NORMAL messages")
     RecallMessage = _unsupported("RecallMessage", "RecallMessage (cancelling a delay message)",
                                  "consumers must skip a message they no longer want")
     UpdateOffset = _unsupported("UpdateOffset", "UpdateOffset (the v2 pull consumer)", _USE_POP)

@@ -37,7 +37,7 @@ from operator import itemgetter
 from broker.context import BrokerContext
 from broker.dedup import FirstSend, SendDedupWindow
 from broker.processors import validate
-from broker.processors.send_admit import Refusal, Target, admit
+from broker.processors.send_admit import Refusal, Target, admit, half_send
 from broker.processors.status_map import put_code
 from broker.store.types import MessageDraft, PutResult, PutStatus, RawBatch
 from remoting.codes import RequestCode, ResponseCode
@@ -62,6 +62,7 @@ TRACE_ON = "true"
 PROPERTY_CLUSTER = "CLUSTER"
 MAX_BATCH_MESSAGES = 65536
 _DELAY_KEY = PROPERTY_DELAY_TIME_LEVEL.encode() + b"\x01"
+_TRAN_KEY = b"tran_msg\x01true"
 MIN_ANSWER_MARGIN_MS = 100  # at least this much of the sender's time is left for the answer's way back
 INLINE_INFLATE = 1 << 20  # bytes of a compressed body inflated on the event loop before the check moves to a thread
 
@@ -182,6 +183,8 @@ def _batch(ctx: BrokerContext, conn: Connection, h: SendHeader, body: bytes) -> 
     bad = validate.properties_bytes(joined, own_props)
     if bad:
         return bad.remark
+    if b"TRAN_MSG\x01" in joined and _TRAN_KEY in joined.lower():
+        return "batch request does not support transaction messages; send each half message on its own"
     sizes = list(map(len, map(itemgetter(1), entries)))
 
     def keys() -> list[str]:
@@ -240,7 +243,9 @@ async def serve_send(ctx: BrokerContext, conn: Connection, request: RemotingComm
     if isinstance(batch, str):
         _count(ctx, admitted.topic, 0 if h.batch else 1, ResponseCode.MESSAGE_ILLEGAL, None)
         return _refuse(request, ResponseCode.MESSAGE_ILLEGAL, batch, admitted.queue_id)
-    if h.dedup and ctx.dedup is not None:
+    if not h.batch and ctx.transactions is not None and half_send(h):
+        reply, status = await _store_half(ctx, request, admitted, batch, h.producer_group, deadline)
+    elif h.dedup and ctx.dedup is not None:
         reply, status = await _store_dedup(ctx, request, admitted, batch, ctx.dedup, deadline)
     else:
         reply, status = await _store(ctx, request, admitted, batch, deadline)
@@ -256,6 +261,21 @@ async def _store(
     if not result.status.stored:
         return _refuse(request, code, remark, target.queue_id), result.status
     ctx.stats.put.add(len(batch.sizes))
+    msg_ids = ctx.offset_msg_ids(result.physical_offsets)
+    return _reply(request, code, remark, target.queue_id, result.queue_offset, msg_ids), result.status
+
+
+async def _store_half(
+    ctx: BrokerContext, request: RemotingCommand, target: Target, batch: _Batch, group: str, deadline: float | None
+) -> tuple[RemotingCommand, PutStatus]:
+    """A half message: stored in the half queue by the transaction service; the answer names the real queue with
+    the half's queue offset and offset msgId (what END_TRANSACTION sends back), as RocketMQ answers."""
+    result = await ctx.transactions.put_half(batch.drafts[0], target.topic, target.queue_id, group, batch.wait,
+                                             deadline)
+    code, remark = put_code(result.status, result.remark)
+    if not result.status.stored:
+        return _refuse(request, code, remark, target.queue_id), result.status
+    ctx.stats.put.add(1)
     msg_ids = ctx.offset_msg_ids(result.physical_offsets)
     return _reply(request, code, remark, target.queue_id, result.queue_offset, msg_ids), result.status
 

@@ -2,8 +2,8 @@
 is looked at (RocketMQ AbstractSendMessageProcessor#msgCheck and SendMessageProcessor#handleRetryTopic, spec
 remoting.md §3.2).
 
-Order: role (a slave never takes writes), broker permission, transactions (pyrmq has none: a half message is
-refused, as RocketMQ refuses it with ``rejectTransactionMessage``), then the topic:
+Order: role (a slave never takes writes), broker permission, transactions (a half message needs the master's
+transaction service and no ``rejectTransactionMessage``; no half in a batch), then the topic:
 
 - ``%RETRY%<group>`` (a consumer's fallback when CONSUMER_SEND_MSG_BACK failed): the group must exist
   (auto-created when allowed, else 26), its retry topic is created if missing, and a message whose
@@ -25,12 +25,13 @@ from broker.context import BrokerContext
 from broker.processors import validate
 from common.perm import PERM_INHERIT, PERM_READ, PERM_WRITE, perm_text, perm_writeable
 from remoting.codes import ResponseCode
-from remoting.message_codec import RETRY_GROUP_TOPIC_PREFIX
+from broker.transaction.records import is_half_send
+from remoting.message_codec import RETRY_GROUP_TOPIC_PREFIX, string_to_properties
 from remoting.message_headers import DEFAULT_TOPIC, SendHeader
 from remoting.topic_config import TopicConfig
 
 TX_MASK = 0xC  # MessageSysFlag transaction bits
-TRAN_MSG = "TRAN_MSG\x01true"
+TRAN_MSG_KEY = "TRAN_MSG\x01"
 
 
 class Target(NamedTuple):
@@ -55,12 +56,10 @@ def admit(ctx: BrokerContext, h: SendHeader) -> Target | Refusal:
             f"broker {ctx.broker_name} is not writable (brokerPermission={broker.broker_permission});"
             " send to another broker",
         )
-    if h.sys_flag & TX_MASK or TRAN_MSG in h.properties:
-        return Refusal(
-            ResponseCode.NO_PERMISSION,
-            f"the broker[{ctx.broker_name}] sending transaction message is forbidden: pyrmq has no transactions;"
-            " send plain messages",
-        )
+    if h.sys_flag & TX_MASK or TRAN_MSG_KEY in h.properties:
+        refused = _admit_transaction(ctx, h)
+        if refused is not None:
+            return refused
     if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         return _admit_retry(ctx, h)
     bad = validate.send_topic(h.topic)
@@ -73,6 +72,35 @@ def admit(ctx: BrokerContext, h: SendHeader) -> Target | Refusal:
             return created
         cfg = created
     return _queue(h, cfg, h.topic, to_dlq=False)
+
+
+def half_send(h: SendHeader) -> bool:
+    """A half message of a transaction (TRAN_MSG true, as Java's Boolean.parseBoolean reads it, or sysFlag
+    PREPARED)."""
+    if not (h.sys_flag & TX_MASK or TRAN_MSG_KEY in h.properties):
+        return False
+    return is_half_send(string_to_properties(h.properties) if h.properties else {}, h.sys_flag)
+
+
+def _admit_transaction(ctx: BrokerContext, h: SendHeader) -> Refusal | None:
+    """None for a half message this broker takes (or TRAN_MSG=false), else why not: transactions switched off
+    (``rejectTransactionMessage``, RocketMQ's NO_PERMISSION), a batch (RocketMQ's batches carry no half), commit or
+    rollback bits set by a producer (only the broker writes those)."""
+    if not half_send(h):
+        if h.sys_flag & TX_MASK:
+            return Refusal(ResponseCode.MESSAGE_ILLEGAL, f"sysFlag {h.sys_flag} carries commit or rollback bits;"
+                           " send a half message (TRAN_MSG=true, sysFlag PREPARED) and END_TRANSACTION instead")
+        return None
+    if ctx.transactions is None or ctx.settings.broker.reject_transaction_message:
+        return Refusal(
+            ResponseCode.NO_PERMISSION,
+            f"the broker[{ctx.broker_name}] sending transaction message is forbidden (rejectTransactionMessage=true);"
+            " send plain messages or use another broker",
+        )
+    if h.batch:
+        return Refusal(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support transaction messages;"
+                       " send each half message on its own")
+    return None
 
 
 def _queue(h: SendHeader, cfg: TopicConfig, topic: str, *, to_dlq: bool) -> Target | Refusal:

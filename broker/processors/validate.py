@@ -210,8 +210,8 @@ def property_problem(name: str, value: str) -> str | None:
             return f"UNIQ_KEY is {len(value)} characters, the limit is {MAX_UNIQ_KEY_LEN}; let the client set the id"
         return None
     if name == PROPERTY_TRAN_MSG:
-        if value.lower() != "false":  # Java's Boolean.parseBoolean: "TRUE" is a transaction message too
-            return f"TRAN_MSG={value[:20]!r}: pyrmq has no transactions; leave TRAN_MSG out for a plain message"
+        if value.lower() not in ("false", "true"):  # Java's Boolean.parseBoolean: "TRUE" is a half message too
+            return f"TRAN_MSG={value[:20]!r}: send true for a half message, or leave TRAN_MSG out"
         return None
     problem = validate_topic(value)
     return f"{name}: {problem}; leave {name} out (the broker sets it)" if problem else None

@@ -14,7 +14,8 @@ queue from ``half_offset`` and the op queue from ``op_offset`` (the offsets of t
 
 Invariants: ``half_offset`` only grows and every copy below it is closed; an op about a copy at or above
 ``half_offset`` lies at or above ``op_offset``, because ``op_offset`` only passes ops whose copies are all below
-``half_offset``; so replaying both windows rebuilds exactly the open set.
+``half_offset`` (a decision's op also closes the copies of its transaction put after it, ``late``); so replaying
+both windows rebuilds exactly the open set.
 """
 
 from __future__ import annotations
@@ -45,25 +46,30 @@ class Ledger:
     # (op queue offset, highest half offset it names, transactions it decided): what advance() may pass
     ops: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)
     seen_half_end: int = 0  # the half queue offset after the last copy replayed or put
+    # transaction id -> highest queue offset of a copy put after its transaction was decided (a check's renewal
+    # racing the producer's END_TRANSACTION): closed only by that decision's op, which must stay in the replayed
+    # window until half_offset passes the copy
+    late: dict[str, int] = field(default_factory=dict)
 
     # replay and new records ----------------------------------------------------------------------------------
     def on_half(self, copy: HalfCopy) -> bool:
-        """A half copy stored (replayed at start, or just put). True when the caller must close it with an op
-        (``superseded``): its transaction was decided already (a check re-put it while END_TRANSACTION decided it).
-        Without that op a replay after ``op_offset`` passed the decision would take the copy for an open one."""
+        """A half copy stored (replayed at start, or just put). True for a copy put after its transaction was
+        decided (a check's renewal racing END_TRANSACTION): it stays closed, because the deciding op stays in the
+        replayed window until ``half_offset`` passes the copy (``late``); a caller may also close it with an op."""
         q = copy.queue_offset
         self.seen_half_end = max(self.seen_half_end, q + 1)
         if q < self.half_offset or q in self.closed_ahead:
             return False
         if self.resolved.get(copy.tx_id) in RESOLUTIONS_FINAL:
+            self.late[copy.tx_id] = max(self.late.get(copy.tx_id, -1), q)
             return True
         self.open[q] = copy
         self.by_tx.setdefault(copy.tx_id, set()).add(q)
         return False
 
     def is_open(self, queue_offset: int) -> bool:
-        """Whether a copy still needs a decision (check this before acting on an entry of ``due``: an earlier step
-        of the same pass may have closed it)."""
+        """Whether a copy still needs a decision (check it before acting on an entry of ``due``: an earlier step of
+        the same pass may have closed it)."""
         return queue_offset in self.open
 
     def on_op(self, op_queue_offset: int, half_offsets: list[int], tx_ids: list[str], resolution: str) -> None:
@@ -72,13 +78,15 @@ class Ledger:
             if q >= self.half_offset:
                 self.closed_ahead.add(q)
             self._close(q)
+        highest = max(half_offsets, default=-1)
         if resolution in RESOLUTIONS_FINAL:
             for tx in tx_ids:
                 self.resolved[tx] = resolution
-                for q in list(self.by_tx.get(tx, ())):
+                for q in list(self.by_tx.get(tx, ())):  # a copy the op does not list (stored while it was written)
+                    highest = max(highest, q)
                     self._close(q)
         final = tuple(tx_ids) if resolution in RESOLUTIONS_FINAL else ()
-        self.ops.append((op_queue_offset, max(half_offsets, default=-1), final))
+        self.ops.append((op_queue_offset, highest, final))
 
     def _close(self, q: int) -> None:
         copy = self.open.pop(q, None)
@@ -124,11 +132,13 @@ class Ledger:
         self.half_offset = q
         kept = []
         for op_q, highest, decided in sorted(self.ops):
-            if highest < q and not kept:
+            reach = max([highest, *(self.late.get(tx, -1) for tx in decided)])
+            if reach < q and not kept:
                 self.op_offset = max(self.op_offset, op_q + 1)
                 for tx in decided:  # out of the window a restart replays: forget it here too (bounded memory)
                     if tx not in self.by_tx:
                         self.resolved.pop(tx, None)
+                        self.late.pop(tx, None)
             else:
                 kept.append((op_q, highest, decided))
         self.ops = kept

@@ -44,7 +44,8 @@ MAX_OP_OFFSETS = 4096  # half offsets one op body may list (RocketMQ batches up 
 
 
 def is_half_send(properties: dict[str, str], sys_flag: int) -> bool:
-    return properties.get(PROPERTY_TRAN_MSG) == "true" or sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED_TYPE
+    flag = properties.get(PROPERTY_TRAN_MSG)
+    return (flag is not None and flag.lower() == "true") or sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED_TYPE
 
 
 def half_properties(properties: dict[str, str], topic: str, queue_id: int, producer_group: str) -> dict[str, str]:

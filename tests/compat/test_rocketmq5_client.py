@@ -41,6 +41,9 @@ CLIENT_ID = [("x-mq-client-id", "pytest@raw")]
 T = TypeVar("T")
 
 
+TX_CHECKS = {"transactionTimeOut": 1000, "transactionCheckInterval": 300}  # a crashed producer's half is checked soon
+
+
 def _start_group(root, **conf) -> harness.Group:
     """A nameserver, a SYNC_MASTER and its slave sharing an HA secret; the v2 clients use the master's endpoint."""
     namesrv = Namesrv(root / "namesrv").start(harness.BOOT_S)
@@ -66,7 +69,7 @@ def _start_group(root, **conf) -> harness.Group:
 
 @pytest.fixture(scope="module")
 def group(tmp_path_factory):
-    g = _start_group(tmp_path_factory.mktemp("v2-cluster"))
+    g = _start_group(tmp_path_factory.mktemp("v2-cluster"), **TX_CHECKS)
     yield g
     for proc in g.procs():
         proc.stop()
@@ -143,9 +146,28 @@ def test_producer_send_and_send_async_get_receipts_and_the_messages_are_stored(g
     assert _queue_max_offsets(group, topic) == 3
 
 
+def test_the_official_transactional_producer_commits_rolls_back_and_its_checker_commits_a_crashed_half(group, client):
+    topic, cgroup = harness.unique("v2tx"), harness.unique("v2txgroup")
+    harness.create_topic(group, topic, 4)
+    crashed = client()
+    crashed.call(op="tx_producer", endpoint=group.master.grpc_addr, topics=[topic], check="ROLLBACK")
+    crashed.call(op="tx_send", topic=topic, body="orphan", end="none")
+    crashed.close()  # gone between the half and its commit
+    producer = client()
+    producer.call(op="tx_producer", endpoint=group.master.grpc_addr, topics=[topic], check="COMMIT")
+    producer.call(op="tx_send", topic=topic, body="committed", end="commit")
+    producer.call(op="tx_send", topic=topic, body="rolled-back", end="rollback")
+    wait_until(lambda: "orphan" in producer.call(op="checked"), 30, "the broker's check to reach the live producer")
+    consumer = _consumer(client, group, topic, cgroup, await_s=1)
+    got = _receive_until(consumer, 2, invisible_s=30)
+    assert sorted(m["body"] for m in got) == ["committed", "orphan"]
+    wait_until(lambda: _queue_max_offsets(group, topic) == 2, 10, "the topic to hold the two committed messages")
+    assert consumer.call(op="receive", max=32, invisible_s=30)["messages"] == []
+
+
 def test_unsupported_rpcs_answer_unsupported_naming_the_feature(group, stub):
     end = stub.EndTransaction(spb.EndTransactionRequest(), metadata=CLIENT_ID, timeout=5)
-    assert end.status.code == pb.Code.UNSUPPORTED and "transaction" in end.status.message
+    assert end.status.code == pb.Code.INVALID_TRANSACTION_ID and "transaction_id" in end.status.message
     recall = stub.RecallMessage(spb.RecallMessageRequest(), metadata=CLIENT_ID, timeout=5)
     assert recall.status.code == pb.Code.UNSUPPORTED and "RecallMessage" in recall.status.message
 

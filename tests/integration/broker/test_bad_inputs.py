@@ -76,7 +76,7 @@ async def max_offset(client, topic: str, queue_id: int = 0) -> int:
         ("%RETRY%g", 0, [message(b"x"), message(b"y")], RC.MESSAGE_ILLEGAL, "retry group"),
         ("BadT", 4, [message(b"x")], RC.INVALID_PARAMETER, "0..3"),
         ("BadT", 2**31 - 1, [message(b"x")], RC.INVALID_PARAMETER, "out of range"),
-        ("BadT", 0, [message(b"x", TRAN_MSG="true")], RC.NO_PERMISSION, "no transactions"),
+        ("BadT", 0, [message(b"x", TRAN_MSG="true"), message(b"y")], RC.MESSAGE_ILLEGAL, "transaction messages"),
     ],
 )
 async def test_a_bad_send_is_refused_with_its_code_and_a_hint_and_nothing_is_stored(
@@ -230,15 +230,16 @@ async def test_a_heartbeat_that_is_not_heartbeat_data_is_refused(client, body):
     assert resp.code == RC.INVALID_PARAMETER and resp.remark
 
 
-async def test_transactions_are_refused_and_end_transaction_says_why(client):
-    half = await client.send("BadT", 0, [message(b"x")], sys_flag=0x4)
-    assert half.code == RC.NO_PERMISSION and "no transactions" in half.remark
-    end = await client.request(
-        RequestCode.END_TRANSACTION,
-        {"producerGroup": "p", "tranStateTableOffset": "0", "commitLogOffset": "0", "commitOrRollback": "8",
-         "msgId": "x"},
-    )
-    assert end.code == RC.REQUEST_CODE_NOT_SUPPORTED and "transactional" in end.remark
+async def test_commit_bits_from_a_producer_and_a_bad_end_transaction_are_refused(client):
+    await client.create_topic("BadT", queues=4)
+    sent = await client.send("BadT", 0, [message(b"x")], sys_flag=0x8)
+    assert sent.code == RC.MESSAGE_ILLEGAL and "commit or rollback bits" in sent.remark
+    end = {"producerGroup": "p", "tranStateTableOffset": "0", "commitLogOffset": str(2**40), "commitOrRollback": "8",
+           "msgId": "x"}
+    resp = await client.request(RequestCode.END_TRANSACTION, end)
+    assert resp.code == RC.INVALID_PARAMETER and "outside the commitlog" in resp.remark
+    resp = await client.request(RequestCode.END_TRANSACTION, {**end, "commitOrRollback": "5"})
+    assert resp.code == RC.INVALID_PARAMETER and "send 8 (commit)" in resp.remark
 
 
 async def test_frames_that_do_not_decode_close_their_connection_and_nothing_else(client, master):

@@ -68,7 +68,7 @@ async def _send(client: BrokerClient, code: int, bad: Message, **header):
         ({"RECONSUME_TIME": "1.0"}, "RECONSUME_TIME"),
         ({"__STARTDELIVERTIME": "soon"}, "__STARTDELIVERTIME"),
         ({"UNIQ_KEY": "u" * 200}, "UNIQ_KEY is 200 characters"),
-        ({"TRAN_MSG": "TRUE"}, "no transactions"),
+        ({"TRAN_MSG": "yes"}, "send true for a half message"),
     ],
 )
 async def test_every_sender_refuses_a_system_property_it_cannot_parse_and_stores_nothing(

@@ -35,7 +35,7 @@ MAX = 4 * 1024 * 1024
         ({"RECONSUME_TIME": "99999999999"}, "RECONSUME_TIME"),
         ({"MAX_RECONSUME_TIMES": "-2"}, "out of range"),
         ({"RETRY_TOPIC": "no spaces allowed"}, "RETRY_TOPIC"),
-        ({"TRAN_MSG": "TRUE"}, "no transactions"),
+        ({"TRAN_MSG": "yes"}, "send true for a half message"),
         ({"UNIQ_KEY": "u" * (v.MAX_UNIQ_KEY_LEN + 1)}, "limit is 128"),
     ],
 )
@@ -114,7 +114,7 @@ def test_a_sys_flag_with_bits_the_client_must_not_set_is_refused(flag, remark_pa
 
 @pytest.mark.parametrize("flag", [0, v.COMPRESSED_FLAG, v.MULTI_TAGS_FLAG, v.COMPRESSED_FLAG | v.COMPRESSION_ZLIB,
                                   v.COMPRESSED_FLAG | v.COMPRESSION_LZ4, v.COMPRESSED_FLAG | v.COMPRESSION_ZSTD,
-                                  0x4, 0xC])  # transaction bits: send_admit refuses them with its own remark
+                                  0x4, 0xC])  # transaction bits: send_admit decides (a half, or commit/rollback refused)
 def test_the_flags_clients_set_pass(flag):
     assert v.sys_flag(flag) is None
 

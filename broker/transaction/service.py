@@ -1,0 +1,411 @@
+"""The master's transaction service: half puts, END_TRANSACTION's resolution and the check-back (RocketMQ
+TransactionalMessageServiceImpl, EndTransactionProcessor, TransactionalMessageCheckService).
+
+Every decision is a record (``records.py``) and the open set is the ``Ledger`` rebuilt from the records at start,
+from the system group ``CID_RMQ_SYS_TRANS``'s offsets on the half and op queues, so a restarted or promoted master
+goes on where the last one stopped. Write orders that make a crash between two writes safe (the ledger's tests):
+
+- commit: the real message BEFORE its op; before putting it the message index is asked whether the real topic
+  already holds a COMMIT record of that transaction (a crash between the two writes), so it is never put twice.
+  Only transactions that may be in that state ask: those replayed at start and those whose op write failed;
+- check: the renewed copy (check count + 1) BEFORE the ``renewed`` op for the old one, then the producer is asked
+  about the new copy; after ``transactionCheckMax`` checks the half goes to TRANS_CHECK_MAX_TIME_TOPIC before its
+  ``discarded`` op.
+
+The ledger learns every half and op this service writes right after the store took it. Its ``advance`` must not
+pass a record that was appended but not yet told to the ledger, so writes hold the gate shared and ``advance``
+takes it exclusively (briefly, once per check round). Two END_TRANSACTIONs of one transaction never run at once
+(``_resolving``): the second is answered SYSTEM_BUSY.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from broker.store.types import GetStatus, MessageDraft, PutResult
+from broker.transaction import records as tx
+from broker.transaction.ledger import HalfCopy, Ledger
+from common.perm import PERM_RW
+from common.service import Service
+from remoting.codes import RequestCode, ResponseCode
+from remoting.frame_codec import RemotingCommand
+from remoting.message_codec import (
+    PROPERTY_UNIQ_KEY,
+    StoredMessage,
+    decode,
+    encode_properties,
+    encode_record,
+    host_bytes,
+    offset_msg_id,
+)
+
+log = logging.getLogger(__name__)
+
+READ_BATCH = 32
+CHECKS_PER_ROUND = 2000  # due halves one round handles; the rest wait for the next round
+MAX_INDEX_CANDIDATES = 32
+LONG_MAX = (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionConfig:
+    timeout_ms: int = 6000  # transactionTimeOut: a half is not checked before it is this old
+    check_interval_ms: int = 30_000  # transactionCheckInterval
+    check_max: int = 15  # transactionCheckMax
+
+
+@dataclass(frozen=True, slots=True)
+class EndOutcome:
+    code: int
+    remark: str
+
+
+class WriteGate:
+    """Many shared holders (writes) or one exclusive holder (``Ledger.advance``). A waiting exclusive holder
+    keeps new shared ones out, so a steady stream of sends cannot starve the check round."""
+
+    def __init__(self) -> None:
+        self._shared = 0
+        self._exclusive = False
+        self._exclusive_waiting = 0
+        self._cond = asyncio.Condition()
+
+    @asynccontextmanager
+    async def shared(self):
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._exclusive and not self._exclusive_waiting)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @asynccontextmanager
+    async def exclusive(self):
+        async with self._cond:
+            self._exclusive_waiting += 1
+            try:
+                await self._cond.wait_for(lambda: not self._exclusive and self._shared == 0)
+            finally:
+                self._exclusive_waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+def half_copy(msg: StoredMessage, timeout_ms: int) -> HalfCopy:
+    return HalfCopy(
+        queue_offset=msg.queue_offset,
+        commit_log_offset=msg.physical_offset,
+        tx_id=tx.transaction_id(msg),
+        producer_group=msg.properties.get(tx.PROPERTY_PRODUCER_GROUP, ""),
+        due_ms=msg.store_timestamp + tx.immunity_ms(msg, timeout_ms),
+        check_times=tx.check_times(msg),
+    )
+
+
+def check_request(half: StoredMessage, store_host: tuple[str, int]) -> RemotingCommand:
+    """CHECK_TRANSACTION_STATE (39) about ``half``: RocketMQ's header, and the half in the body as MessageDecoder
+    encodes it, with its real topic and queue restored (sendCheckMessage)."""
+    real_topic = half.properties.get(tx.PROPERTY_REAL_TOPIC, half.topic)
+    qid_text = half.properties.get(tx.PROPERTY_REAL_QID, "")
+    real_qid = int(qid_text) if qid_text.isascii() and qid_text.isdigit() and len(qid_text) < 10 else half.queue_id
+    body = encode_record(
+        topic_bytes=real_topic.encode(), queue_id=real_qid, flag=half.flag, queue_offset=half.queue_offset,
+        physical_offset=half.physical_offset, sys_flag=half.sys_flag, born_timestamp=half.born_timestamp,
+        born_host=host_bytes(*half.born_host), store_timestamp=half.store_timestamp,
+        store_host=host_bytes(*half.store_host), reconsume_times=half.reconsume_times, body=half.body,
+        properties=encode_properties(half.properties), prepared_transaction_offset=half.prepared_transaction_offset,
+    )
+    ext = {
+        "tranStateTableOffset": str(half.queue_offset),
+        "commitLogOffset": str(half.physical_offset),
+        "msgId": half.properties.get(PROPERTY_UNIQ_KEY, ""),
+        "transactionId": tx.transaction_id(half),
+        "offsetMsgId": offset_msg_id(store_host, half.physical_offset),
+    }
+    return RemotingCommand(RequestCode.CHECK_TRANSACTION_STATE, ext=ext, body=body)
+
+
+class TransactionService(Service):
+    def __init__(self, store, offsets, clients, config: TransactionConfig, *, store_host: tuple[str, int],
+                 metrics=None, clock_ms: Callable[[], int] | None = None) -> None:
+        super().__init__("transaction")
+        self.store = store
+        self.offsets = offsets  # ConsumerOffsetManager: the system group's offsets are the ledger's
+        self.clients = clients  # ClientManager: live producer connections of a group
+        self.config = config
+        self.store_host = store_host
+        self.metrics = metrics
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.ledger = Ledger()
+        self._gate = WriteGate()
+        self._resolving: set[str] = set()
+        # transactions whose real message may already be stored without its op (replayed at start, or an op write
+        # failed after the commit): only these ask the index before a commit puts the real message
+        self._unsure: set[str] = set()
+        self._inflight: set[asyncio.Task] = set()
+        self.checks_sent = 0
+
+    @property
+    def open_count(self) -> int:
+        return self.ledger.open_count
+
+    # lifecycle -----------------------------------------------------------------------------------------------
+    async def on_start(self) -> None:
+        self.rebuild()
+        self.spawn("check", self._check_loop())
+
+    async def on_stop(self) -> None:
+        if self._inflight:
+            await asyncio.wait(list(self._inflight), timeout=5.0)
+
+    def rebuild(self) -> None:
+        """The ledger from the records: the half queue from the system group's half offset, the op queue from
+        its op offset (never below the queues' min: expired records are closed or lost with their files)."""
+        store = self.store
+        half_from = max(self._stored(tx.HALF_TOPIC), store.min_offset_in_queue(tx.HALF_TOPIC, 0))
+        op_from = max(self._stored(tx.OP_TOPIC), store.min_offset_in_queue(tx.OP_TOPIC, 0))
+        ledger = self.ledger = Ledger(half_offset=half_from, op_offset=op_from, seen_half_end=half_from)
+        # ops first: a copy stored after its transaction's decision is then known as late (Ledger.late)
+        for msg in self._read(tx.OP_TOPIC, op_from):
+            offsets, ids, resolution = tx.parse_op(msg.body, msg.properties)
+            ledger.on_op(msg.queue_offset, offsets, ids, resolution)
+        for msg in self._read(tx.HALF_TOPIC, half_from):
+            ledger.on_half(half_copy(msg, self.config.timeout_ms))
+        self._unsure = set(ledger.by_tx)
+        log.info("transactions: %d open half copies (half queue from %d, op queue from %d)",
+                 ledger.open_count, half_from, op_from)
+
+    def _stored(self, topic: str) -> int:
+        return self.offsets.query(tx.SYSTEM_GROUP, topic, 0) or 0
+
+    def _read(self, topic: str, offset: int):
+        store = self.store
+        end = store.max_offset_in_queue(topic, 0)
+        while offset < end:
+            result = store.get_message(tx.SYSTEM_GROUP, topic, 0, offset, READ_BATCH)
+            if result.status is not GetStatus.FOUND or not result.records:
+                if result.next_begin_offset > offset:
+                    offset = result.next_begin_offset
+                    continue
+                return
+            for raw in result.records:
+                msg = decode(raw)
+                yield msg
+                offset = msg.queue_offset + 1
+
+    # half messages -------------------------------------------------------------------------------------------
+    def _shielded(self, coro):
+        """Run ``coro`` to its end even when the request that started it is cancelled (its connection closed): a
+        half stored but not in the ledger, or a commit without its op, is the crash these writes must not make."""
+        task = asyncio.ensure_future(coro)
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        return asyncio.shield(task)
+
+    async def put_half(self, draft: MessageDraft, topic: str, queue_id: int, producer_group: str,
+                       wait: bool, deadline: float | None) -> PutResult:
+        """Store a producer's half message in the half queue and open its transaction."""
+        return await self._shielded(self._put_half(draft, topic, queue_id, producer_group, wait, deadline))
+
+    async def _put_half(self, draft: MessageDraft, topic: str, queue_id: int, producer_group: str,
+                        wait: bool, deadline: float | None) -> PutResult:
+        props = tx.half_properties(draft.properties, topic, queue_id, producer_group)
+        half = MessageDraft(draft.body, props, draft.flag, draft.born_timestamp, draft.born_host,
+                            draft.reconsume_times, draft.sys_flag & ~tx.TRANSACTION_MASK)
+        async with self._gate.shared():
+            result = await self.store.put_messages(tx.HALF_TOPIC, 0, [half], wait=wait, deadline=deadline)
+            if result.status.stored:
+                self.ledger.on_half(HalfCopy(
+                    queue_offset=result.queue_offset, commit_log_offset=result.physical_offsets[0],
+                    tx_id=props.get(tx.PROPERTY_TRANSACTION_ID, ""), producer_group=producer_group,
+                    due_ms=result.store_timestamp + self.config.timeout_ms, check_times=0,
+                ))
+        return result
+
+    # END_TRANSACTION -----------------------------------------------------------------------------------------
+    async def end(self, half: StoredMessage, commit: bool, from_check: bool) -> EndOutcome:
+        """Resolve the transaction of ``half`` (a verified half record the caller read at the request's
+        commitLogOffset): every open copy is closed by one op, after the real message for a commit."""
+        return await self._shielded(self._end(half, commit, from_check))
+
+    async def _end(self, half: StoredMessage, commit: bool, from_check: bool) -> EndOutcome:
+        tx_id = tx.transaction_id(half)
+        verb = "commit" if commit else "rollback"
+        if tx_id in self._resolving:
+            return EndOutcome(ResponseCode.SYSTEM_BUSY, f"transaction {tx_id} is being resolved by another"
+                              " END_TRANSACTION right now; nothing was done for this one")
+        self._resolving.add(tx_id)
+        try:
+            async with self._gate.shared():
+                decision, data = self.ledger.end(half.queue_offset, tx_id)
+                if decision == "already":
+                    return EndOutcome(ResponseCode.SYSTEM_ERROR, f"transaction {tx_id} was already resolved"
+                                      f" ({data[0]}); this {verb} changed nothing")
+                if decision != "resolve":
+                    return EndOutcome(ResponseCode.QUERY_NOT_FOUND, f"transaction {tx_id} has no open half message"
+                                      " on this broker (resolved long ago, or never a half here); nothing was done")
+                if commit:
+                    stored = await self._commit_real(half, tx_id)
+                    if stored is not None:
+                        return stored
+                failed = await self._put_op(data, [tx_id], verb)
+                if failed is not None:
+                    if commit:
+                        self._unsure.add(tx_id)
+                    return failed
+        finally:
+            self._resolving.discard(tx_id)
+        if self.metrics is not None:
+            self.metrics.on_transaction_end(commit)
+        log.debug("transaction %s: %s (%s)", tx_id, verb, "check answer" if from_check else "producer")
+        return EndOutcome(ResponseCode.SUCCESS, "")
+
+    async def _commit_real(self, half: StoredMessage, tx_id: str) -> EndOutcome | None:
+        topic, queue_id, props = tx.committed_target(half)
+        if tx_id in self._unsure and self._already_committed(topic, tx_id):
+            return None  # a crash came between the real message and its op: write only the op
+        draft = MessageDraft(half.body, props, half.flag, half.born_timestamp, half.born_host,
+                             half.reconsume_times, (half.sys_flag & ~tx.TRANSACTION_MASK) | tx.TRANSACTION_COMMIT_TYPE)
+        result = await self.store.put_messages(topic, queue_id, [draft])
+        if not result.status.stored:
+            return EndOutcome(ResponseCode.SYSTEM_ERROR, f"storing the committed message of transaction {tx_id}"
+                              f" in {topic}/{queue_id} failed ({result.status.value}: {result.remark}); the transaction"
+                              " stays open and will be checked")
+        return None
+
+    def _already_committed(self, topic: str, tx_id: str) -> bool:
+        if not tx_id:
+            return False
+        for phy in self.store.index_candidates(topic, tx_id, MAX_INDEX_CANDIDATES, 0, LONG_MAX):
+            msg = self.store.read_message(phy)
+            if (msg is not None and msg.topic == topic and tx.transaction_id(msg) == tx_id
+                    and msg.sys_flag & tx.TRANSACTION_MASK == tx.TRANSACTION_COMMIT_TYPE):
+                return True
+        return False
+
+    async def _put_op(self, half_offsets: list[int], tx_ids: list[str], resolution: str) -> EndOutcome | None:
+        draft = MessageDraft(tx.op_body(half_offsets), tx.op_properties(tx_ids, resolution),
+                             born_timestamp=self._clock_ms(), born_host=self.store_host)
+        result = await self.store.put_messages(tx.OP_TOPIC, 0, [draft])
+        if not result.status.stored:
+            return EndOutcome(ResponseCode.SYSTEM_ERROR, f"writing the {resolution} op record failed"
+                              f" ({result.status.value}: {result.remark}); retry the END_TRANSACTION")
+        self.ledger.on_op(result.queue_offset, half_offsets, tx_ids, resolution)
+        if resolution != "renewed":
+            self._unsure.difference_update(tx_ids)
+        return None
+
+    # the check-back ------------------------------------------------------------------------------------------
+    async def _check_loop(self) -> None:
+        interval_s = self.config.check_interval_ms / 1000
+        while not await self.sleep(interval_s):
+            try:
+                await self.check_round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the next round tries again (RocketMQ #9500: an error must not stop the checks)
+                log.exception("transaction check round failed; the next round retries")
+
+    async def check_round(self) -> int:
+        """Check every due open copy once, then move and store the system group's offsets; how many checked."""
+        checked = 0
+        for copy in self.ledger.due(self._clock_ms(), CHECKS_PER_ROUND):
+            if self.stopping:
+                break
+            if copy.tx_id in self._resolving or copy.queue_offset not in self.ledger.open:
+                continue
+            self._resolving.add(copy.tx_id)
+            try:
+                async with self._gate.shared():
+                    if copy.queue_offset in self.ledger.open:
+                        outcome = await self._check_one(copy)
+                        checked += 1
+                        if self.metrics is not None:
+                            self.metrics.on_transaction_check(outcome)
+            finally:
+                self._resolving.discard(copy.tx_id)
+        async with self._gate.exclusive():
+            half_offset, op_offset = self.ledger.advance()
+        self.offsets.commit(tx.SYSTEM_GROUP, tx.HALF_TOPIC, 0, half_offset)
+        self.offsets.commit(tx.SYSTEM_GROUP, tx.OP_TOPIC, 0, op_offset)
+        return checked
+
+    async def _check_one(self, copy: HalfCopy) -> str:
+        if max(self.ledger.by_tx.get(copy.tx_id, ()), default=copy.queue_offset) > copy.queue_offset:
+            # a newer copy is open (its renewed op was not written: a failed write or a crash): close this one
+            failed = await self._put_op([copy.queue_offset], [copy.tx_id], "renewed")
+            return "failed" if failed else "renewed"
+        half = self.store.read_message(copy.commit_log_offset)
+        if half is None or half.topic != tx.HALF_TOPIC:
+            log.warning("transaction %s: half copy at %d is gone (expired); discarding it", copy.tx_id,
+                        copy.commit_log_offset)
+            await self._put_op([copy.queue_offset], [copy.tx_id], "discarded")
+            return "discarded"
+        if tx.check_times(half) >= self.config.check_max:
+            draft = MessageDraft.stored_again(half, dict(half.properties), half.reconsume_times)
+            put = await self.store.put_messages(tx.CHECK_MAX_TOPIC, 0, [draft])
+            if not put.status.stored:
+                log.warning("transaction %s: moving to %s failed (%s); next round", copy.tx_id, tx.CHECK_MAX_TOPIC,
+                            put.remark)
+                return "failed"
+            failed = await self._put_op([copy.queue_offset], [copy.tx_id], "discarded")
+            return "failed" if failed else "discarded"
+        renewed = MessageDraft.stored_again(half, tx.renewed_properties(half), half.reconsume_times)
+        put = await self.store.put_messages(tx.HALF_TOPIC, 0, [renewed])
+        if not put.status.stored:
+            log.warning("transaction %s: renewing the half failed (%s); next round", copy.tx_id, put.remark)
+            return "failed"
+        new_copy = HalfCopy(put.queue_offset, put.physical_offsets[0], copy.tx_id, copy.producer_group,
+                            put.store_timestamp + tx.immunity_ms(half, self.config.timeout_ms), copy.check_times + 1)
+        self.ledger.on_half(new_copy)
+        if await self._put_op([copy.queue_offset], [copy.tx_id], "renewed") is not None:
+            return "failed"
+        return self._ask_producer(copy.producer_group, new_copy)
+
+    def _ask_producer(self, group: str, copy: HalfCopy) -> str:
+        """Send CHECK_TRANSACTION_STATE about ``copy`` to one live producer of ``group`` (oneway)."""
+        msg = self.store.read_message(copy.commit_log_offset)
+        if msg is None:
+            return "failed"
+        request = check_request(msg, self.store_host)
+        channels = self.clients.producer_channels(group)
+        start = copy.check_times % len(channels) if channels else 0
+        for channel in channels[start:] + channels[:start]:
+            conn = channel.conn
+            try:
+                conn.invoke_oneway(request)
+            except Exception as exc:  # noqa: BLE001 - closed under us: try the next producer
+                log.debug("check of %s to %s failed: %r", copy.tx_id, channel.addr, exc)
+                continue
+            self.checks_sent += 1
+            return "sent"
+        return "no_producer"
+
+
+def transaction_service(settings, store, topics, offsets, clients, metrics) -> TransactionService:
+    """The master's service from the broker's conf (transactionTimeOut, transactionCheckInterval,
+    transactionCheckMax). The three system topics get one-queue configs, as RocketMQ creates them, so admin tools
+    and pulls see them."""
+    broker = settings.broker
+    for topic in (tx.HALF_TOPIC, tx.OP_TOPIC, tx.CHECK_MAX_TOPIC):
+        topics.create_if_absent(topic, 1, PERM_RW)
+    config = TransactionConfig(broker.transaction_time_out, broker.transaction_check_interval,
+                               broker.transaction_check_max)
+    service = TransactionService(store, offsets, clients, config, store_host=(broker.broker_ip1, broker.listen_port),
+                                 metrics=metrics)
+    if metrics is not None:
+        metrics.attach_transactions(lambda: service.open_count)
+    return service
