@@ -7,8 +7,10 @@ with the members that could be elected; with etcd gone the commands say that etc
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from client import Message, MessageQueue, Producer, PullConsumer, PullStatus, SendStatus
 from harness.controller_mode import controller_broker, replica_info, sync_state_set_is
@@ -32,6 +34,17 @@ async def run_json(*args: str):
 
 async def run_fails(*args: str) -> str:
     return await asyncio.to_thread(fails, *args)
+
+
+def sample(port: int, name: str, **labels: str) -> float | None:
+    """The value of series ``name`` with ``labels`` on the /metrics page at ``port``; None when absent."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return None
 
 
 async def pulled_ids(ns, queues: int) -> set[str]:
@@ -127,6 +140,18 @@ async def test_mqctl_controller_commands_and_a_designated_switchover(tmp_path, c
         epochs = {e["brokerAddr"]: e for e in await run_json("getBrokerEpoch", "-n", ns, "-b", GROUP)}
         assert [e["epoch"] for e in epochs[brokers[1].addr]["epochList"]] == [1, 2], epochs
 
+        # metrics: the new master follows masterEpoch 2 after one switch to MASTER; the controller counted the
+        # elections and the group has a master
+        port = brokers[1].metrics_port
+        await async_wait_until(lambda: sample(port, "rocketmq_controller_master_epoch") == 2, 20,
+                               lambda: f"masterEpoch on the new master: {sample(port, 'rocketmq_controller_master_epoch')}")
+        assert sample(port, "rocketmq_role_changes_total", to_role="MASTER") == 1
+        assert sample(port, "rocketmq_sync_state_set_size") >= 1
+        assert sample(port, "rocketmq_fenced_sends_total") == 0
+        assert sample(brokers[0].metrics_port, "rocketmq_controller_master_epoch") == 2
+        assert sample(cns.metrics_port, "rocketmq_controller_elections_total", broker_name=GROUP, result="elected") == 2
+        assert sample(cns.metrics_port, "rocketmq_controller_seconds_without_master", broker_name=GROUP) == 0
+
         # a broker outside the SyncStateSet is refused, with the members that could be elected
         await async_wait_until(sync_state_set_is(cns, GROUP, {1, 2, 3}), 30, "the group is whole again")
         brokers[2].pause()
@@ -135,6 +160,14 @@ async def test_mqctl_controller_commands_and_a_designated_switchover(tmp_path, c
         assert "brokerId 3 of broker-a cannot be elected" in refused and "eligible now are" in refused, refused
         assert (await replica_info(cns, GROUP)).master_broker_id == 2
         brokers[2].resume()
+        assert sample(cns.metrics_port, "rocketmq_controller_elections_total", broker_name=GROUP, result="refused") == 1
+
+        # every broker gone: the controller counts the time the group has no live master
+        for b in brokers:
+            b.kill()
+        await async_wait_until(
+            lambda: (sample(cns.metrics_port, "rocketmq_controller_seconds_without_master", broker_name=GROUP) or 0)
+            > 0.5, 20, "rocketmq_controller_seconds_without_master stays 0 with every broker dead")
 
         # etcd gone: the commands say so
         etcd.stop()
