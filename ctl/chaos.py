@@ -156,7 +156,7 @@ def _lifecycle(action: str):
         settle_s: SettleOpt = 1.0,
         json: JsonOpt = False,
         dev_dir: Annotated[Path | None, typer.Option(
-            "--dir", help="Act on the `mqctl dev` cluster in DIR (local processes) instead of compose.")] = None,
+            "--dir", help="Act on the mqctl dev cluster in DIR (local processes) instead of compose.")] = None,
     ):
         if dev_dir is not None:
             from ctl.dev import dev_lifecycle
