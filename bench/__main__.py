@@ -15,11 +15,15 @@ MODULES = [
     "bench.remoting_bench",
     "bench.store_bench",
     "bench.broker_path_bench",
+    "bench.index_bench",
     "bench.filter_bench",
+    "bench.trace_bench",
     "bench.metrics_bench",
     "bench.metadata_storm_bench",
     "bench.replication_bench",
     "bench.failover_bench",
+    "bench.controller_bench",
+    "bench.controller_failover_bench",
     "bench.attack_ha",
     "bench.e2e_bench",
     "bench.rocketmq5_bench",
@@ -27,6 +31,7 @@ MODULES = [
     "bench.spark_bench",
     "bench.chaos",
     "bench.fuzz",
+    "bench.attack_memory",
 ]
 
 

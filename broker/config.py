@@ -15,7 +15,11 @@ One ``broker.conf`` feeds both classes by key name, as in RocketMQ. Differences 
   secret or the file's path), ``haSlaveCatchUpFrom`` and
   ``haDisconnectedSlaveKeepInterval``; a SYNC_MASTER without a secret refuses to start unless
   ``haUnsafeAllowUnauthenticatedSlaves=true`` says the operator accepts that any TCP peer can confirm its sends;
-- ``grpcServerPort`` (RocketMQ 5's proxy key, 8081) is the broker's own: every broker serves the v2 endpoint.
+- ``grpcServerPort`` (RocketMQ 5's proxy key, 8081) is the broker's own: every broker serves the v2 endpoint;
+- ``serverMaxHeldBytes`` and ``serverFrameTimeoutMillis`` (the nameserver has them too) cap the bytes all remoting
+  connections together hold and the time a frame may take to arrive whole (``remoting.held_bytes``);
+  ``grpcMaxConcurrentStreams``, ``grpcMaxConnectionAgeMillis`` and ``grpcMaxConnectionIdleMillis`` bound each v2
+  connection (``broker.grpc_v2.endpoint``).
 
 The metrics exporter is RocketMQ 5's: off (``metricsExporterType=DISABLE``) unless a conf turns it on with
 ``metricsExporterType=PROM`` (then ``metricsPromExporterHost``/``metricsPromExporterPort``, 5557). So a nameserver and
@@ -36,8 +40,10 @@ from pathlib import Path
 from broker.controller_mode.config import ControllerModeConfig
 from common import conf
 from common.errors import ConfigError
-from common.ports import ANY_HOST, ListenPort
+from common.ports import ANY_HOST, ListenPort, clashes, describe_clash
 from remoting.headers import NumberError, parse_int
+from remoting.held_bytes import DEFAULT_MAX_HELD_BYTES
+from remoting.message_codec import validate_topic
 
 # Environment variables that may override a few deployment keys (DESIGN.md §6).
 ENV_OVERRIDES = {"NAMESRV_ADDR": "namesrvAddr", "BROKER_IP1": "brokerIP1", "BROKER_IP2": "brokerIP2",
@@ -259,6 +265,8 @@ class BrokerConfig:
     metrics_prom_exporter_host: str = ""  # empty: all interfaces
     slave_read_enable: bool = False
     enable_property_filter: bool = False  # SQL92 subscriptions (RocketMQ's default: off)
+    trace_topic_enable: bool = False  # create msgTraceTopicName (one queue) at start, for message trace records
+    msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
     register_name_server_period: int = conf.ranged(30_000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
     register_broker_timeout_mills: int = conf.ranged(6000, 1, conf.JAVA_INT_MAX, _TIMEOUT_MS)
     slave_synchronize_interval: int = conf.ranged(10_000, 1, conf.JAVA_INT_MAX, _INTERVAL_MS)
@@ -283,8 +291,27 @@ class BrokerConfig:
     broker_suspend_max_time_millis: int = conf.ranged(15_000, 0, conf.JAVA_INT_MAX, "milliseconds a pull may be held")
     max_reconsume_times: int = conf.ranged(16, 0, conf.JAVA_INT_MAX, "deliveries before a message goes to %DLQ%")
     send_dedup_window_seconds: int = conf.ranged(600, 0, conf.JAVA_INT_MAX, "seconds; 0 turns send dedup off")
+    # pyrmq's, as the nameserver's: bytes the listen and fast ports' connections together may hold in partial
+    # frames and unread answers (remoting.held_bytes says why 256 MiB), and the time a frame may take to arrive
+    server_max_held_bytes: int = conf.ranged(
+        DEFAULT_MAX_HELD_BYTES, 16 * 1024 * 1024, None,
+        "bytes; below 16 MiB a single message of the largest size (4 MiB by default) would hardly fit",
+    )
+    server_frame_timeout_millis: int = conf.ranged(
+        30_000, 100, conf.JAVA_INT_MAX, "milliseconds; a frame needs at least a round trip to arrive"
+    )
     # RocketMQ 5's key: the apache.rocketmq.v2 endpoint for RocketMQ 5 clients (broker/grpc_v2)
     grpc_server_port: int = conf.port(8081, zero_means="the RocketMQ 5 endpoint is off")
+    # pyrmq's bounds of each v2 connection (broker/grpc_v2/endpoint.py says why these values)
+    grpc_max_concurrent_streams: int = conf.ranged(
+        256, 4, 1_000_000, "streams per connection; a RocketMQ 5 client needs a few (Telemetry and its receives)"
+    )
+    grpc_max_connection_age_millis: int = conf.ranged(
+        1_800_000, 1000, conf.JAVA_INT_MAX, "milliseconds before a connection is asked to reconnect (GOAWAY)"
+    )
+    grpc_max_connection_idle_millis: int = conf.ranged(
+        120_000, 1000, conf.JAVA_INT_MAX, "milliseconds a connection without a stream stays open"
+    )
 
     def __post_init__(self) -> None:
         if not self.broker_name or not all(c.isalnum() or c in "-_%|" for c in self.broker_name):
@@ -297,6 +324,9 @@ class BrokerConfig:
                 f"metricsExporterType: {self.metrics_exporter_type!r} is not one of {', '.join(METRICS_EXPORTER_TYPES)}"
                 " (PROM serves /metrics on metricsPromExporterPort)"
             )
+        bad_trace_topic = validate_topic(self.msg_trace_topic_name)
+        if bad_trace_topic:
+            raise ValueError(f"msgTraceTopicName: {bad_trace_topic}")
         for part in filter(None, self.namesrv_addr.split(";")):
             host, _, port = part.rpartition(":")
             if not host or not (port.isascii() and port.isdigit() and 0 < int(port) <= conf.PORT_MAX):
@@ -404,7 +434,37 @@ def load_broker_settings(path: str | Path | None, environ: dict[str, str] | None
             hint="give each slave of a brokerName its own id starting at 1",
         )
     check_ha_auth(store, source)
-    return BrokerSettings(broker=broker, store=store, source=source)
+    check_store_paths(store, source)
+    settings = BrokerSettings(broker=broker, store=store, source=source)
+    check_port_clashes(settings)
+    return settings
+
+
+def check_port_clashes(settings: BrokerSettings) -> None:
+    """Two keys naming one port (listenPort, its derived fastListenPort and haListenPort, grpcServerPort,
+    metricsPromExporterPort) are a configuration error, found at load (exit 2) instead of as a bind error."""
+    found = clashes(settings.listen_ports())
+    if found:
+        first, repeat = found[0]
+        raise ConfigError(describe_clash(first, repeat), source=settings.source, key=repeat.key)
+
+
+# Kernel pseudo-filesystems: a directory there cannot hold files (mkdir says ENOENT, open says EACCES).
+PSEUDO_FS_ROOTS = (Path("/proc"), Path("/sys"))
+
+
+def check_store_paths(store: MessageStoreConfig, source: str) -> None:
+    """A store directory under /proc or /sys is refused at load with one line naming the key."""
+    for key, path in (("storePathRootDir", store.root_dir), ("storePathCommitLog", store.commitlog_dir)):
+        real = Path(os.path.realpath(path))
+        for root in PSEUDO_FS_ROOTS:
+            if real == root or root in real.parents:
+                raise ConfigError(
+                    f"{path} is on the kernel's {root} pseudo-filesystem, which cannot hold a store",
+                    source=source,
+                    key=key,
+                    hint="name a directory on a real disk (the default is ~/store)",
+                )
 
 
 def check_ha_auth(store: MessageStoreConfig, source: str) -> None:

@@ -27,10 +27,12 @@ by a master and its slaves), ``broker_id`` and ``role`` (SYNC_MASTER / ASYNC_MAS
 
 from __future__ import annotations
 
+import heapq
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -38,7 +40,16 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from broker.ha.status import HAStatus
 from broker.metadata.topics import is_system_topic
-from common.metrics import BatchHistogram, LoopCounter, ScrapeCollector, const_labels, label_value
+from common.loop_lag import loop_lag_histogram
+from common.metrics import (
+    BatchHistogram,
+    Deferred,
+    LoopCounter,
+    ScrapeCollector,
+    const_labels,
+    deferring_now,
+    label_value,
+)
 from common.series_cap import OTHER, CappedGroup, SeriesCap
 from remoting.message_codec import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
@@ -146,6 +157,7 @@ class BrokerMetrics:
         self.pull_slave_suggestions = LoopCounter("rocketmq_pull_slave_suggestions",
                                                   "Pull responses that advised the consumer to pull from a slave.")
         self.pull_slave_suggestions.cell()
+        self.loop_lag = loop_lag_histogram()  # observed by a LoopLagProbe the server runs
         # Topic- and group-labelled families through their caps; a group shares one cap (same topics kept).
         groups = [
             (SeriesCap(series_limit, in_labels, ["topic"]), self.messages_in,
@@ -159,7 +171,7 @@ class BrokerMetrics:
         for cap, driver, families in groups:
             reg.register(CappedGroup(cap, driver, families))
         for family in (self.send_results, self.send_requests, self.sync_wait, self.sync_timeouts, self.pulls,
-                       self.pull_slave_suggestions):
+                       self.pull_slave_suggestions, self.loop_lag):
             reg.register(family)
 
         # slave metadata sync (slaves only) ---------------------------------------------------------------------
@@ -423,12 +435,52 @@ class BrokerMetrics:
                                           label_value(_is_system(topic)))
         return flags
 
-    def _collect_lag(self) -> Iterable[Metric]:
+    def _collect_lag(self) -> Iterable[Metric | Deferred]:
         """Lag of every (topic, group) from the offset table; series for the ``series_limit`` largest, the rest
         summed under ``_other``. The latency needs a store read per lagging queue, so only the kept pairs get one
-        (at most ``LAG_LATENCY_MAX_READS`` per scrape)."""
+        (at most ``LAG_LATENCY_MAX_READS`` per scrape).
+
+        What reads loop-owned state (the offset table, the queues' max offsets, the store reads) runs where the
+        collection runs: on the loop, per pair one subtraction per queue. Inside the metrics server's snapshot the
+        rest (the ``_other`` sums, labels, families) is deferred to its thread."""
         if self._offsets is None or self._queue_max is None:
             return []
+        queue_max = self._queue_max
+        pairs: list[tuple[int, str, list[tuple[int, int]] | None]] = []
+        for key, queues in self._offsets().items():
+            topic = key.rpartition("@")[0]
+            lag, behind_queues = 0, None
+            for queue_id, committed in queues.items():
+                behind = queue_max(topic, queue_id) - committed
+                if behind > 0:
+                    lag += behind
+                    if behind_queues is None:
+                        behind_queues = []
+                    behind_queues.append((queue_id, committed))
+            pairs.append((lag, key, behind_queues))
+        kept = heapq.nlargest(self.series_limit, pairs, key=itemgetter(0))  # as a stable sort by lag, descending
+        latencies: list[int] | None = None
+        if self._queue_ts is not None:
+            now_ms = int(self._clock_s() * 1000)
+            reads, latencies = 0, []
+            for _lag, key, behind_queues in kept:
+                topic = key.rpartition("@")[0]
+                oldest_ms = 0
+                for queue_id, committed in behind_queues or ():
+                    if reads >= LAG_LATENCY_MAX_READS:
+                        break
+                    reads += 1
+                    ts = self._queue_ts(topic, queue_id, committed)
+                    if ts > 0:
+                        oldest_ms = max(oldest_ms, now_ms - ts)
+                latencies.append(max(0, oldest_ms))
+
+        def finish() -> list[Metric]:
+            return self._lag_families(pairs, kept, latencies)
+
+        return [Deferred(finish)] if deferring_now() else finish()
+
+    def _lag_families(self, pairs: list, kept: list, latencies: list[int] | None) -> list[Metric]:
         labels = ["topic", "consumer_group", "is_retry", "is_system"]
         lag_family = GaugeMetricFamily("rocketmq_consumer_lag_messages",
                                        "Messages not yet consumed: queue max offset minus committed offset. At most "
@@ -439,41 +491,21 @@ class BrokerMetrics:
                                            "Age of the oldest unconsumed message (0 when caught up), for the topic "
                                            "and group pairs that have a series of their own in "
                                            "rocketmq_consumer_lag_messages.", labels=labels)
-        queue_max = self._queue_max
-        pairs: list[tuple[int, str, str, list[tuple[int, int]]]] = []
-        for key, queues in self._offsets().items():
+        for i, (lag, key, _behind) in enumerate(kept):
             topic, _, group = key.rpartition("@")
-            lag, behind_queues = 0, []
-            for queue_id, committed in queues.items():
-                behind = queue_max(topic, queue_id) - committed
-                if behind > 0:
-                    lag += behind
-                    behind_queues.append((queue_id, committed))
-            pairs.append((lag, topic, group, behind_queues))
-        pairs.sort(key=lambda pair: -pair[0])
-        now_ms = int(self._clock_s() * 1000)
-        reads = 0
-        for lag, topic, group, behind_queues in pairs[: self.series_limit]:
             values = [topic, group, *self._topic_flags(topic)]
             lag_family.add_metric(values, lag)
-            if self._queue_ts is None:
-                continue
-            oldest_ms = 0
-            for queue_id, committed in behind_queues:
-                if reads >= LAG_LATENCY_MAX_READS:
-                    break
-                reads += 1
-                ts = self._queue_ts(topic, queue_id, committed)
-                if ts > 0:
-                    oldest_ms = max(oldest_ms, now_ms - ts)
-            latency_family.add_metric(values, max(0, oldest_ms))
+            if latencies is not None:
+                latency_family.add_metric(values, latencies[i])
+        kept_ids = {id(pair) for pair in kept}
         other: dict[tuple[str, str], int] = {}
-        for lag, topic, _, _ in pairs[self.series_limit :]:
-            key = self._topic_flags(topic)
-            other[key] = other.get(key, 0) + lag
+        for pair in pairs:
+            if id(pair) not in kept_ids:
+                flags = self._topic_flags(pair[1].rpartition("@")[0])
+                other[flags] = other.get(flags, 0) + pair[0]
         for (is_retry, is_system), lag in sorted(other.items()):
             lag_family.add_metric([OTHER, OTHER, is_retry, is_system], lag)
-        return [lag_family, latency_family] if self._queue_ts is not None else [lag_family]
+        return [lag_family, latency_family] if latencies is not None else [lag_family]
 
 
 _STORED_NAMES = frozenset({"PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE"})

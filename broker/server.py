@@ -53,13 +53,15 @@ from broker.slave_sync import (
     pull_offsets_from_slaves,
 )
 from broker.store.message_store import MessageStore
-from common.metrics import ScrapeCollector, new_registry
+from common.loop_lag import LoopLagProbe
+from common.metrics import ScrapeCollector, held_bytes_collector, new_registry
 from common.metrics_server import MetricsServer
 from common.perm import PERM_INHERIT, PERM_RW
 from common.ports import check_ports
 from common.service import Service
 from remoting.codes import RequestCode
-from remoting.connection import Connection
+from remoting.connection import Connection, Limits
+from remoting.held_bytes import HeldBytes
 from remoting.message_headers import DEFAULT_TOPIC
 from remoting.server import Processor, RemotingServer
 
@@ -179,6 +181,8 @@ class BrokerServer(Service):
         for manager in (topics, groups, offsets, delay_offsets):
             manager.load()
         topics.ensure_system_topics()
+        if broker.trace_topic_enable:  # RocketMQ's TopicConfigManager: the trace topic, one queue
+            topics.create_if_absent(broker.msg_trace_topic_name, 1)
         if broker.auto_create_topic_enable:
             # RocketMQ's auto-creation template: producers route an unknown topic by TBW102's route (spec §7.3)
             # and the broker creates the topic from it on the first send (send_admit).
@@ -219,7 +223,7 @@ class BrokerServer(Service):
             metrics=metrics,
         )
         store.add_dispatch_listener(hold.notify)
-        self._services = [hold, clients]
+        self._services = [hold, clients, LoopLagProbe(metrics.loop_lag)]
         if settings.role.is_master:
             self.schedule = ScheduleService(
                 store, delay_offsets, levels, flush_interval_ms=store_cfg.flush_delay_offset_interval
@@ -251,9 +255,14 @@ class BrokerServer(Service):
         self.registration = RegistrationService(settings, topics, self.on_registration_result)
         ctx.register_now = self.registration.register_now
 
-        self.remoting = RemotingServer("broker", LISTEN_HOST, broker.listen_port)
+        # one cap over the listen and fast ports' connections together
+        held = HeldBytes(broker.server_max_held_bytes, name="broker")
+        limits = Limits(frame_timeout_s=broker.server_frame_timeout_millis / 1000)
+        metrics.registry.register(held_bytes_collector(held.snapshot))
+        self.remoting = RemotingServer("broker", LISTEN_HOST, broker.listen_port, limits=limits, held_bytes=held)
         if broker.fast_listen_port:
-            self.fast_remoting = RemotingServer("broker-fast", LISTEN_HOST, broker.fast_listen_port)
+            self.fast_remoting = RemotingServer("broker-fast", LISTEN_HOST, broker.fast_listen_port, limits=limits,
+                                                held_bytes=held)
         processors.register_all(_Ports(self.remoting, self.fast_remoting), ctx)
         for service in self._services:
             await service.start()

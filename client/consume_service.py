@@ -29,6 +29,8 @@ from client.message import SEND_STATUS_BY_CODE, MessageExt
 from client.process_queue import ProcessQueue
 from client.route_cache import MASTER_ID, RouteCache
 from client.rpc import ClientRemoting, command
+from client.trace import ConsumeTrace
+from client.trace_codec import ConsumeReturnType
 from remoting.codes import RequestCode
 from remoting.message_codec import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -47,6 +49,16 @@ log = logging.getLogger(__name__)
 class ConsumeStatus(enum.Enum):
     CONSUME_SUCCESS = "CONSUME_SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"
+
+
+def _return_type(status: object) -> ConsumeReturnType:
+    if status is ConsumeStatus.CONSUME_SUCCESS:
+        return ConsumeReturnType.SUCCESS
+    if status is None:
+        return ConsumeReturnType.RETURNNULL
+    if status is ConsumeReturnType.EXCEPTION:
+        return ConsumeReturnType.EXCEPTION
+    return ConsumeReturnType.FAILED
 
 
 Listener = Callable[[list[MessageExt]], Awaitable[ConsumeStatus] | ConsumeStatus]
@@ -86,6 +98,7 @@ class ConsumeService:
         self._space.set()
         self._workers: list[asyncio.Task] = []
         self._running = False
+        self.trace: ConsumeTrace | None = None  # set by a traced PushConsumer
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -137,6 +150,8 @@ class ConsumeService:
                 self._release(n)
                 continue
             pq.begin_consume(n)
+            trace = self.trace
+            ctx = trace.before(msgs) if trace is not None else None
             try:
                 try:
                     status = listener(msgs)
@@ -146,6 +161,10 @@ class ConsumeService:
                     raise
                 except Exception:
                     log.exception("listener of %s failed on %d messages; reconsuming later", self.group, n)
+                    status = ConsumeReturnType.EXCEPTION
+                if trace is not None:
+                    trace.after(ctx, _return_type(status))
+                if not isinstance(status, ConsumeStatus):
                     status = ConsumeStatus.RECONSUME_LATER
                 if status is ConsumeStatus.CONSUME_SUCCESS:
                     done = msgs

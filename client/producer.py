@@ -71,6 +71,8 @@ from client.route_cache import RouteCache, TopicRoute
 from client.rpc import ClientRemoting, command
 from client.send_batch import SendBatch, fail_waiting
 from client.send_batcher import SendBatcher
+from client.trace import ProducerTrace, TraceDispatcher
+from client.trace_codec import TRACE_PRODUCER_GROUP, TRACE_TOPIC
 from common.service import Service
 from remoting.codes import ResponseCode
 from remoting.message_codec import MessageCodecError
@@ -152,7 +154,11 @@ class Producer(Lifecycle):
         heartbeat_interval_s: float = 30.0,
         dedup: bool = False,
         instance_name: str | None = None,
+        enable_trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
+        """``enable_trace=True`` (or a ``trace_topic``) sends a Pub trace record per answered send, in the
+        background (``client.trace``), to ``trace_topic`` (default ``RMQ_SYS_TRACE_TOPIC``)."""
         if max_batch_messages < 1 or max_batch_bytes < 1:
             raise ValueError("max_batch_messages and max_batch_bytes must be positive")
         self.group = group
@@ -196,6 +202,12 @@ class Producer(Lifecycle):
         self._heartbeat_addrs: set[str] = set()
         self._heartbeat_task: asyncio.Task | None = None
         self._state = "created"
+        self.namesrv_addr = namesrv_addr
+        self.trace: ProducerTrace | None = None
+        if enable_trace or trace_topic:
+            sender = Producer(TRACE_PRODUCER_GROUP, namesrv_addr, send_timeout_s=send_timeout_s)
+            self.trace = ProducerTrace(TraceDispatcher(sender, trace_topic or TRACE_TOPIC), group,
+                                       self.routes.find_broker_address_in_publish)
 
     # lifecycle --------------------------------------------------------------------------------------------
     async def start(self) -> Producer:
@@ -207,6 +219,8 @@ class Producer(Lifecycle):
         self.routes.start()
         await self._svc.start()
         self._svc.run_every("heartbeat", self.heartbeat_interval_s, self._heartbeat)
+        if self.trace is not None:
+            await self.trace.dispatcher.start()
         self._state = "started"
         return self
 
@@ -245,6 +259,8 @@ class Producer(Lifecycle):
         )
         await self.routes.stop()
         await self.remoting.close()
+        if self.trace is not None:  # after the last answers, so their Pub records go too
+            await self.trace.dispatcher.stop()
 
     # sending ----------------------------------------------------------------------------------------------
     def send(self, msg: Message) -> Awaitable[SendResult]:
@@ -265,6 +281,8 @@ class Producer(Lifecycle):
             raise ClientStateError(f"producer {self.group}", self._state)
         fut = loop.create_future()
         self.stats.messages += 1
+        if self.trace is not None:
+            self.trace.watch(msg, fut)
         return self._enqueue(msg, fut)
 
     def _enqueue(self, msg: Message, fut: asyncio.Future) -> asyncio.Future:

@@ -44,10 +44,13 @@ from client.message import MessageQueue
 from client.namesrv import NamesrvClient, parse_body
 from client.offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
 from client.process_queue import ProcessQueue, allocate_averagely
+from client.producer import Producer
 from client.pull_api import PullAPI, PullStatus
 from client.route_cache import RouteCache
 from client.rpc import ClientRemoting
 from client.selector import MessageSelector, Selector, as_selector
+from client.trace import ConsumeTrace, TraceDispatcher
+from client.trace_codec import TRACE_PRODUCER_GROUP, TRACE_TOPIC
 from common.service import Service
 from remoting.codes import RequestCode, ResponseCode
 from remoting.connection import Connection
@@ -104,7 +107,11 @@ class PushConsumer(Lifecycle):
         poll_name_server_interval_s: float = 30.0,
         instance_name: str | None = None,
         offset_store_dir: str | Path | None = None,
+        enable_trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
+        """``enable_trace=True`` (or a ``trace_topic``) sends SubBefore/SubAfter trace records around each
+        listener call, in the background (``client.trace``), to ``trace_topic`` (default ``RMQ_SYS_TRACE_TOPIC``)."""
         self.group = group
         self.message_model = message_model
         self.consume_from_where = consume_from_where
@@ -152,6 +159,10 @@ class PushConsumer(Lifecycle):
         self._pull_tasks: set[asyncio.Task] = set()
         self._missing_route_tried: dict[str, float] = {}
         self._state = "created"
+        self.trace: ConsumeTrace | None = None
+        if enable_trace or trace_topic:
+            sender = Producer(TRACE_PRODUCER_GROUP, namesrv_addr, send_timeout_s=request_timeout_s)
+            self.trace = ConsumeTrace(TraceDispatcher(sender, trace_topic or TRACE_TOPIC), group)
 
     # configuration ----------------------------------------------------------------------------------------
     def subscribe(self, topic: str, expression: Selector = "*", *, sql92: str | None = None) -> None:
@@ -208,6 +219,9 @@ class PushConsumer(Lifecycle):
             local_retry_delay_s=self.local_retry_delay_s,
             request_timeout_s=self.request_timeout_s,
         )
+        if self.trace is not None:
+            await self.trace.dispatcher.start()
+            self._consume.trace = self.trace
         self._consume.start()
         await self._rebalance()
         self._svc.spawn("rebalance", self._rebalance_loop())
@@ -235,6 +249,8 @@ class PushConsumer(Lifecycle):
         self._state = "stopped"
         await self.routes.stop()
         await self.remoting.close()
+        if self.trace is not None:
+            await self.trace.dispatcher.stop()
 
     async def _check_selectors(self) -> None:
         """CHECK_CLIENT_CONFIG for every SQL92 subscription on every master of its topic (Java's

@@ -10,9 +10,10 @@ whose ``finish`` runs in the server thread (ranking, folding, adding constant la
 ``collect()`` returns ordinary families, so ``generate_latest(registry)`` works as anywhere.
 
 ``ConstLabels`` wraps a collector (usually a private registry) and adds the process's common labels
-(``cluster``, ``node_type``, ``node_id``, ...) to every sample at scrape time, so hot-path ``labels()`` calls
-carry only the labels that vary (``topic``, ``consumer_group``). It also drops prometheus_client's ``*_created``
-samples, which would double the series count for nothing.
+(``cluster``, ``node_type``, ``node_id``, ...) to every sample at scrape time (in a snapshot it hands each family
+and the labels to the server's renderer, ``common.exposition.Labelled``, instead of copying every sample), so
+hot-path ``labels()`` calls carry only the labels that vary (``topic``, ``consumer_group``). It also drops
+prometheus_client's ``*_created`` samples, which would double the series count for nothing.
 
 ``LoopCounter`` is a counter family for the hot path: plain floats in per-label-set cells, no lock, because every
 update and every scrape runs on the one event loop thread (prometheus_client's ``Counter`` takes a lock per
@@ -32,8 +33,11 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
-from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+
+from common.exposition import Labelled
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +69,15 @@ def deferring_now() -> bool:
     return getattr(_collection, "deferring", False)
 
 
-def finish_all(items: Iterable[object]) -> list[Metric]:
-    """Resolve every ``Deferred`` in ``items`` (recursively) into its families."""
+def finish_all(items: Iterable[object], pause: Callable[[], None] | None = None) -> list[Metric]:
+    """Resolve every ``Deferred`` in ``items`` (recursively) into its families; ``pause()``, if given, runs after
+    each (the server thread passes ``time.sleep(0)`` to hand the GIL to the event loop between them)."""
     out: list[Metric] = []
     for item in items:
         if isinstance(item, Deferred):
-            out.extend(finish_all(item.finish()))
+            out.extend(finish_all(item.finish(), pause))
+            if pause is not None:
+                pause()
         else:
             out.append(item)
     return out
@@ -103,14 +110,23 @@ class ConstLabels(Collector):
         self.labels = {k: label_value(v) for k, v in labels.items()}
 
     def collect(self) -> Iterator[Metric]:
-        if deferring_now():  # copy on the loop; add the labels (a new sample each) in the server thread
+        if deferring_now():  # copy on the loop; the server's renderer merges the labels into each series' text
             collected = list(self.inner.collect())
-            yield Deferred(lambda: [m for m in map(self._labelled, finish_all(collected)) if m is not None])
+            yield Deferred(lambda: [Labelled(m, self.labels) for m in map(self._without_created, finish_all(collected))
+                                    if m is not None])
             return
         for metric in self.inner.collect():
             labelled = self._labelled(metric)
             if labelled is not None:
                 yield labelled
+
+    @staticmethod
+    def _without_created(metric: Metric) -> Metric | None:
+        samples = [s for s in metric.samples if not s.name.endswith("_created")]
+        if not samples and metric.samples:
+            return None
+        metric.samples = samples
+        return metric
 
     def _labelled(self, metric: Metric) -> Metric | None:
         const = self.labels
@@ -248,14 +264,21 @@ class BatchHistogram(Collector):
         return sum(row[:-1])  # observations
 
     def family(self, rows: Iterable[tuple[tuple[str, ...], Sequence[float]]]) -> Metric:
+        """``HistogramMetricFamily.add_metric``'s samples (buckets, ``_count``, ``_sum``; the bounds are never
+        negative), built directly: its per-bucket checks and copies were most of a scrape's finishing work."""
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         edges = ["+Inf" if b == float("inf") else repr(b) for b in self.bounds]
+        bucket_name, count_name, sum_name = self.name + "_bucket", self.name + "_count", self.name + "_sum"
+        names = self.labelnames
+        append = family.samples.append
         for labelvalues, row in rows:
-            cumulative, acc = [], 0
+            labels = dict(zip(names, labelvalues))
+            acc = 0
             for edge, count in zip(edges, row[:-1]):
                 acc += count
-                cumulative.append((edge, acc))
-            family.add_metric(list(labelvalues), cumulative, row[-1])
+                append(Sample(bucket_name, {**labels, "le": edge}, acc))
+            append(Sample(count_name, labels, acc))
+            append(Sample(sum_name, dict(labels), row[-1]))
         return family
 
     def collect(self) -> Iterator[Metric]:
@@ -292,3 +315,37 @@ class ScrapeCollector(Collector):
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # names are dynamic; skip the duplicate check
+
+
+HeldBytesSnapshot = Callable[[], "tuple[int, int, int, Mapping[str, int]]"]
+
+
+def held_bytes_collector(snapshot: HeldBytesSnapshot) -> ScrapeCollector:
+    """The remoting connections' memory bound as series, from ``snapshot() -> (held, cap, connections, closes by
+    reason)`` (``remoting.held_bytes.HeldBytes.snapshot``), read at scrape time: ``rocketmq_remoting_held_bytes``,
+    ``rocketmq_remoting_held_bytes_limit``, ``rocketmq_remoting_connections`` and
+    ``rocketmq_remoting_connections_closed_total{reason}``. Register it where the process's constant labels apply."""
+
+    def families() -> list[Metric]:
+        held, cap, connections, closes = snapshot()
+        closed = CounterMetricFamily(
+            "rocketmq_remoting_connections_closed",
+            "Remoting connections this process closed to bound its memory, by reason: frame_refused (a large frame "
+            "while the connections held the cap), shed (the largest holders past the cap), frame_timeout (a frame "
+            "not whole in time), unread_answers (the peer did not read), malformed (not a remoting frame).",
+            labels=["reason"],
+        )
+        for reason, count in closes.items():
+            closed.add_metric([reason], count)
+        return [
+            GaugeMetricFamily("rocketmq_remoting_held_bytes",
+                              "Bytes the remoting connections hold in partial frames (at their announced size), "
+                              "requests being served and answers the peers have not read.", held),
+            GaugeMetricFamily("rocketmq_remoting_held_bytes_limit",
+                              "The cap on rocketmq_remoting_held_bytes (serverMaxHeldBytes).", cap),
+            GaugeMetricFamily("rocketmq_remoting_connections", "Open remoting connections (listen and fast ports).",
+                              connections),
+            closed,
+        ]
+
+    return ScrapeCollector("remoting-held-bytes", families)

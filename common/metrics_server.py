@@ -4,8 +4,14 @@ Why off the loop: a broker with 2,000 topics spent 0.5 to 2.5 s of loop time per
 So each scrape asks the loop for a snapshot (``registry.collect()`` inside ``common.metrics.deferring``, which
 reads loop-owned state such as the route table, HA connections and store offsets without locks or torn reads,
 and copies numbers into fresh metric families), then finishes the deferred work and formats the text in the
-request's thread, where the GIL's switch interval lets the loop run every few milliseconds.
-``bench/metrics_bench.py`` measures both halves.
+request's thread (``common.exposition.TextRenderer``).
+
+Why the thread's work must be small too (issue 22 item 7): the thread and the loop share the GIL, and a thread
+that computes for a whole switch interval (5 ms) makes the loop wait that long for every wake-up it needs; with
+``generate_latest`` (20 ms of CPU per 600-series scrape) sends during back-to-back scrapes had a p99 of 41 ms.
+The renderer builds each series' text once and reuses it, and the thread hands the GIL over (``time.sleep(0)``)
+every few hundred samples and after each deferred step. ``bench/metrics_bench.py`` measures both halves and the
+sends (``--sends``).
 """
 
 from __future__ import annotations
@@ -18,13 +24,11 @@ import socket
 import socketserver
 import threading
 import time
-from collections.abc import Iterator
 
-from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from common.exposition import TextRenderer
 from common.metrics import deferring, finish_all
 from common.service import Service
 
@@ -35,14 +39,9 @@ SNAPSHOT_TIMEOUT_S = 10.0  # a loop that cannot take a snapshot in this long ans
 MAX_CONCURRENT_SCRAPES = 4  # further connections are closed at once: a scrape flood cannot pile up threads
 
 
-class _Snapshot:
-    """The metric families of one scrape, collected on the loop, for ``generate_latest`` in the server thread."""
-
-    def __init__(self, families: list[Metric]) -> None:
-        self.families = families
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(self.families)
+def _yield_gil() -> None:
+    """Let a thread waiting for the GIL (the event loop) run now, not at the end of the switch interval."""
+    time.sleep(0)
 
 
 class _HTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
@@ -139,11 +138,11 @@ class MetricsServer(Service):
     connection answers one request and closes (HTTP/1.1 with ``Connection: close``), which Prometheus handles fine.
 
     A scrape: the request's thread asks the loop (``call_soon_threadsafe``) for ``registry.collect()``, which
-    returns fresh families holding copies of the numbers, then renders them with ``generate_latest`` in the
-    thread. The loop's share is the collection alone (``last_snapshot_s``, about 5 ms for 2,000 topics); rendering
-    competes with the loop only for the GIL, which the interpreter hands over every switch interval (measured here:
-    a CPU-bound thread delays a loop wake-up by at most about 15 ms, however long it runs). A loop that does not
-    answer within ``SNAPSHOT_TIMEOUT_S`` gets a 503 instead of a thread stuck forever.
+    returns fresh families holding copies of the numbers, then finishes and renders them in the thread. The
+    loop's share is the collection alone (``last_snapshot_s``, about 1 ms for 600 series); the thread's share
+    (``last_render_s``) competes with the loop only for the GIL, which the thread hands over every few hundred
+    samples. A loop that does not answer within ``SNAPSHOT_TIMEOUT_S`` gets a 503 instead of a thread stuck
+    forever.
     """
 
     def __init__(self, registry: Collector, *, host: str = "", port: int = 5557, path: str = "/metrics") -> None:
@@ -155,6 +154,8 @@ class MetricsServer(Service):
         self.bound_port = 0
         self.scrapes = 0
         self.last_snapshot_s = 0.0  # loop time the last scrape's collection took
+        self.last_render_s = 0.0  # server-thread time the last scrape's finishing and rendering took
+        self._renderer = TextRenderer()
         self._render_lock = threading.Lock()  # one scrape at a time: deferred state is finished in snapshot order
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -199,8 +200,10 @@ class MetricsServer(Service):
         if not self._render_lock.acquire(timeout=SNAPSHOT_TIMEOUT_S):
             raise TimeoutError(f"another scrape took more than {SNAPSHOT_TIMEOUT_S} s")
         try:
-            families = finish_all(self._snapshot())
-            body = generate_latest(_Snapshot(families))
+            snapshot = self._snapshot()
+            started = time.perf_counter()
+            body = self._renderer.render(finish_all(snapshot, _yield_gil), _yield_gil)
+            self.last_render_s = time.perf_counter() - started
         finally:
             self._render_lock.release()
         self.scrapes += 1

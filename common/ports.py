@@ -73,20 +73,33 @@ def _try_bind(host: str, port: int) -> tuple[int, str]:
         return s.getsockname()[1], ""
 
 
+def clashes(ports: Iterable[ListenPort]) -> list[tuple[ListenPort, ListenPort]]:
+    """(first, repeat) for every port that a later key names again (0, "any free port", never clashes): a conf
+    loader refuses these before anything binds."""
+    owner: dict[int, ListenPort] = {}
+    found: list[tuple[ListenPort, ListenPort]] = []
+    for p in ports:
+        if p.port and p.port in owner:
+            found.append((owner[p.port], p))
+        elif p.port:
+            owner[p.port] = p
+    return found
+
+
+def describe_clash(first: ListenPort, repeat: ListenPort, source: str = "") -> str:
+    """One line: which two keys name one port, and what to change."""
+    return f"{_describe(repeat)} is also {_describe(first)}; {_advice(repeat, source)} (or {first.key})"
+
+
 def check_ports(ports: Iterable[ListenPort], *, server: str, source: str = "") -> Mapping[str, int]:
     """Bind each port once; ``{key: bound port}`` (a 0 resolved to the port picked) or PortInUseError naming every
     key to change. ``server`` names the process in the message ("broker broker-a"); ``source`` is its conf file."""
     ports = list(ports)
     problems: list[str] = []
     keys: list[str] = []
-    owner: dict[int, ListenPort] = {}
-    for p in ports:
-        if p.port and p.port in owner:
-            first = owner[p.port]
-            problems.append(f"{_where(p)}: {_describe(p)} is also {_describe(first)}; {_advice(p, source)} (or {first.key})")
-            keys.append(p.key)
-        elif p.port:
-            owner[p.port] = p
+    for first, p in clashes(ports):
+        problems.append(f"{_where(p)}: {describe_clash(first, p, source)}")
+        keys.append(p.key)
     bound: dict[str, int] = {}
     for p in ports:
         if p.key in keys:

@@ -8,6 +8,7 @@ clean stop, 2 for configuration errors (printed as one line with a hint), 1 for 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -49,6 +50,10 @@ async def serve(make: Callable[[], Awaitable[Runnable]], *, on_ready: Callable[[
     try:
         service = await make()
         await service.start()
+        # What start-up built lives as long as the process: out of the collector's sight, a full collection scans
+        # only what came later (0.5 ms instead of 30-50 ms for a broker; the allocations of /metrics scrapes
+        # triggered one every few seconds, each a stall of the event loop; issue 22 item 7).
+        gc.freeze()
         on_ready(service)
         await stop_requested.wait()
         await service.stop()

@@ -6,6 +6,8 @@ small deployments can expire silent brokers in seconds instead of two minutes. `
 keeps the 4.x default (10 s). ``listenHost`` is pyrmq's: RocketMQ always binds every interface.
 ``serverChannelMaxIdleTimeSeconds`` is RocketMQ's NettyServerConfig key: a connection that sends nothing for that
 long is closed, and a broker registered over it leaves the route (a broker registers every 30 s, so it stays).
+``serverMaxHeldBytes`` and ``serverFrameTimeoutMillis`` are pyrmq's: the bytes all connections together may hold
+(beyond it large frames are refused and the largest holders closed) and the time a frame may take to arrive whole.
 ``kvConfigPath`` is where the KV config (``updateTopic -o``'s ORDER_TOPIC_CONFIG) is kept; the file is written
 only when a KV entry changes (puts arriving together share one write), and holds at most ``maxKvConfigEntries``
 (100,000) entries, ``maxKvConfigEntriesPerNamespace`` (10,000) per namespace.
@@ -27,6 +29,7 @@ from pathlib import Path
 from common import conf
 from common.ports import ANY_HOST, NAMESRV_DEFAULT_PORT, ListenPort
 from controller.config import ControllerConfig
+from remoting.held_bytes import DEFAULT_MAX_HELD_BYTES
 
 METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")
 _INTERVAL_MS = "milliseconds between scans; 0 would spin the loop"
@@ -44,6 +47,14 @@ class NamesrvConfig:
     kv_config_path: str = "~/namesrv/kvConfig.json"
     server_channel_max_idle_time_seconds: int = conf.ranged(
         120, 1, conf.JAVA_INT_MAX, "seconds; 0 would close every connection at once"
+    )
+    # pyrmq's: bytes all connections together may hold in partial frames and unread answers (remoting.held_bytes
+    # says why 256 MiB), and how long a frame may take to arrive whole after its first byte
+    server_max_held_bytes: int = conf.ranged(
+        DEFAULT_MAX_HELD_BYTES, 1024 * 1024, None, "bytes; below 1 MiB a single large route answer would not fit"
+    )
+    server_frame_timeout_millis: int = conf.ranged(
+        30_000, 100, conf.JAVA_INT_MAX, "milliseconds; a frame needs at least a round trip to arrive"
     )
     metrics_exporter_type: str = "DISABLE"  # PROM serves /metrics on metricsPromExporterPort
     metrics_prom_exporter_port: int = conf.port(5557, zero_means="any free port")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from common.metrics import ScrapeCollector, new_registry
+from common.metrics import ScrapeCollector, held_bytes_collector, new_registry
 from common.metrics_server import MetricsServer
 from common.ports import check_ports
 from common.service import Service
@@ -24,6 +24,8 @@ from namesrv.kv_config import KVConfigManager
 from namesrv.metrics import NamesrvMetrics
 from namesrv.processors import NamesrvProcessors, monotonic_ms
 from namesrv.route_table import RouteInfoManager
+from remoting.connection import Limits
+from remoting.held_bytes import HeldBytes
 from remoting.server import RemotingServer
 
 log = logging.getLogger(__name__)
@@ -46,12 +48,15 @@ class NamesrvServer(Service):
             config.listen_host,
             config.listen_port,
             idle_timeout_s=config.server_channel_max_idle_time_seconds,
+            limits=Limits(frame_timeout_s=config.server_frame_timeout_millis / 1000),
+            held_bytes=HeldBytes(config.server_max_held_bytes, name="nameserver"),
         )
         self.metrics_registry = new_registry()
         self.metrics = NamesrvMetrics(self.metrics_registry, node_id=f"{config.listen_host}:{config.listen_port}",
                                       route_table=self.route_table, clock_ms=monotonic_ms,
                                       broker_connections=self._broker_connections)
         self.metrics.registry.register(ScrapeCollector("kv-config", self.kv_config.metric_families))
+        self.metrics.registry.register(held_bytes_collector(self.remoting.held_bytes.snapshot))
         self.metrics_server: MetricsServer | None = None
         self.processors = NamesrvProcessors(self.route_table, self.kv_config,
                                             order_message_enable=config.order_message_enable,

@@ -20,6 +20,14 @@ Every buffer is bounded (``Limits``):
   ``write_hard_cap``, the connection is closed with a log line saying why.
 
 So one connection holds at most ``max_frame + max_request_bytes + write_hard_cap`` bytes (plus one answer).
+Two more bounds keep a peer from holding that for long, or many peers from holding it at once:
+
+- a frame must arrive whole within ``frame_timeout_s`` of its first byte (a byte does not restart the clock, so
+  a peer trickling one byte every few seconds into a half-sent 8 MiB frame is closed; the idle timer alone never
+  fires for it); while this connection stops reading (its own caps), the clock waits;
+- a server's connections report what they hold to the process's ``remoting.held_bytes.HeldBytes``, which refuses
+  frames over ``large_frame`` past its cap and closes the largest holders (see there).
+
 Closing fails every waiting caller with ``RemotingClosedError`` and cancels the requests still being served (a
 stored message stays stored; its answer has nowhere to go). Not thread-safe: one event loop.
 """
@@ -27,8 +35,11 @@ stored message stays stored; its answer has nowhere to go). Not thread-safe: one
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import inspect
 import logging
+import struct
+import termios
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -50,10 +61,17 @@ from remoting.frame_codec import (
     response_to,
 )
 from remoting.headers import HeaderError
+from remoting.held_bytes import FRAME_TIMEOUT_KEY, HeldBytes
 
 log = logging.getLogger(__name__)
 
 Dispatch = Callable[["Connection", RemotingCommand], "RemotingCommand | None | Awaitable[RemotingCommand | None]"]
+
+
+# Frames served in one go before the connection yields the loop to the others (about 64 small requests, well under
+# a millisecond); the rest wait in its backlog, and it reads nothing new meanwhile.
+FRAMES_PER_TURN = 64
+TURN = "turn"  # the pause reason while a connection waits for its next turn
 
 
 @dataclass(frozen=True)
@@ -65,6 +83,12 @@ class Limits:
     write_high_water: int = 4 * 1024 * 1024
     write_hard_cap: int = 64 * 1024 * 1024
     stall_timeout_s: float = 30.0
+    # a frame must be whole this long after its first byte: RocketMQ's clients give a send 3 s, so a frame still
+    # arriving after 30 s is of no use to anyone, and a slow link still moves a 16 MiB frame in that time at 0.6 MB/s
+    frame_timeout_s: float = 30.0
+    # frames above this are refused while the process holds its cap of held bytes; below it every request passes
+    # (route queries, heartbeats, small sends), so a normal client keeps working during an attack
+    large_frame: int = 64 * 1024
 
 
 DEFAULT_LIMITS = Limits()
@@ -73,6 +97,9 @@ DEFAULT_LIMITS = Limits()
 bad_frame_log = RateLimitedLog(log)
 # A request whose processor raised: a bug, but one a peer may trigger at will, so one traceback per interval.
 failed_request_log = RateLimitedLog(log)
+# Peers that do not read their answers or trickle their frames: one line per interval, an attack repeats them.
+unread_answers_log = RateLimitedLog(log)
+frame_timeout_log = RateLimitedLog(log)
 
 
 class Connection(asyncio.Protocol):
@@ -83,9 +110,12 @@ class Connection(asyncio.Protocol):
         *,
         on_lost: Callable[[Connection], None] | None = None,
         name: str = "remoting",
+        held_bytes: HeldBytes | None = None,
     ) -> None:
         self.dispatch = dispatch
         self.limits = limits
+        self.held_bytes = held_bytes  # the process's cap (server side); None: this connection is not counted
+        self.held = 0  # bytes last reported to held_bytes
         self.on_lost = on_lost
         self.name = name
         self.peer = "?"
@@ -107,6 +137,11 @@ class Connection(asyncio.Protocol):
         self._flush_scheduled = False
         self._out_bytes = 0
         self._backlog: deque[bytes] = deque()  # frames of one read left unserved when the serving cap was reached
+        self._backlog_bytes = 0
+        self._frame_started: float | None = None  # monotonic time of the buffered partial frame's first byte
+        self._frame_admitted = False  # the partial frame's announced size was checked against the process's cap
+        self._frame_timer: asyncio.TimerHandle | None = None
+        self._fd = -1  # the socket's descriptor, for the kernel's count of unsent bytes
 
     # transport callbacks -----------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -118,6 +153,10 @@ class Connection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.local = f"{local[0]}:{local[1]}" if local else "?"
         transport.set_write_buffer_limits(high=self.limits.write_high_water)
+        if self.held_bytes is not None:
+            sock = transport.get_extra_info("socket")
+            self._fd = sock.fileno() if sock is not None and _TIOCOUTQ is not None else -1
+            self.held_bytes.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         reason = self._close_reason or (f"connection lost: {exc}" if exc else "connection closed by the peer")
@@ -129,6 +168,14 @@ class Connection(asyncio.Protocol):
             task.cancel()
         if self._stall_timer is not None:
             self._stall_timer.cancel()
+        if self._frame_timer is not None:
+            self._frame_timer.cancel()
+            self._frame_timer = None
+        self._decoder = FrameDecoder(self.limits.max_frame)  # the partial frame's bytes go now, not with the object
+        self._backlog.clear()
+        self._backlog_bytes = 0
+        if self.held_bytes is not None:
+            self.held_bytes.remove(self)
         if self.closed is not None and not self.closed.done():
             self.closed.set_result(None)
         if self.on_lost is not None:
@@ -138,21 +185,87 @@ class Connection(asyncio.Protocol):
                 log.exception("%s: connection-lost callback failed for %s", self.name, self.peer)
 
     def data_received(self, data: bytes) -> None:
-        self.last_read = time.monotonic()
+        now = self.last_read = time.monotonic()
+        decoder = self._decoder
+        had_partial = decoder.buffered > 0
         try:
-            frames = self._decoder.feed(data)
+            frames = decoder.feed(data)
         except FrameError as exc:
             self._bad_frame(exc)
             return
+        if decoder.buffered:
+            if frames or not had_partial:  # a new frame began in this read: its clock starts now
+                self._frame_started = now
+                self._frame_admitted = False
+                if self._frame_timer is None:
+                    self._frame_timer = self._loop.call_later(self.limits.frame_timeout_s, self._frame_deadline)  # type: ignore[union-attr]
+            if not self._frame_admitted and not self._admit(decoder.wanted):
+                return
+        else:
+            self._frame_started = None
+        self._serve_frames(frames)
+        self.account()
+
+    def _serve_frames(self, frames: list[bytes]) -> None:
         if self._backlog or self._pause_reasons:
-            self._backlog.extend(frames)
+            self._keep(frames)
             return
         for i, frame in enumerate(frames):
             if self._pause_reasons:  # a cap was reached inside this read: keep the rest for later
-                self._backlog.extend(frames[i:])
+                self._keep(frames[i:])
                 return
-            if not self._handle_frame(frame):
+            if i == FRAMES_PER_TURN:  # one read of thousands of small requests: let other peers have the loop
+                self._keep(frames[i:])
+                self._yield_turn()
                 return
+            if not self._handle_frame(frame) or self.transport.is_closing():  # type: ignore[union-attr]
+                return  # closed inside this read (a bad frame, the process's cap): serve nothing more
+
+    def _yield_turn(self) -> None:
+        """Stop reading and go on with the backlog after every callback already waiting on the loop: a peer that
+        pipelines thousands of requests in one read takes turns with the others instead of holding the loop."""
+        self._pause(TURN)
+        self._loop.call_soon(self._resume, TURN)  # type: ignore[union-attr]
+
+    def _keep(self, frames: list[bytes]) -> None:
+        self._backlog.extend(frames)
+        self._backlog_bytes += sum(map(len, frames))
+
+    def _admit(self, wanted: int) -> bool:
+        """Check the partial frame's announced size (once it is known) against the process's cap."""
+        if not wanted:
+            return True  # its length field is not complete yet
+        self._frame_admitted = True
+        budget = self.held_bytes
+        if budget is None or wanted <= self.limits.large_frame:
+            return True
+        if budget.admits(self, self._held_now()):
+            return True
+        budget.refused(self, wanted)
+        self._backlog.clear()
+        self._backlog_bytes = 0
+        self.abort("frame refused: the process holds its cap of bytes for its peers")
+        return False
+
+    def _frame_deadline(self) -> None:
+        self._frame_timer = None
+        started = self._frame_started
+        if started is None or not self.is_open:
+            return
+        timeout = self.limits.frame_timeout_s
+        if self._pause_reasons:  # we stopped reading: the peer cannot finish the frame, so its clock waits
+            self._frame_started = started = time.monotonic()
+        left = started + timeout - time.monotonic()
+        if left > 0:
+            self._frame_timer = self._loop.call_later(left, self._frame_deadline)  # type: ignore[union-attr]
+            return
+        frame_timeout_log.warning(
+            "%s: closing the connection from %s: a frame was still incomplete %.0f s after its first byte "
+            "(%d of %d bytes arrived); a peer that needs longer can have it with %s",
+            self.name, self.peer, timeout, self._decoder.buffered, self._decoder.wanted, FRAME_TIMEOUT_KEY,
+        )
+        self._count_close("frame_timeout")
+        self.abort("a frame did not arrive whole in time")
 
     def _handle_frame(self, frame: bytes) -> bool:
         try:
@@ -170,14 +283,28 @@ class Connection(asyncio.Protocol):
 
     def _drain_backlog(self) -> None:
         backlog = self._backlog
+        served = 0
         while backlog and not self._pause_reasons and self.is_open:
-            if not self._handle_frame(backlog.popleft()):
+            if served == FRAMES_PER_TURN:
+                self._yield_turn()
+                break
+            frame = backlog.popleft()
+            self._backlog_bytes -= len(frame)
+            served += 1
+            if not self._handle_frame(frame):
                 return
+        self.account()
 
     def _bad_frame(self, exc: FrameError) -> None:
         bad_frame_log.warning("%s: closing the connection from %s: %s", self.name, self.peer, exc)
         self._backlog.clear()
+        self._backlog_bytes = 0
+        self._count_close("malformed")
         self.abort(f"malformed frame: {exc}")
+
+    def _count_close(self, reason: str) -> None:
+        if self.held_bytes is not None:
+            self.held_bytes.closed(reason)
 
     def pause_writing(self) -> None:
         self._pause("write")
@@ -189,6 +316,7 @@ class Connection(asyncio.Protocol):
             self._stall_timer.cancel()
             self._stall_timer = None
         self._resume("write")
+        self.account()
 
     # state -------------------------------------------------------------------------------------------------
     @property
@@ -206,8 +334,32 @@ class Connection(asyncio.Protocol):
     def buffered_bytes(self) -> int:
         """What this connection holds now: partial frame, unserved frames, requests being served, unwritten answers."""
         written = self.transport.get_write_buffer_size() if self.transport is not None else 0
-        backlog = sum(map(len, self._backlog))
-        return self._decoder.buffered + backlog + self._serving_bytes + self._out_bytes + written
+        return self._decoder.buffered + self._backlog_bytes + self._serving_bytes + self._out_bytes + written
+
+    def _held_now(self) -> int:
+        """``buffered_bytes`` with the partial frame counted at its announced size (what it will hold once whole)
+        and, while answers wait, the kernel's unsent bytes too: uvloop keeps every buffer of a write it started
+        until the whole write is done, while reporting only the part the kernel has not taken, so a peer that
+        reads nothing pins about twice the reported buffer (measured: 44 MiB held for 20 MiB reported)."""
+        decoder = self._decoder
+        partial = max(decoder.buffered, decoder.wanted)
+        written = self.transport.get_write_buffer_size() if self.transport is not None else 0
+        if written and self._fd >= 0:
+            written += unsent_in_kernel(self._fd)
+        return partial + self._backlog_bytes + self._serving_bytes + self._out_bytes + written
+
+    def account(self) -> None:
+        """Report what this connection holds to the process's cap. Called where it changes, and by the server's
+        sweep (the kernel drains written answers without telling us)."""
+        budget = self.held_bytes
+        if budget is not None and self.transport is not None and not self.transport.is_closing():
+            held = self._held_now()
+            if held != self.held:
+                budget.change(self, held)
+
+    def shed(self, reason: str) -> None:
+        """Closed by the process's cap (``HeldBytes``), which counted and logged it already."""
+        self.abort(reason)
 
     def close(self, reason: str = "") -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -236,7 +388,8 @@ class Connection(asyncio.Protocol):
 
     def _stalled(self) -> None:
         self._stall_timer = None
-        log.warning(
+        self._count_close("unread_answers")
+        unread_answers_log.warning(
             "%s: closing the connection from %s: it has not read its answers for %.0f s (%d bytes unread)",
             self.name,
             self.peer,
@@ -255,8 +408,10 @@ class Connection(asyncio.Protocol):
         parts = encode(cmd)
         self._out.extend(parts)
         self._out_bytes += sum(map(len, parts))
-        if self._out_bytes >= self.limits.write_high_water:
-            self._flush()  # a slow reader must meet the transport's limits now, not after the whole read
+        if self._out_bytes + transport.get_write_buffer_size() >= self.limits.write_high_water:
+            # a slow reader must meet the transport's limits now, not after the whole read: counting what the
+            # transport holds already, so a connection stops reading at write_high_water, not at twice it
+            self._flush()
         elif not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)  # type: ignore[union-attr]
@@ -268,9 +423,10 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing() or not out:
             return
-        transport.writelines(out)
+        transport.writelines(_coalesced(out) if len(out) > 2 else out)
         if transport.get_write_buffer_size() > self.limits.write_hard_cap:
-            log.warning(
+            self._count_close("unread_answers")
+            unread_answers_log.warning(
                 "%s: closing the connection from %s: %d unread bytes of answers exceed the cap of %d",
                 self.name,
                 self.peer,
@@ -278,6 +434,8 @@ class Connection(asyncio.Protocol):
                 self.limits.write_hard_cap,
             )
             self.abort("the peer did not read its answers")
+            return
+        self.account()
 
     def _next_opaque(self) -> int:
         self._opaque = (self._opaque + 1) & 0x7FFFFFFF
@@ -349,6 +507,7 @@ class Connection(asyncio.Protocol):
 
     def _served(self, task: asyncio.Task) -> None:
         self._serving.discard(task)
+        self.account()
         if (
             "load" in self._pause_reasons
             and len(self._serving) < self.limits.max_requests
@@ -371,3 +530,48 @@ class Connection(asyncio.Protocol):
                 self.write(result)
         finally:
             self._serving_bytes -= size
+
+
+_TIOCOUTQ = getattr(termios, "TIOCOUTQ", None)  # Linux's SIOCOUTQ: bytes in a TCP socket's send queue, not yet acked
+
+
+def unsent_in_kernel(fd: int) -> int:
+    """Bytes written to socket ``fd`` that the peer has not acknowledged (0 where the kernel cannot say)."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, _TIOCOUTQ, b"\0\0\0\0"))[0]  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return 0
+
+
+# Small parts are joined into buffers of up to JOINED bytes before they reach the transport. A transport keeps per
+# buffer an object and its bookkeeping (about 150 bytes), more than a small answer itself; and uvloop keeps a buffer
+# it wrote only in part whole while counting just its unwritten rest, so one large joined buffer would cost up to
+# twice what the write buffer reports. Parts of SMALL_PART and more (message bodies mapped from the store) stay as
+# they are: copying them would cost more than the bookkeeping saves.
+SMALL_PART = 4096
+JOINED = 64 * 1024
+
+
+def _coalesced(parts: list[bytes | memoryview]) -> list[bytes | memoryview]:
+    sizes = list(map(len, parts))
+    if max(sizes) < SMALL_PART and sum(sizes) <= JOINED:  # the usual flush: small answers of one loop pass
+        return [b"".join(parts)]
+    out: list[bytes | memoryview] = []
+    run: list[bytes | memoryview] = []
+    run_bytes = 0
+    for part in parts:
+        size = len(part)
+        if size >= SMALL_PART:
+            if run:
+                out.append(b"".join(run) if len(run) > 1 else run[0])
+                run, run_bytes = [], 0
+            out.append(part)
+            continue
+        run.append(part)
+        run_bytes += size
+        if run_bytes >= JOINED:
+            out.append(b"".join(run))
+            run, run_bytes = [], 0
+    if run:
+        out.append(b"".join(run) if len(run) > 1 else run[0])
+    return out

@@ -355,6 +355,13 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._buf)
 
+    @property
+    def wanted(self) -> int:
+        """Bytes the buffered partial frame occupies once whole (its length field included); 0 while its length
+        is not known yet (nothing or fewer than 4 bytes buffered). What a caller must be ready to hold for it."""
+        buf = self._buf
+        return 4 + _LENGTH.unpack_from(buf)[0] if len(buf) >= 4 else 0
+
     def feed(self, data: bytes) -> list[bytes]:
         buf = self._buf
         if buf:

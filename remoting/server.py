@@ -6,6 +6,10 @@ naming it (RocketMQ's nameserver stays silent there and lets the caller time out
 idle for ``idle_timeout_s`` with nothing in flight are closed (RocketMQ: 120 s), and callbacks registered with
 ``on_close`` learn of every closed connection (the nameserver drops a broker whose connection closes).
 
+Every connection reports what it holds to ``held_bytes``, the process's cap over all its connections (one
+``HeldBytes`` shared by every server of a process: the broker's listen and fast ports count together). The kernel
+drains written answers without a callback, so a sweep re-counts every connection each ``ACCOUNT_PERIOD_S``.
+
 ``stop()`` stops accepting, gives requests being served ``grace_s`` to finish, then closes every connection.
 """
 
@@ -19,8 +23,11 @@ from collections.abc import Callable
 from remoting.codes import ResponseCode
 from remoting.connection import DEFAULT_LIMITS, Connection, Limits
 from remoting.frame_codec import RemotingCommand, response_to
+from remoting.held_bytes import HeldBytes
 
 log = logging.getLogger(__name__)
+
+ACCOUNT_PERIOD_S = 1.0
 
 Processor = Callable[[Connection, RemotingCommand], object]
 
@@ -34,11 +41,13 @@ class RemotingServer:
         *,
         limits: Limits = DEFAULT_LIMITS,
         idle_timeout_s: float = 120.0,
+        held_bytes: HeldBytes | None = None,
     ) -> None:
         self.name = name
         self.host = host
         self.port = port
         self.limits = limits
+        self.held_bytes = held_bytes if held_bytes is not None else HeldBytes(name=name)
         self.idle_timeout_s = idle_timeout_s
         self.connections: set[Connection] = set()
         self._processors: dict[int, Processor] = {}
@@ -67,8 +76,8 @@ class RemotingServer:
         return processor(conn, cmd)
 
     def _new_connection(self) -> Connection:
-        conn = Connection(self._dispatch, self.limits, on_lost=self._lost, name=self.name)
-        return conn
+        return Connection(self._dispatch, self.limits, on_lost=self._lost, name=self.name,
+                          held_bytes=self.held_bytes)
 
     def _lost(self, conn: Connection) -> None:
         self.connections.discard(conn)
@@ -96,10 +105,17 @@ class RemotingServer:
         return self.port
 
     async def _close_idle(self) -> None:
-        period = max(0.5, min(10.0, self.idle_timeout_s / 4))
+        idle_period = max(0.5, min(10.0, self.idle_timeout_s / 4))
+        next_idle_scan = time.monotonic() + idle_period
         while True:
-            await asyncio.sleep(period)
-            deadline = time.monotonic() - self.idle_timeout_s
+            await asyncio.sleep(min(ACCOUNT_PERIOD_S, idle_period))
+            for conn in list(self.connections):
+                conn.account()
+            now = time.monotonic()
+            if now < next_idle_scan:
+                continue
+            next_idle_scan = now + idle_period
+            deadline = now - self.idle_timeout_s
             for conn in list(self.connections):
                 if conn.last_read < deadline and not conn.serving and not conn.waiting:
                     log.info("%s: closing %s, idle for %.0f s", self.name, conn.peer, self.idle_timeout_s)

@@ -9,6 +9,18 @@ RESOURCE_EXHAUSTED "Received message larger than max" (its text; no hook changes
 + ``ENVELOPE_BYTES`` (1 MiB), so a body somewhat over maxMessageSize still reaches SendMessage and gets
 MESSAGE_BODY_TOO_LARGE saying to split it; only a request over a whole MiB beyond gets gRPC's refusal. The
 official clients never send one: they check the body against the max_body_size of the settings answer first.
+
+Bounds per connection (gRPC core enforces them; grpcio 1.85 exposes no ResourceQuota to Python, so there is no
+process-wide byte cap here as on the remoting ports):
+- ``grpcMaxConcurrentStreams`` (``grpc.max_concurrent_streams``, 256): streams open at once. It is also what tames
+  a rapid-reset flood (streams opened and reset at once, CVE-2023-44487): without it 4 peers resetting 1.1 million
+  streams in 25 s grew the broker by 100 MiB; with it core refuses the excess cheaply (about 20 MiB for 1 million).
+- ``grpcMaxConnectionAgeMillis`` (``grpc.max_connection_age_ms``, 30 min, then ``AGE_GRACE_MS`` for calls in
+  flight, more than a 20 s long poll): every connection ends with a GOAWAY, which the clients follow by
+  reconnecting. gRPC has no deadline for a message to arrive whole and does not say which peer resets streams, so
+  this is what closes a flooding or trickling peer.
+- ``grpcMaxConnectionIdleMillis`` (``grpc.max_connection_idle_ms``, 120 s as ``serverChannelMaxIdleTimeSeconds``):
+  a connection without streams for that long gets a GOAWAY (an official client always keeps its Telemetry stream).
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ from broker.grpc_v2.service import MessagingService
 log = logging.getLogger(__name__)
 
 ENVELOPE_BYTES = 1024 * 1024
+AGE_GRACE_MS = 60_000
 
 
 class GrpcEndpoint:
@@ -44,10 +57,15 @@ class GrpcEndpoint:
 
     async def start(self) -> int:
         limit = self.ctx.max_message_size + ENVELOPE_BYTES
+        broker = self.ctx.settings.broker
         server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
             ("grpc.so_reuseport", 0),
+            ("grpc.max_concurrent_streams", broker.grpc_max_concurrent_streams),
+            ("grpc.max_connection_age_ms", broker.grpc_max_connection_age_millis),
+            ("grpc.max_connection_age_grace_ms", AGE_GRACE_MS),
+            ("grpc.max_connection_idle_ms", broker.grpc_max_connection_idle_millis),
         ])
         if self.pop is not None:
             await self.pop.start()

@@ -34,8 +34,22 @@ from broker.grpc_v2.observe import V2Metrics
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
 from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
+from common.log import RateLimitedLog
 
 log = logging.getLogger(__name__)
+FAILURE_LOG_EVERY_S = 10.0
+# One rate limit per RPC name (a fixed set): a client repeating a call that fails on the broker, say a receive on
+# a queue holding a message the broker cannot convert, gets its answer each time but writes one traceback per
+# interval into the log, with the count of those left out.
+_failure_logs: dict[str, RateLimitedLog] = {}
+
+
+def log_failure(rpc: str) -> None:
+    """Log the exception being handled for ``rpc``, at most once per ``FAILURE_LOG_EVERY_S``."""
+    limited = _failure_logs.get(rpc)
+    if limited is None:
+        limited = _failure_logs[rpc] = RateLimitedLog(log, FAILURE_LOG_EVERY_S)
+    limited.exception("%s failed", rpc)
 
 CLIENT_ID_HEADER = "x-mq-client-id"
 LANGUAGE_HEADER = "x-mq-language"
@@ -78,7 +92,7 @@ def _guarded(response_cls):
             try:
                 response = await fn(self, request, context)
             except Exception as exc:
-                log.exception("%s failed", fn.__name__)
+                log_failure(fn.__name__)
                 response = response_cls(status=codes.status(
                     pb.Code.INTERNAL_SERVER_ERROR, f"{fn.__name__} failed on broker: {exc!r}; see the broker log"))
             self.metrics.on_rpc(fn.__name__, response.status.code, started)
@@ -235,7 +249,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
                     code = response.status.code
                 yield response
         except Exception as exc:
-            log.exception("ReceiveMessage failed")
+            log_failure("ReceiveMessage")
             yield spb.ReceiveMessageResponse(status=codes.status(
                 pb.Code.INTERNAL_SERVER_ERROR, f"ReceiveMessage failed on broker: {exc!r}; see the broker log"))
         finally:

@@ -49,6 +49,7 @@ NOT_ALLOWED_SEND_TOPICS = frozenset(
     }
 )
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"  # a system topic clients send trace records to (TopicValidator)
 
 
 def is_system_topic(topic: str) -> bool:

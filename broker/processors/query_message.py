@@ -20,8 +20,11 @@ message by key finished, but no message"). With ``messageIndexEnable=false`` the
 from the newest file whose first record is at or before ``beginTimestamp``, never more than ``MAX_SCAN_BYTES``
 back from the end, the remark naming the range scanned.
 
-Scans run on the event loop in slices of ``SLICE_RECORDS`` records (other requests are served between slices) and
-hold no view of the store's mapping across slices, so file cleanup is never blocked by them.
+Scans follow the commitlog's own chain of records from a file's first byte (or the index's position, a record
+start), so bytes shaped like a record inside a message body are never taken for one (issue 22 item 6); an index
+candidate is read only where the index put a record start and checked as a whole record. Scans run on the event
+loop in slices of ``SLICE_RECORDS`` records (other requests are served between slices) and hold no view of the
+store's mapping across slices, so file cleanup is never blocked by them.
 """
 
 from __future__ import annotations

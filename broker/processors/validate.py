@@ -12,7 +12,7 @@ import re
 import zlib
 from typing import NamedTuple
 
-from broker.metadata.topics import is_system_topic
+from broker.metadata.topics import TRACE_TOPIC, is_system_topic
 from remoting.codes import ResponseCode
 from remoting.headers import INT_MAX, LONG_MAX
 from remoting.message_codec import (
@@ -45,7 +45,7 @@ def send_topic(topic: str) -> Rejection | None:
     bad = topic_name(topic, ResponseCode.MESSAGE_ILLEGAL)
     if bad:
         return bad
-    if is_system_topic(topic):
+    if is_system_topic(topic) and topic != TRACE_TOPIC:
         return Rejection(
             ResponseCode.NO_PERMISSION, f"sending to system topic {topic} is forbidden; use your own topic"
         )

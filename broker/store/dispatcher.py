@@ -14,6 +14,10 @@ bytes were validated by the master). Units are grouped per queue and written onc
 ``ConsumeQueue.write`` skips units it already has, so re-dispatch is idempotent. After each round the dispatch
 listeners get ``(topic, queue_id, max queue offset)``.
 
+A failing round (ENOSPC creating a consume-queue file on a full disk) is retried every second; it is logged at
+most once per ``FAILURE_LOG_EVERY_S`` (an OSError as one line, anything else with its traceback), and the round
+that succeeds again says how many attempts failed.
+
 Task-safety: event loop only. One dispatch runs at a time (an asyncio.Lock guards recovery vs. the tail task).
 """
 
@@ -27,6 +31,7 @@ from broker.store.consume_queue import UNIT, UNIT_SIZE
 from broker.store.consume_queue_store import ConsumeQueueStore
 from broker.store.dispatch_scan import ScanResult, scan
 from broker.store.dispatch_state import DispatchState
+from common.log import RateLimitedLog
 from common.service import Service
 from remoting.message_codec import BLANK_SIZE, RecordStatus
 
@@ -37,6 +42,8 @@ log = logging.getLogger(__name__)
 # for tens of ms and delayed SYNC_MASTER acks by as much).
 ROUND_BYTES = 256 << 10
 RECOVERY_CHUNK_BYTES = 64 << 20
+RETRY_S = 1.0
+FAILURE_LOG_EVERY_S = 60.0
 
 
 class Dispatcher(Service):
@@ -51,6 +58,8 @@ class Dispatcher(Service):
         self._wakeup = asyncio.Event()
         self._lock = asyncio.Lock()
         self._corrupt_at = -1
+        self._failure_log = RateLimitedLog(log, FAILURE_LOG_EVERY_S)
+        self._failed = 0  # attempts failed since the last round that worked
 
     def wakeup(self) -> None:
         self._wakeup.set()
@@ -71,10 +80,13 @@ class Dispatcher(Service):
                     progressed = await self.dispatch_available()
                 except asyncio.CancelledError:
                     raise
-                except Exception:
-                    log.exception("dispatch failed at %d; retrying in 1s", state.dispatched)
-                    await self.sleep(1.0)
+                except Exception as exc:
+                    self._on_failure(exc)
+                    await self.sleep(RETRY_S)
                     continue
+                if self._failed:
+                    log.info("dispatch resumed at %d after %d failed attempts", state.dispatched, self._failed)
+                    self._failed = 0
             if progressed and state.dispatched < commitlog.max_offset:
                 # Yield between rounds: the HA reader shares this loop, and its next append + ack must not
                 # wait for a whole catch-up backlog to be dispatched (SYNC_MASTER puts wait on that ack).
@@ -163,6 +175,16 @@ class Dispatcher(Service):
         for topic, qid in keys:
             state.notify_dispatch(topic, qid)
         return offset
+
+    def _on_failure(self, exc: Exception) -> None:
+        self._failed += 1
+        at = self._state.dispatched
+        if isinstance(exc, OSError):  # a full or read-only disk: the reason is the whole story
+            self._failure_log.log(logging.ERROR, "dispatch at %d failed (%s); retrying every %gs until it works "
+                                  "(free space on the store's disk)", at, exc, RETRY_S)
+        else:
+            self._failure_log.log(logging.ERROR, "dispatch at %d failed; retrying every %gs", at, RETRY_S,
+                                  exc_info=True)
 
     def _report_corrupt(self, offset: int, reason: str) -> None:
         if self._corrupt_at != offset:

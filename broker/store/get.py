@@ -37,6 +37,7 @@ from broker.store.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
 from broker.store.consume_queue_store import ConsumeQueueStore
 from broker.store.types import GetResult, GetStatus
 from remoting.message_codec import (
+    MESSAGE_MAGIC,
     MIN_RECORD_SIZE,
     PROPERTY_TAGS,
     RecordError,
@@ -49,6 +50,7 @@ from remoting.message_codec import (
 _STORE_TS_AT = 56  # STORETIMESTAMP offset in a record
 _I32 = struct.Struct(">i").unpack_from
 _I16 = struct.Struct(">h").unpack_from
+_PAIR = struct.Struct(">ii").unpack_from  # total size, magic code
 _TAGS_NEEDLE = PROPERTY_TAGS.encode() + b"\x01"
 _TAGS_SEP_NEEDLE = b"\x02" + _TAGS_NEEDLE
 _FALLBACK_MEMORY = 24 * 1024**3
@@ -310,6 +312,40 @@ def read_record(commitlog: CommitLog, phy_offset: int) -> bytes | None:
     if size < MIN_RECORD_SIZE or pos + size > mf.wrote_position:
         return None
     return mf.read(pos, size)
+
+
+def unit_points_at(queues: ConsumeQueueStore, topic: str, queue_id: int, queue_offset: int, phy_offset: int,
+                   size: int) -> bool:
+    """Whether the consume queue (``topic``, ``queue_id``) holds, at ``queue_offset``, the unit of exactly the record
+    at ``phy_offset`` of ``size`` bytes: the store's own proof that a record starts there (every record below the
+    dispatched offset has its unit; bytes shaped like a record inside a body have none)."""
+    cq = queues.find(topic, queue_id)
+    if cq is None or not cq.min_offset <= queue_offset < cq.max_offset:
+        return False
+    unit = cq.unit(queue_offset)
+    return unit is not None and unit[0] == phy_offset and unit[1] == size
+
+
+def walk_reaches(commitlog: CommitLog, start: int, phy_offset: int, max_records: int) -> bool | None:
+    """Whether following the records' size fields from ``start`` (a record start: a file start or the dispatched
+    offset) lands on ``phy_offset``; None when ``max_records`` steps did not get there (too far to decide
+    cheaply). Only ``phy_offset``'s own file is walked: a file's first record starts at its first byte."""
+    mf = commitlog.files.find(phy_offset)
+    if mf is None:
+        return False
+    base = mf.start_offset
+    pos, end, written = max(start, base) - base, phy_offset - base, mf.wrote_position
+    buf = mf.buffer
+    for _ in range(max_records):
+        if pos >= end:
+            return pos == end
+        if pos + 8 > written:
+            return False
+        size, magic = _PAIR(buf, pos)
+        if magic != MESSAGE_MAGIC or size < MIN_RECORD_SIZE:
+            return False
+        pos += size
+    return pos == end if pos >= end else None
 
 
 def read_message(commitlog: CommitLog, phy_offset: int) -> StoredMessage | None:

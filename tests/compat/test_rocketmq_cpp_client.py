@@ -4,7 +4,9 @@ nameserver, a SYNC_MASTER and its SLAVE, all processes on 127.0.0.1.
 - a Producer sends to the SYNC_MASTER and gets SEND_OK (and the slave has the messages);
 - a PushConsumer with a tag filter receives exactly the matching messages, once each;
 - the same consumer keeps consuming from the slave after the master is SIGKILLed, and commits its offsets there;
-- mqctl consumerProgress lists the C++ client's group, its topic's queues and its connection.
+- mqctl consumerProgress lists the C++ client's group, its topic's queues and its connection;
+- mqctl queryMsgByKey and queryMsgByUniqueKey find the C++ client's messages, through the brokers' message index, by
+  the keys it set and the msg ids (UNIQ_KEY) it reported.
 
 Where the client does something the spec does not say, the client is believed: see CLIENT_NOTES.md beside this
 file. Every wait is bounded and names what it waited for.
@@ -12,13 +14,14 @@ file. Every wait is bounded and names what it waited for.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 
 import pytest
 
 from tests.compat.harness import BROKER_NAME, create_topic, progress, unique
-from tests.integration.ctl.cli import ok_json
+from tests.integration.ctl.cli import mqctl, ok_json
 from harness.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -230,3 +233,29 @@ def test_mqctl_consumer_progress_lists_the_cpp_consumer(group, cpp_producer, cpp
     by_group = {r["group"]: r for r in progress(group, None)}
     assert consumer_group in by_group, sorted(by_group)
     assert (by_group[consumer_group]["count"], by_group[consumer_group]["diffTotal"]) == (1, 0)
+
+
+def test_mqctl_finds_the_cpp_clients_messages_by_key_and_by_the_msg_id_it_reported(group, cpp_producer):
+    topic = unique("T_cpp_index")
+    create_topic(group, topic, queues=2)
+    producer = cpp_producer(group.namesrv_addr)
+    shared = f"{topic}-all"
+    sent = {}  # own key -> (body, msgId the client reported)
+    for i in range(4):
+        own = f"{topic}-order-{i}"
+        sent[own] = (f"body-{i}", send_ok(producer, topic, f"{own} {shared}", "TagI", f"body-{i}").msg_id)
+
+    def by_key(key: str) -> list[dict] | None:  # the index is built just after the store: wait for it
+        result = mqctl("queryMsgByKey", "-n", group.namesrv_addr, "-t", topic, "-k", key, "--json")
+        return json.loads(result.stdout) if result.exit_code == 0 else None
+
+    rows = wait_until(lambda: (r := by_key(shared)) and len(r) == len(sent) and r, 30,
+                      f"queryMsgByKey -k {shared} never listed the {len(sent)} messages the C++ client sent")
+    assert sorted(r["msgId"] for r in rows) == sorted(msg_id for _, msg_id in sent.values())
+    assert [r["msgId"] for r in by_key(f"{topic}-order-2")] == [sent[f"{topic}-order-2"][1]]
+    for own, (body, msg_id) in sent.items():
+        one = ok_json("queryMsgByUniqueKey", "-n", group.namesrv_addr, "-t", topic, "-i", msg_id)
+        assert (one["msgId"], one["body"], one["keys"], one["tags"]) == (msg_id, body, f"{own} {shared}", "TagI")
+        assert one["storeHost"] == group.master.addr
+    missing = mqctl("queryMsgByUniqueKey", "-n", group.namesrv_addr, "-t", topic, "-i", "0" * 32)
+    assert missing.exit_code == 1 and "208" in missing.stderr

@@ -60,3 +60,35 @@ def test_a_bad_value_exits_2_with_one_line_before_anything_starts(tmp_path, cont
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and named in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [
+        ("brokerRole=ASYNC_MASTER\nlistenPort=23911\nhaListenPort=23911\n", ("haListenPort", "listenPort")),
+        ("listenPort=23911\nfastListenPort=23911\n", ("fastListenPort", "listenPort")),
+        ("listenPort=23911\ngrpcServerPort=23909\n", ("grpcServerPort", "fastListenPort 23909 (listenPort - 2)")),
+        ("listenPort=23911\nmetricsExporterType=PROM\nmetricsPromExporterPort=23911\n",
+         ("metricsPromExporterPort", "listenPort")),
+        ("grpcServerPort=23931\nmetricsExporterType=PROM\nmetricsPromExporterPort=23931\n",
+         ("metricsPromExporterPort", "grpcServerPort")),
+    ],
+)
+def test_two_keys_naming_one_port_exit_2_at_load_with_one_line_naming_both(tmp_path, content, named):
+    """Issue 22 item 9: a clash was found only when binding (exit 1, after the store was locked)."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text(content + f"storePathRootDir={tmp_path / 'store'}\n")
+    done = run_broker("-c", str(conf))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert all(key in done.stderr for key in named), done.stderr
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize("path", ["/proc/pyrmq-store", "/proc/self/fdinfo", "/sys/pyrmq"])
+def test_a_store_under_a_kernel_pseudo_filesystem_exits_2_with_one_line(tmp_path, path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"storePathRootDir={path}\nlistenPort=23941\ngrpcServerPort=0\n")
+    done = run_broker("-c", str(conf))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "storePathRootDir" in done.stderr and path in done.stderr

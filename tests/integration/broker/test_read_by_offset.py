@@ -78,3 +78,54 @@ async def test_send_back_refuses_an_offset_that_is_not_a_record_start_and_stores
     assert await retry_backlog(client) == 0
     ok = await client.send_back(GROUP, good, origin_topic=TOPIC)
     assert ok.code == RC.SUCCESS, ok.remark
+
+
+async def queue_backlog(client, topic: str) -> int:
+    """Messages in queue 0 of ``topic`` (0 when the topic does not exist)."""
+    resp = await client.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": "0"})
+    return int(resp.ext["offset"]) if resp.code == RC.SUCCESS else 0
+
+
+@pytest.fixture
+async def counterfeit(client):
+    """(a genuine message's offset, the offset a counterfeit record inside a later body claims and starts at).
+
+    The producer predicts where its body lands (the commitlog end + the 88-byte header) and writes a record for
+    exactly that offset, the topic and queue it sends to and the queue offset its carrier gets, with a valid CRC
+    (issue 22 item 6): everything a record carries about itself agrees, only the commitlog's chain disagrees."""
+    genuine = await client.send(TOPIC, 0, [message(b"the genuine one")])
+    assert genuine.code == RC.SUCCESS
+    end = await max_phy_offset(client)
+    claimed = end + HEADER_SIZE
+    fake = stored_record(
+        topic_bytes=TOPIC.encode(), queue_id=0, queue_offset=genuine.queue_offset + 1, physical_offset=claimed,
+        born_timestamp=1, born_host=host_bytes("1.2.3.4", 5), store_timestamp=1, store_host=host_bytes("1.2.3.4", 6),
+        body=b"counterfeit",
+    )
+    carrier = await client.send(TOPIC, 0, [message(fake)])
+    assert carrier.code == RC.SUCCESS and carrier.physical_offset == end, "another message landed in between"
+    return genuine.physical_offset, claimed
+
+
+async def test_view_message_refuses_a_counterfeit_record_at_the_offset_it_claims(client, counterfeit):
+    genuine, claimed = counterfeit
+    resp = await client.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(claimed)})
+    assert (resp.code, resp.body_bytes()) == (RC.INVALID_PARAMETER, b""), (resp.code, resp.remark)
+    assert "can not find message by the offset" in resp.remark and "index has no message" in resp.remark
+    ok = await client.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(genuine)})
+    assert ok.code == RC.SUCCESS and decode(ok.body_bytes(), check_crc=True).body == b"the genuine one"
+
+
+async def test_send_back_copies_no_counterfeit_record_to_the_dlq(client, counterfeit):
+    genuine, claimed = counterfeit
+    dlq = f"%DLQ%{GROUP}"
+    await client.heartbeat("c-read-by-offset", consumers={GROUP: {TOPIC: "*"}})
+    before = await queue_backlog(client, dlq)
+    for delay_level in (-1, 0):
+        resp = await client.send_back(GROUP, claimed, delay_level=delay_level, origin_topic=TOPIC)
+        assert resp.code == RC.INVALID_PARAMETER, (delay_level, resp.code, resp.remark)
+        assert "can not find message by the offset" in (resp.remark or ""), resp.remark
+    assert await queue_backlog(client, dlq) == before
+    ok = await client.send_back(GROUP, genuine, delay_level=-1, origin_topic=TOPIC)
+    assert ok.code == RC.SUCCESS, ok.remark
+    assert await queue_backlog(client, dlq) == before + 1

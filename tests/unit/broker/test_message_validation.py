@@ -161,3 +161,12 @@ def test_send_header_numbers_are_written_as_java_writes_them(ext, short, born, c
 def test_a_negative_queue_id_still_lets_the_broker_pick():
     assert v.send_header({"queueId": "-1", "sysFlag": "0"}, False, 0, 1_700_000_000_000) is None
     assert v.send_header({"e": "-1", "queueId": "+1"}, True, 0, 0) is None  # V2 keys: "queueId" is not a field
+
+
+def test_the_trace_topic_is_the_one_system_topic_producers_may_send_to():
+    from broker.processors.validate import send_topic
+
+    assert send_topic("RMQ_SYS_TRACE_TOPIC") is None  # RocketMQ's clients send trace records there
+    for topic in ("RMQ_SYS_TRANS_HALF_TOPIC", "rmq_sys_trace_topic", "SCHEDULE_TOPIC_XXXX", "TBW102"):
+        refused = send_topic(topic)
+        assert refused is not None and refused.code == 16, topic  # NO_PERMISSION

@@ -54,6 +54,8 @@ def test_unknown_key_names_the_file_and_the_closest_key(tmp_path):
         ("metricsExporterType=OTLP", "metricsExporterType"),
         ("listenPort=abc", "listenPort"),
         ("serverChannelMaxIdleTimeSeconds=0", "serverChannelMaxIdleTimeSeconds"),
+        ("serverMaxHeldBytes=1000", "serverMaxHeldBytes"),
+        ("serverFrameTimeoutMillis=0", "serverFrameTimeoutMillis"),
     ],
 )
 def test_bad_value_names_the_file_and_the_key(tmp_path, line, key):
@@ -78,6 +80,8 @@ def test_print_config_renders_every_key_in_a_form_the_loader_reads_back(tmp_path
         "orderMessageEnable",
         "kvConfigPath",
         "serverChannelMaxIdleTimeSeconds",
+        "serverMaxHeldBytes",
+        "serverFrameTimeoutMillis",
         "metricsExporterType",
         "metricsPromExporterPort",
         "metricsPromExporterHost",
