@@ -74,6 +74,11 @@ class LiveTable:
             if name == broker_name and e.info.alive(now) and (e.conn is None or e.conn.is_open)
         }
 
+    def last(self, broker_name: str, broker_id: int) -> LiveInfo | None:
+        """The broker's last heartbeat, alive or not (None once its connection closed)."""
+        entry = self._entries.get((broker_name, broker_id))
+        return entry.info if entry is not None else None
+
     def is_alive(self, broker_name: str, broker_id: int) -> bool:
         return broker_id in self.alive(broker_name)
 
@@ -104,6 +109,7 @@ class ReplicasManager:
         self._locks: dict[str, list] = {}  # brokerName -> [lock, tasks using it]
         self.scan_after_ms = 0
         self._tasks: set[asyncio.Task] = set()
+        self.masterless_since: dict[str, int] = {}  # brokerName -> when its master was last known alive (ms)
 
     def now_ms(self) -> int:
         return self._clock_ms()
@@ -111,7 +117,16 @@ class ReplicasManager:
     def became_active(self) -> None:
         self.live.clear()
         self.cache.clear()
+        self.masterless_since.clear()
         self.scan_after_ms = self._clock_ms() + self.config.controller_heart_beat_timeout_mills
+
+    def seconds_without_master(self, broker_name: str) -> float:
+        """For the metric: seconds since the group's master was last known alive; 0 while it has a live one."""
+        since = self.masterless_since.get(broker_name)
+        return 0.0 if since is None else max(0, self._clock_ms() - since) / 1000
+
+    def _master_lost(self, broker_name: str, at_ms: int) -> None:
+        self.masterless_since.setdefault(broker_name, at_ms)
 
     def in_grace(self) -> bool:
         """True until one heartbeat timeout after this instance became active."""
@@ -193,10 +208,16 @@ class ReplicasManager:
 
         before = self.cache.get(broker_name)
         outcome, state = await self.decide(broker_name, rule)
+        if outcome.code == ResponseCode.CONTROLLER_ELECT_MASTER_FAILED:
+            self.metrics.on_election(broker_name, "refused")
         if outcome.state is not None:
             old_master = before[0].master_broker_id if before else None
             result = "elected" if outcome.state.has_master else "no_candidate"
             self.metrics.on_election(broker_name, result)
+            if outcome.state.has_master:
+                self.masterless_since.pop(broker_name, None)
+            else:
+                self._master_lost(broker_name, self._clock_ms())
             log.warning("election in %s (%s): %s (old master %s)", broker_name, why, outcome.remark, old_master)
             if outcome.state.has_master:
                 self.notify_role_changed(outcome.state)
@@ -210,6 +231,7 @@ class ReplicasManager:
         for broker_name, broker_id in gone:
             cached = self.cache.get(broker_name)
             if cached is not None and cached[0].master_broker_id == broker_id:
+                self._master_lost(broker_name, self._clock_ms())
                 log.warning("the connection of %s's master (brokerId %d) closed: electing now", broker_name,
                             broker_id)
                 self._spawn(self._elect_quietly(broker_name, "the master's connection closed"))
@@ -235,11 +257,21 @@ class ReplicasManager:
             self.cache[state.broker_name] = (state, rev)
             alive = self.live.alive(state.broker_name)
             if state.has_master and state.master_broker_id in alive:
+                self.masterless_since.pop(state.broker_name, None)
                 continue
+            self._master_lost(state.broker_name, self._last_seen_ms(state))
             if not state.has_master and not (alive.keys() & state.sync_state_set):
                 continue
             why = "no master" if not state.has_master else f"master {state.master_broker_id} is not alive"
             await self._elect_quietly(state.broker_name, why)
+
+    def _last_seen_ms(self, state: GroupState) -> int:
+        """When the group's master last heartbeated (now when it never did or is unknown)."""
+        if state.master_broker_id is not None:
+            entry = self.live.last(state.broker_name, state.master_broker_id)
+            if entry is not None:
+                return entry.last_seen_ms
+        return self._clock_ms()
 
     def notify_role_changed(self, state: GroupState) -> None:
         if not self.config.notify_broker_role_changed:

@@ -58,7 +58,8 @@ class ControllerService(Service):
         self.metrics_registry = metrics_registry if metrics_registry is not None else new_registry()
         self.metrics = ControllerMetrics(self.metrics_registry, node_id=self.instance_id,
                                          is_active=lambda: self.campaign.is_active,
-                                         groups=lambda: [s for s, _ in self.manager.cache.values()])
+                                         groups=lambda: [s for s, _ in self.manager.cache.values()],
+                                         without_master_s=lambda name: self.manager.seconds_without_master(name))
         self.manager = ReplicasManager(config, self.store, self.campaign, self.metrics)
         self.processors = ControllerProcessors(self.manager, describe_not_active=self._not_active,
                                                metadata=self._metadata)

@@ -13,7 +13,8 @@ peers see timeouts). ``partition A B`` first tries a symmetric ``ip route add bl
 both containers, which cuts A from B only; containers without NET_ADMIN (the compose default) refuse that,
 and then B is disconnected from every network it shares with A, which isolates B from everyone on those
 networks. The disconnections are recorded in a state file so ``heal`` reconnects B with its service alias;
-``heal`` also removes every blackhole route. Each command prints what it did, then clusterList.
+``heal`` also removes every blackhole route. Each command prints what it did, then clusterList. With ``--dir DIR``
+kill/stop/start/restart/pause/unpause act on the ``mqctl dev`` cluster in DIR instead (``ctl.dev.dev_lifecycle``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ SERVICE_LABEL = "com.docker.compose.service"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STOP_TIMEOUT_S = 10
 
-TargetArg = Annotated[str, typer.Argument(help="master | slave | namesrv | a compose service name (broker-a-s).")]
+TargetArg = Annotated[str, typer.Argument(
+    help="master | slave | namesrv | a compose service name (broker-a-s) | with --dir, a dev process (broker-a-2).")]
 BrokerNameOpt = Annotated[str | None, typer.Option("-b", "--brokerName", help="Broker name, for master/slave.")]
 ProjectOpt = Annotated[
     str | None,
@@ -153,7 +155,14 @@ def _lifecycle(action: str):
         namesrv: NamesrvOpt = DEFAULT_NAMESRV,
         settle_s: SettleOpt = 1.0,
         json: JsonOpt = False,
+        dev_dir: Annotated[Path | None, typer.Option(
+            "--dir", help="Act on the mqctl dev cluster in DIR (local processes) instead of compose.")] = None,
     ):
+        if dev_dir is not None:
+            from ctl.dev import dev_lifecycle
+
+            dev_lifecycle(action, dev_dir, target, broker_name, settle_s, json)
+            return
         proj = Project(project)
         service = proj.service(target, broker_name)
         did = []

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ctl.options import DEFAULT_NAMESRV, BrokerAddrOpt, ClusterOpt, JsonOpt, NamesrvOpt, one_target
-from ctl.output import Column, Output, format_kv
+from ctl.output import Column, Output, format_kv, format_table
 from ctl.watch import CountOpt, IntervalOpt, repeat_on_cluster
 
 if TYPE_CHECKING:
@@ -82,8 +82,40 @@ def cluster_rows(cluster, cluster_name: str | None = None) -> list[dict]:
             space=_first_number(runtime.get("commitLogDiskRatio")),
             activated=runtime.get("brokerActive", "true").lower() == "true",
         )
+        if runtime.get("controllerAddr"):  # controller mode: the broker names its controller
+            row.update(controllerAddr=runtime["controllerAddr"], storeEpoch=int(runtime.get("masterEpoch") or 0))
         rows.append(row)
     return rows
+
+
+CONTROLLER_COLUMNS = [
+    Column("CID", "controllerBrokerId"),
+    Column("MasterEpoch", "masterEpoch"),
+    Column("InSyncStateSet", "inSyncStateSet"),
+]
+
+
+def add_controller_view(cluster, rows: list[dict]) -> tuple[list[Column], list[str], dict | None]:
+    """Controller mode: each row gets the broker's controller brokerId, its group's masterEpoch and whether it is in
+    the SyncStateSet; a footer names the active controller and each group's SyncStateSet. Classic mode: nothing."""
+    from ctl.controller import controller_lines, controller_view
+
+    addrs = {r["controllerAddr"] for r in rows if r.get("controllerAddr")}
+    if not addrs:
+        return CLUSTER_COLUMNS, [], None
+    names = sorted({r["brokerName"] for r in rows})
+    view = controller_view(cluster, addrs, names)
+    for row in rows:
+        group = view.groups.get(row["brokerName"]) if view is not None else None
+        cid = group.id_of(row["addr"]) if group is not None else None
+        row.update(controllerBrokerId=cid, masterEpoch=group.master_epoch if group else None,
+                   inSyncStateSet=(cid in group.sync_state_set) if group is not None and cid is not None else None)
+    data = None
+    if view is not None:
+        data = {"addrs": view.addrs, "active": view.metadata.get("controllerLeaderAddress") or None,
+                "activeId": view.metadata.get("controllerLeaderId") or None,
+                "groups": {n: g.to_json() for n, g in view.groups.items()}}
+    return CLUSTER_COLUMNS + CONTROLLER_COLUMNS, controller_lines(view, names, True), data
 
 
 @app.command("clusterList")
@@ -98,7 +130,12 @@ def cluster_list(
     out = Output(json)
 
     def report(cluster: Cluster) -> list[str]:
-        return out.table_lines(CLUSTER_COLUMNS, cluster_rows(cluster, cluster_name))
+        rows = cluster_rows(cluster, cluster_name)
+        columns, footer, controller = add_controller_view(cluster, rows)
+        if controller is None and not footer:
+            return out.table_lines(columns, rows)
+        # controller mode: --json is {"brokers": rows, "controller": ...} (classic mode keeps the plain list)
+        return out.lines({"brokers": rows, "controller": controller}, [*format_table(columns, rows), *footer])
 
     repeat_on_cluster(namesrv, report, interval, count, title="clusterList")
 

@@ -10,6 +10,17 @@ nameserver address. ``down`` sends SIGTERM to every process with a pid
 file, waits, then SIGKILLs the stragglers. A pid file is trusted only while ``/proc/<pid>/cmdline`` still names that
 process's conf, so a recycled pid is never signalled.
 
+``up --controller`` starts controller mode instead (issue 23): one etcd (Debian's etcd-server, installed by
+``harness.debian_pkg`` when missing, as for the tests), a nameserver running the controller
+(``enableControllerInNamesrv``) and two groups of three controller-mode brokers, ``broker-a-1..3`` and
+``broker-b-1..3``, whose roles the controller decides; it returns once every group has a master and every member in
+its SyncStateSet. ``DIR/cluster-mode`` records the mode for the other commands.
+
+``mqctl kill|stop|start|pause|unpause TARGET --dir DIR`` act on these processes (``dev_lifecycle``): SIGKILL,
+SIGTERM, a relaunch with the same conf, SIGSTOP, SIGCONT. ``master -b broker-a`` is the process the nameserver
+routes to as brokerId 0 (in controller mode: the master the controller names), ``slave -b broker-a`` the first live
+slave; a process name (``broker-a-2``, ``namesrv``, ``etcd``) names itself.
+
 Processes are detached through a short-lived launcher (``start_new_session``), so they outlive mqctl and are
 reaped by init, not by the caller.
 """
@@ -70,6 +81,24 @@ MEMBERS = [
     Member("broker-b", "broker", "broker-b", 0, "ASYNC_MASTER"),
     Member("broker-b-s", "broker", "broker-b", 1, "SLAVE"),
 ]
+# controller mode: brokerId and role come from the controller (the index only names the process)
+CONTROLLER_MEMBERS = [
+    Member("etcd", "etcd"),
+    Member("namesrv", "namesrv"),
+    *(Member(f"{name}-{i}", "broker", name, i) for name in ("broker-a", "broker-b") for i in (1, 2, 3)),
+]
+MODE_FILE = "cluster-mode"
+CONTROLLER_MODE = "controller"
+
+
+def is_controller_mode(root: Path) -> bool:
+    path = root / MODE_FILE
+    return path.exists() and path.read_text().strip() == CONTROLLER_MODE
+
+
+def members(root: Path) -> list[Member]:
+    """The processes of the dev cluster in ``root`` (classic unless ``up --controller`` made it)."""
+    return CONTROLLER_MEMBERS if is_controller_mode(root) else MEMBERS
 STATUS_COLUMNS = [
     Column("Process", "name"),
     Column("PID", "pid"),
@@ -96,8 +125,41 @@ def paths(root: Path, member: Member) -> dict[str, Path]:
     }
 
 
-def write_conf(path: Path, values: dict[str, object]) -> None:
-    path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+def write_conf(path: Path, values: dict[str, object], sep: str = "=") -> None:
+    path.write_text("".join(f"{k}{sep}{v}\n" for k, v in values.items()))
+
+
+def etcd_conf(home: Path) -> tuple[dict[str, object], str]:
+    """etcd's YAML config file (one member on loopback), and its client endpoint."""
+    client, peer = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+    return {"name": "etcd0", "data-dir": str(home / "etcd0.data"), "listen-client-urls": client,
+            "advertise-client-urls": client, "listen-peer-urls": peer, "initial-advertise-peer-urls": peer,
+            "initial-cluster": f"etcd0={peer}", "initial-cluster-state": "new", "log-level": "warn",
+            "logger": "zap"}, client.removeprefix("http://")
+
+
+def etcd_binary() -> str:
+    from ctl.errors import DevClusterError
+    from harness.debian_pkg import find_or_install
+
+    path, why = find_or_install("etcd", "etcd-server")
+    if path is None:
+        raise DevClusterError(f"no etcd for controller mode: {why}", hint="apt-get install etcd-server")
+    return path
+
+
+def controller_conf(member: Member, home: Path, namesrv_addr: str, etcd_endpoint: str, file_size_mb: int,
+                    ha_secret_file: Path) -> tuple[dict[str, object], str]:
+    """A controller-mode member's conf: the nameserver runs the controller on etcd, brokers ask it for roles."""
+    values, addr = member_conf(member, home, namesrv_addr, file_size_mb, ha_secret_file)
+    if member.module == "namesrv":
+        values.update(enableControllerInNamesrv="true", controllerStoreEtcdEndpoints=etcd_endpoint,
+                      controllerInstanceId="namesrv-controller")
+    else:
+        for key in ("brokerId", "brokerRole"):
+            values.pop(key)
+        values.update(enableControllerMode="true", controllerAddr=namesrv_addr)
+    return values, addr
 
 
 def ensure_ha_secret(root: Path) -> Path:
@@ -179,7 +241,7 @@ def read_pid(p: dict[str, Path]) -> int | None:
 
 def running_members(root: Path) -> list[tuple[Member, int]]:
     found = []
-    for member in MEMBERS:
+    for member in members(root):
         p = paths(root, member)
         pid = read_pid(p)
         if pid is not None and alive(pid, p["conf"]):
@@ -192,18 +254,9 @@ def launch(member: Member, p: dict[str, Path]) -> int:
     env.pop("NAMESRV_ADDR", None)  # the conf names the nameserver; the env would override it
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    argv = [
-        sys.executable,
-        "-c",
-        LAUNCHER,
-        str(p["home"]),
-        str(p["log"]),
-        sys.executable,
-        "-m",
-        member.module,
-        "-c",
-        str(p["conf"]),
-    ]
+    server = ([etcd_binary(), "--config-file", str(p["conf"])] if member.module == "etcd"
+              else [sys.executable, "-m", member.module, "-c", str(p["conf"])])
+    argv = [sys.executable, "-c", LAUNCHER, str(p["home"]), str(p["log"]), *server]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=True)
     pid = int(done.stdout.strip())
     p["pid"].write_text(f"{pid}\n")
@@ -219,7 +272,7 @@ def wait_boot(member: Member, p: dict[str, Path], pid: int, log_offset: int) -> 
         with open(p["log"], "rb") as fh:
             fh.seek(log_offset)
             text = fh.read().decode("utf-8", "replace")
-        if ready.search(text):
+        if etcd_healthy(p) if member.module == "etcd" else ready.search(text):
             return
         if read_process_state(pid, p["conf"]) == "gone":  # "exec": just launched, its arguments not set up yet
             tail = " | ".join(text.strip().splitlines()[-3:])
@@ -235,6 +288,19 @@ def wait_boot(member: Member, p: dict[str, Path], pid: int, log_offset: int) -> 
         time.sleep(0.1)
 
 
+def etcd_healthy(p: dict[str, Path]) -> bool:
+    import json
+    import urllib.error
+    import urllib.request
+
+    try:
+        url = f"http://{p['addr'].read_text().strip()}/health"
+        with urllib.request.urlopen(url, timeout=1) as resp:
+            return json.load(resp).get("health") == "true"
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
 @app.command("up")
 def up(
     root: DirOpt,
@@ -245,12 +311,16 @@ def up(
     timeout_s: Annotated[
         float, typer.Option("--timeout", min=0.0, help="With --wait: give up after this many seconds.")
     ] = 60.0,
+    controller: Annotated[bool, typer.Option(
+        "--controller", help="Controller mode: etcd, a nameserver with the controller, broker-a-1..3, broker-b-1..3."
+    )] = False,
     progress: ProgressOpt = None,
     json: JsonOpt = False,
 ):
     """Start one nameserver and broker-a/-s (SYNC_MASTER), broker-b/-s (ASYNC_MASTER) on 127.0.0.1.
 
-    With --wait (the default) it returns once the cluster is ready, as mqctl cluster wait does.
+    With --wait (the default) it returns once the cluster is ready, as mqctl cluster wait does; in controller mode
+    also once every group has a master and every member in its SyncStateSet.
     """
     from ctl.errors import DevClusterError
     from ctl.health import ready_data, ready_lines, wait_ready
@@ -264,15 +334,32 @@ def up(
             hint=f"stop it with `mqctl dev down --dir {root}` or pick another --dir",
         )
     out = Output(json)
-    namesrv_addr = ""
+    namesrv_addr = etcd_endpoint = ""
     root.mkdir(parents=True, exist_ok=True)
+    if controller:
+        etcd_binary()  # install it (or say why not) before anything starts
+    if controller != is_controller_mode(root) and any((root / m.name).exists() for m in members(root)):
+        raise DevClusterError(
+            f"{root} holds a {'controller-mode' if is_controller_mode(root) else 'classic'} dev cluster's stores",
+            hint="pick another --dir (the two modes' stores and broker names differ)",
+        )
+    (root / MODE_FILE).write_text((CONTROLLER_MODE if controller else "classic") + "\n")
     secret_file = ensure_ha_secret(root)
     try:
-        for member in MEMBERS:
+        for member in members(root):
             p = paths(root, member)
             p["home"].mkdir(parents=True, exist_ok=True)
-            values, addr = member_conf(member, p["home"], namesrv_addr, file_size_mb, secret_file)
-            write_conf(p["conf"], values)
+            if member.module == "etcd":
+                values, addr = etcd_conf(p["home"])
+                write_conf(p["conf"], values, sep=": ")
+                etcd_endpoint = addr
+            elif controller:
+                values, addr = controller_conf(member, p["home"], namesrv_addr, etcd_endpoint, file_size_mb,
+                                               secret_file)
+                write_conf(p["conf"], values)
+            else:
+                values, addr = member_conf(member, p["home"], namesrv_addr, file_size_mb, secret_file)
+                write_conf(p["conf"], values)
             p["addr"].write_text(addr + "\n")
             if member.module == "namesrv":
                 namesrv_addr = addr
@@ -286,16 +373,50 @@ def up(
     data: dict = {"namesrvAddr": namesrv_addr, "dir": str(root), "processes": status_rows(root)}
     lines = [f"NAMESRV_ADDR={namesrv_addr}"]
     if wait:  # a timeout leaves the processes running, to be looked at (their logs) and stopped with dev down
-        groups = len({m.broker_name for m in MEMBERS if m.broker_name})
-        state = wait_ready(namesrv_addr, CLUSTER_NAME, groups, 1, timeout_s, Progress(progress))
+        group_names = sorted({m.broker_name for m in members(root) if m.broker_name})
+        slaves = sum(1 for m in members(root) if m.broker_name == group_names[0]) - 1
+        started = time.monotonic()
+        state = wait_ready(namesrv_addr, CLUSTER_NAME, len(group_names), slaves, timeout_s, Progress(progress))
         data["ready"] = ready_data(namesrv_addr, CLUSTER_NAME, state, {})
         lines = ready_lines(namesrv_addr, CLUSTER_NAME, state, {})
+        if controller:
+            left = max(0.0, timeout_s - (time.monotonic() - started))
+            groups = wait_sync_state_sets(namesrv_addr, group_names, slaves + 1, left)
+            data["syncStateSets"] = groups
+            lines.insert(1, "every group has a master and its whole SyncStateSet: "
+                         + ", ".join(f"{n} {g}" for n, g in groups.items()))
     out.show(data, lines)
+
+
+def wait_sync_state_sets(controller_addr: str, names: list[str], size: int, timeout_s: float) -> dict[str, list[int]]:
+    """Poll the controller until every group has a master and ``size`` members in its SyncStateSet."""
+    import asyncio
+
+    from ctl.controller import fetch_view
+    from ctl.errors import DevClusterError
+    from remoting.errors import RemotingError
+
+    deadline = time.monotonic() + timeout_s
+    last = "no answer yet"
+    while True:
+        try:
+            view = asyncio.run(fetch_view([controller_addr], names))
+            sets = {n: view.groups[n].sync_state_set for n in names if n in view.groups
+                    and view.groups[n].master_broker_id}
+            if len(sets) == len(names) and all(len(s) == size for s in sets.values()):
+                return sets
+            last = f"SyncStateSets {sets}"
+        except (RemotingError, DevClusterError, Exception) as exc:  # noqa: BLE001 - reported at the deadline
+            last = str(exc)
+        if time.monotonic() >= deadline:
+            raise DevClusterError(f"the controller-mode groups were not whole within {timeout_s:.0f}s ({last})",
+                                  hint="read the brokers' logs under --dir; `mqctl getSyncStateSet -b broker-a`")
+        time.sleep(0.2)
 
 
 def status_rows(root: Path) -> list[dict]:
     rows = []
-    for member in MEMBERS:
+    for member in members(root):
         p = paths(root, member)
         pid = read_pid(p)
         addr = p["addr"].read_text().strip() if p["addr"].exists() else None
@@ -319,13 +440,14 @@ def _signal(pid: int, sig: int) -> None:
 
 def stop_all(root: Path, out: Output) -> list[dict]:
     """SIGTERM every live member (slaves first), wait, SIGKILL what is left; remove the pid files."""
-    members = sorted(running_members(root), key=lambda mp: (mp[0].module == "namesrv", -mp[0].broker_id))
-    for _, pid in members:
+    order = {"broker": 0, "namesrv": 1, "etcd": 2}  # brokers first (slaves before masters), etcd last
+    live = sorted(running_members(root), key=lambda mp: (order[mp[0].module], -mp[0].broker_id))
+    for _, pid in live:
         _signal(pid, signal.SIGCONT)  # a stopped (SIGSTOP) process cannot handle SIGTERM
         _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
     stopped = []
-    for member, pid in members:
+    for member, pid in live:
         p = paths(root, member)
         while alive(pid, p["conf"]) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -336,7 +458,7 @@ def stop_all(root: Path, out: Output) -> list[dict]:
         p["pid"].unlink(missing_ok=True)
         stopped.append({"name": member.name, "pid": pid, "stoppedBy": how})
         out.progress(f"stopped {member.name} pid {pid} ({how})")
-    for member in MEMBERS:  # pid files of processes that died on their own (or were killed) are stale now
+    for member in members(root):  # pid files of processes that died on their own (or were killed) are stale now
         paths(root, member)["pid"].unlink(missing_ok=True)
     return stopped
 
@@ -350,3 +472,119 @@ def down(root: DirOpt, json: JsonOpt = False):
     if not stopped:
         out.progress(f"no dev cluster process runs in {root}")
     out.show({"dir": str(root), "stopped": stopped}, [])
+
+
+# kill | stop | start | pause | unpause on a dev cluster (mqctl kill master -b broker-a --dir DIR) ---------------
+def _namesrv_addr(root: Path) -> str:
+    p = paths(root, Member("namesrv", "namesrv"))
+    return p["addr"].read_text().strip() if p["addr"].exists() else ""
+
+
+def _group_roles(root: Path, broker_name: str) -> tuple[str | None, list[str]]:
+    """(the master's address, the slaves' addresses) of a group: the controller's word in controller mode, else
+    the nameserver's (brokerId 0 is the master)."""
+    from ctl.rpc import Cluster
+
+    namesrv = _namesrv_addr(root)
+    if is_controller_mode(root):
+        import asyncio
+
+        from ctl.controller import fetch_view
+
+        view = asyncio.run(fetch_view([namesrv], [broker_name]))
+        group = view.groups.get(broker_name)
+        if group is None:
+            return None, []
+        return group.master_address or None, [r["brokerAddress"] for r in group.replicas
+                                              if r["brokerId"] != group.master_broker_id]
+    with Cluster(namesrv) as cluster:
+        addrs = cluster.broker_group(broker_name).broker_addrs
+        master = addrs.get(0) or addrs.get("0")
+        return master, [a for i, a in sorted(addrs.items(), key=lambda kv: int(kv[0])) if int(i) != 0]
+
+
+def dev_target(root: Path, target: str, broker_name: str | None) -> Member:
+    """The process a chaos command names: ``master``/``slave`` with -b, or a process name."""
+    from ctl.errors import DevClusterError, UnknownName
+
+    known = members(root)
+    if not (root / "namesrv").exists():
+        raise DevClusterError(f"no dev cluster in {root}", hint=f"start one with `mqctl dev up --dir {root}`")
+    if target not in ("master", "slave"):
+        for member in known:
+            if member.name == target:
+                return member
+        raise UnknownName("process", target, [m.name for m in known],
+                          hint="pass master/slave -b <brokerName>, or a process of `mqctl dev status --dir`")
+    names = sorted({m.broker_name for m in known if m.broker_name})
+    if not broker_name:
+        raise typer.BadParameter(f"{target} needs -b <brokerName>, e.g. -b broker-a")
+    if broker_name not in names:
+        raise UnknownName("broker", broker_name, names, hint=f"pass -b with a broker group of the dev cluster in {root}")
+    if not is_controller_mode(root):  # classic: the processes are the roles
+        return next(m for m in known if m.broker_name == broker_name and (m.role == "SLAVE") == (target == "slave"))
+    master, slaves = _group_roles(root, broker_name)
+    wanted = [master] if target == "master" else slaves
+    by_addr = {paths(root, m)["addr"].read_text().strip(): m for m in known
+               if m.broker_name == broker_name and paths(root, m)["addr"].exists()}
+    running = {m.name for m, _ in running_members(root)}
+    for addr in wanted:
+        member = by_addr.get(addr or "")
+        if member is not None and (member.name in running or target == "master"):
+            return member
+    raise DevClusterError(f"{broker_name} has no {target} now (the controller names master {master or 'none'}, "
+                          f"slaves {slaves or 'none'})", hint="see `mqctl getSyncStateSet -b " + broker_name + "`")
+
+
+def dev_lifecycle(action: str, root: Path, target: str, broker_name: str | None, settle_s: float, json: bool) -> None:
+    """One chaos action on a dev cluster process, then clusterList (as the compose form prints it)."""
+    from ctl.errors import CtlError, DevClusterError
+
+    root = root.resolve()
+    member = dev_target(root, target, broker_name)
+    p = paths(root, member)
+    pid = read_pid(p)
+    live = pid is not None and alive(pid, p["conf"])
+    if action == "start":
+        if live:
+            raise DevClusterError(f"{member.name} runs already (pid {pid})", hint="kill or stop it first")
+        offset = p["log"].stat().st_size if p["log"].exists() else 0
+        pid = launch(member, p)
+        wait_boot(member, p, pid, offset)
+        did = f"start {member.name} (pid {pid}) done."
+    else:
+        if not live:
+            raise DevClusterError(f"{member.name} does not run", hint=f"start it with `mqctl start {member.name} "
+                                  f"--dir {root}`")
+        sig = {"kill": signal.SIGKILL, "stop": signal.SIGTERM, "restart": signal.SIGTERM, "pause": signal.SIGSTOP,
+               "unpause": signal.SIGCONT}[action]
+        if sig == signal.SIGTERM:
+            _signal(pid, signal.SIGCONT)
+        _signal(pid, sig)
+        if action in ("kill", "stop", "restart"):
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            while alive(pid, p["conf"]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if alive(pid, p["conf"]):
+                _signal(pid, signal.SIGKILL)
+            p["pid"].unlink(missing_ok=True)
+        did = f"{action} {member.name} (pid {pid}) done."
+        if action == "restart":
+            offset = p["log"].stat().st_size if p["log"].exists() else 0
+            pid = launch(member, p)
+            wait_boot(member, p, pid, offset)
+            did = f"restart {member.name} (pid {pid}) done."
+    if settle_s:
+        time.sleep(settle_s)
+    rows: list | None = None
+    try:
+        from ctl.cluster import CLUSTER_COLUMNS, cluster_rows
+        from ctl.output import format_table
+        from ctl.rpc import Cluster
+
+        with Cluster(_namesrv_addr(root)) as cluster:
+            rows = cluster_rows(cluster)
+        state = format_table(CLUSTER_COLUMNS, rows)
+    except CtlError as exc:
+        state = [f"cluster state unavailable: {exc}"]
+    Output(json).show({"dir": str(root), "process": member.name, "did": [did], "cluster": rows}, [did, "", *state])

@@ -89,7 +89,51 @@ def ha_report(addr: str, status) -> dict:
     }
 
 
+def add_controller_view(cluster, reports: list[dict]) -> list[str]:
+    """Controller mode (the broker names a controller in its runtime info): each report gets its group's
+    ``controller`` state (masterEpoch, SyncStateSet, this broker's controller brokerId) and each slave row whether it
+    is in the SyncStateSet; the footer names the active controller. Classic mode: nothing changes."""
+    from client.errors import MQClientError
+    from ctl.controller import controller_lines, controller_view
+
+    names: dict[str, str] = {}  # report address -> brokerName, for brokers in controller mode
+    addrs: set[str] = set()
+    for one in reports:
+        addr = one.get("masterAddr") if one["role"] != "SLAVE" else one["slaveAddr"]
+        try:
+            runtime = cluster.run(cluster.client.broker_runtime_info(addr))
+        except MQClientError:
+            continue
+        if runtime.get("controllerAddr"):
+            names[addr] = runtime.get("brokerName", "")
+            addrs.add(runtime["controllerAddr"])
+    if not addrs:
+        return []
+    view = controller_view(cluster, addrs, sorted(set(names.values())))
+    for one in reports:
+        addr = one.get("masterAddr") if one["role"] != "SLAVE" else one["slaveAddr"]
+        group = view.groups.get(names.get(addr, "")) if view is not None else None
+        if group is None:
+            continue
+        one["controller"] = {"brokerName": group.broker_name, "controllerBrokerId": group.id_of(addr),
+                             "masterEpoch": group.master_epoch, "syncStateSet": group.sync_state_set,
+                             "syncStateSetEpoch": group.sync_state_set_epoch}
+        for slave in one.get("slaves", []):
+            sid = group.id_of(slave["slaveAddr"])
+            slave["inSyncStateSet"] = sid in group.sync_state_set if sid is not None else None
+    return controller_lines(view, sorted(set(names.values())), True)
+
+
 def report_lines(report: dict) -> list[str]:
+    ctl_state = report.get("controller")
+    extra = []
+    if ctl_state is not None:
+        extra = [
+            f"#BrokerName {ctl_state['brokerName']}",
+            f"#ControllerBrokerId {ctl_state['controllerBrokerId']}",
+            f"#MasterEpoch {ctl_state['masterEpoch']}",
+            f"#SyncStateSet {ctl_state['syncStateSet']} (epoch {ctl_state['syncStateSetEpoch']})",
+        ]
     if report["role"] == "SLAVE":
         return [
             f"#SlaveAddr {report['slaveAddr']}",
@@ -100,13 +144,16 @@ def report_lines(report: dict) -> list[str]:
             f"#CommitLogMaxOffset {report['commitLogMaxOffset']}",
             f"#LastReadTime {report['lastReadTime']}",
             f"#LastWriteTime {report['lastWriteTime']}",
+            *extra,
         ]
+    columns = SLAVE_COLUMNS + ([Column("InSyncStateSet", "inSyncStateSet")] if ctl_state is not None else [])
     return [
         f"#MasterAddr {report['masterAddr']}",
         f"#MasterCommitLogMaxOffset {report['masterCommitLogMaxOffset']}",
         f"#SlaveNum {report['slaveNum']}",
         f"#InSyncSlaveNum {report['inSyncSlaveNum']}",
-        *format_table(SLAVE_COLUMNS, report["slaves"]),
+        *extra,
+        *format_table(columns, report["slaves"]),
     ]
 
 
@@ -126,11 +173,12 @@ def ha_status(
     def report(cluster: Cluster) -> list[str]:
         addrs = cluster.target_addrs(broker_addr, cluster_name)
         reports = [ha_report(addr, cluster.run(cluster.client.ha_status(addr))) for addr in addrs]
+        footer = add_controller_view(cluster, reports)
         lines: list[str] = []
         for i, one in enumerate(reports):
             if i:
                 lines.append("")
             lines += report_lines(one)
-        return out.lines(reports, lines)
+        return out.lines(reports, lines + footer)
 
     repeat_on_cluster(namesrv, report, interval, count, title="haStatus")

@@ -4,7 +4,7 @@ streams (spec rocketmq-replication.md §9.5: the truncation point is computed fr
 Body (RocketMQ's EpochEntryCache, JSON): clusterName, brokerName, brokerId, maxOffset and ``epochList`` of
 ``{"epoch", "startOffset", "endOffset"}``; the header carries ``haServerAddr``, where the slave's HA client connects.
 Only a master answers SUCCESS: a slave's history may be behind its master's, so asking one is a mistake the caller
-must see.
+must see. A tool that wants a slave's own history (``mqctl getBrokerEpoch``) says so with ``anyRole=true``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def body(cluster: str, broker_name: str, broker_id: int, entries: list[EpochEntr
 
 def answer(request: RemotingCommand, *, is_master: bool, cluster: str, broker_name: str, broker_id: int,
            entries: list[EpochEntry], max_offset: int, ha_server_addr: str) -> RemotingCommand:
-    if not is_master:
+    if not is_master and (request.ext or {}).get("anyRole") != "true":
         return response_to(request, ResponseCode.SYSTEM_ERROR,
                            f"broker {broker_name} id {broker_id} is not the master of its group; ask the master the "
                            "controller names")

@@ -39,7 +39,7 @@ import logging
 import time
 
 from broker.config import BrokerSettings
-from broker.controller_mode import epoch_cache, identity
+from broker.controller_mode import epoch_cache, identity, metrics
 from broker.controller_mode.ack_waiter import SyncStateSetWaiter
 from broker.controller_mode.fence import RoleLease
 from broker.controller_mode.roles import Kind, Role, decide, role_settings, same_role
@@ -50,6 +50,7 @@ from broker.store.epoch_file import consistent_offset
 from broker.store.message_store import MessageStore
 from common.errors import PyrmqError
 from common.log import RateLimitedLog
+from common.metrics import ScrapeCollector
 from common.service import Service
 from controller.client import ControllerClient, ControllerError, ReplicaInfo
 from remoting.client import RemotingClient
@@ -91,6 +92,8 @@ class ReplicasManager(Service):
         self._watched: Connection | None = None
         self._facts = (0, 0, 0)  # the last (epoch, max offset, confirm offset) a running store gave
         self.switches = 0
+        self.switches_to: dict[str, int] = {}  # role taken -> switches, for the metrics
+        self.fenced_before = 0  # fenced sends of the waiters of earlier terms as master
 
     # identity as the boot line and tools see it ---------------------------------------------------------------
     @property
@@ -158,6 +161,17 @@ class ReplicasManager(Service):
             identity.commit(root, self.cluster, self.broker_name, pending[0])
             return pending[0]
         raise PyrmqError("controller mode: could not obtain a brokerId in 20 attempts")
+
+    def facts(self) -> metrics.ControllerModeFacts:
+        """What the metrics show, read at scrape time."""
+        role, info, view = self.role, self.info, self.view
+        epoch = role.master_epoch if role is not None else (info.master_epoch if info is not None else 0)
+        if view is not None and role is not None and role.kind is Kind.MASTER:
+            size = len(view.members)
+        else:
+            size = len(info.sync_state_set) if info is not None else 0
+        fenced = self.fenced_before + (self.waiter.fenced if self.waiter is not None else 0)
+        return metrics.ControllerModeFacts(epoch, size, fenced, dict(self.switches_to))
 
     # rounds -------------------------------------------------------------------------------------------------
     def _on_notify(self, conn: Connection, request: RemotingCommand) -> None:
@@ -250,6 +264,8 @@ class ReplicasManager(Service):
             else:
                 await self._become_slave(wanted)
             self.switches += 1
+            taken = "MASTER" if wanted.kind is Kind.MASTER else "SLAVE"
+            self.switches_to[taken] = self.switches_to.get(taken, 0) + 1
         if wanted.kind is Kind.MASTER:
             await self._round()  # the lease: a heartbeat and a read that names us master
 
@@ -257,6 +273,7 @@ class ReplicasManager(Service):
     async def _stop_server(self) -> None:
         server, self.server = self.server, None
         if self.waiter is not None:
+            self.fenced_before += self.waiter.fenced
             self.waiter.close()
         self.waiter = None
         if server is not None:
@@ -283,6 +300,8 @@ class ReplicasManager(Service):
             raise
         if server.remoting is not None:
             server.remoting.register(RequestCode.GET_BROKER_EPOCH_CACHE, epoch_cache_processor)
+        if server.metrics is not None:
+            server.metrics.registry.register(ScrapeCollector("controller-mode", lambda: metrics.families(self.facts)))
         self.server = server
 
     async def _become_master(self, role: Role) -> None:

@@ -124,6 +124,10 @@ def runtime_table(ctx: BrokerContext, mornings: MorningTotals) -> dict[str, str]
             "brokerPermission": str(b.broker_permission),
         }
     )
+    mode = ctx.settings.controller
+    if mode.enable_controller_mode:  # pyrmq's own keys: clusterList asks this controller for the SyncStateSet
+        table["controllerAddr"] = ";".join(mode.controller_addrs)
+        table["masterEpoch"] = str(ctx.store.epochs.last_epoch)  # the epoch of the last entry this store holds
     table.setdefault("earliestMessageTimeStamp", "0")
     table.setdefault("commitLogDiskRatio", "0")
     ha = ha_status(ctx)

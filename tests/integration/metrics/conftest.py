@@ -24,9 +24,13 @@ def prometheus_binary() -> str:
     return path
 
 
-def dashboard_queries(dashboard_path: Path = DASHBOARD) -> list[tuple[str, str]]:
+CONTROLLER_ROW = "Controller mode"  # its series exist only on controller-mode clusters
+
+
+def dashboard_queries(dashboard_path: Path = DASHBOARD, skip_rows: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     """(panel title, PromQL) for every panel target, with template variables replaced by their All value and
-    Grafana's interval variables by test values; plus each query variable as a plain series selector."""
+    Grafana's interval variables by test values; plus each query variable as a plain series selector. Panels of
+    the rows named in ``skip_rows`` are left out (a classic cluster has no controller-mode series)."""
     dashboard = json.loads(dashboard_path.read_text())
     variables = {}
     out = []
@@ -37,7 +41,12 @@ def dashboard_queries(dashboard_path: Path = DASHBOARD) -> list[tuple[str, str]]
         if text.startswith("label_values(") and "," in text:
             metric = text[len("label_values("):].rsplit(",", 1)[0].strip()
             out.append((f"variable {var['name']}", metric))
+    row = ""
     for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            row = panel["title"]
+        if row in skip_rows:
+            continue
         for target in panel.get("targets", []):
             expr = target["expr"]
             for name, value in {**GRAFANA_VARS, **variables}.items():

@@ -1,4 +1,5 @@
-"""A real Prometheus scrapes in-process exporters (BrokerMetrics, NamesrvMetrics behind MetricsServer) and every
+"""A real Prometheus scrapes in-process exporters (BrokerMetrics with the controller-mode families, NamesrvMetrics
+and the embedded ControllerMetrics behind MetricsServer) and every
 dashboard query returns series. This checks the Prometheus fixture, the exposition format Prometheus accepts
 and the dashboard's PromQL without starting brokers; test_cluster_metrics.py does the same on real processes."""
 
@@ -10,10 +11,13 @@ import time
 
 import pytest
 
+from broker.controller_mode.metrics import ControllerModeFacts, families
 from broker.ha.status import HAStatus, MasterLinkStatus, SlaveLinkStatus
 from broker.metrics import BrokerMetrics, StoreGauges
 from broker.store.types import PutStatus
-from common.metrics import new_registry
+from common.metrics import ScrapeCollector, new_registry
+from controller.metrics import ControllerMetrics
+from controller.state import GroupState, Member
 from common.metrics_server import MetricsServer
 from namesrv.metrics import NamesrvMetrics
 from namesrv.route_table import DataVersion, RouteInfoManager, TopicConfig
@@ -48,6 +52,10 @@ class FakeCluster:
         ns_reg = new_registry()
         self.ns = NamesrvMetrics(ns_reg, node_id="127.0.0.1:9876", route_table=table,
                                  clock_ms=lambda: int(time.monotonic() * 1000))
+        group = GroupState("FakeCluster", "broker-a", {1: Member("127.0.0.1:10911"), 2: Member("127.0.0.1:10921")},
+                           1, "127.0.0.1:10911", 1, frozenset({1, 2}), 1)
+        self.controller = ControllerMetrics(ns_reg, node_id="ns-controller", is_active=lambda: True,
+                                            groups=lambda: [group], without_master_s=lambda name: 0.0)
         master_reg, slave_reg = new_registry(), new_registry()
         self.master = BrokerMetrics(master_reg, cluster="FakeCluster", broker_name="broker-a", broker_id=0,
                                     role="SYNC_MASTER", broker_addr="127.0.0.1:10911", store_dir="/")
@@ -78,6 +86,9 @@ class FakeCluster:
                                       self.max_offset)
             return HAStatus("SLAVE", self.max_offset, 0, client=client)
 
+        for m, role in ((self.master, "MASTER"), (self.slave, "SLAVE")):
+            facts = ControllerModeFacts(master_epoch=1, sync_state_set_size=2, role_changes={role: 1})
+            m.registry.register(ScrapeCollector("controller-mode", lambda f=facts: families(lambda: f)))
         self.master.set_providers(ha=master_ha)
         self.slave.set_providers(ha=slave_ha)
         for reg in (ns_reg, master_reg, slave_reg):
@@ -96,6 +107,7 @@ class FakeCluster:
             self.slave.on_pull("T", "G", 1, 300)
             self.slave.on_slave_sync("all", True)
             self.ns.on_route_query("found")
+            self.controller.on_election("broker-a", "elected")
             self.ns.on_register(self.ticks % 2)
             await asyncio.sleep(0.1)
 
