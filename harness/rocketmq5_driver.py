@@ -128,7 +128,12 @@ def main() -> None:
                 ids.append(producer.send(msg).message_id)
             return ids
         if op == "simple_consumer":
-            expression = FilterExpression(cmd.get("expression") or "*")
+            if cmd.get("sql"):  # RocketMQ 5's FilterExpression{type: SQL}
+                from rocketmq.grpc_protocol import FilterType
+
+                expression = FilterExpression(cmd["sql"], FilterType.SQL)
+            else:
+                expression = FilterExpression(cmd.get("expression") or "*")
             consumer = SimpleConsumer(config(cmd["endpoint"]), cmd["group"], {cmd["topic"]: expression},
                                       await_duration=cmd["await_s"])
             consumer.startup()

@@ -42,6 +42,7 @@ T = TypeVar("T")
 
 
 TX_CHECKS = {"transactionTimeOut": 1000, "transactionCheckInterval": 300}  # a crashed producer's half is checked soon
+MODULE_CONF = {**TX_CHECKS, "enablePropertyFilter": "true"}  # SQL92 filters (off by default, as RocketMQ)
 
 
 def _start_group(root, **conf) -> harness.Group:
@@ -69,7 +70,7 @@ def _start_group(root, **conf) -> harness.Group:
 
 @pytest.fixture(scope="module")
 def group(tmp_path_factory):
-    g = _start_group(tmp_path_factory.mktemp("v2-cluster"), **TX_CHECKS)
+    g = _start_group(tmp_path_factory.mktemp("v2-cluster"), **MODULE_CONF)
     yield g
     for proc in g.procs():
         proc.stop()
@@ -225,6 +226,28 @@ def _receive_until(consumer, count: int, invisible_s: int, timeout_s: float = 30
 
     wait_until(more, timeout_s, lambda: f"received {len(got)} of {count} messages: {got}")
     return got
+
+
+def test_a_simple_consumer_with_a_sql92_filter_receives_exactly_the_matching_messages(group, client):
+    topic, cgroup = "v2-sql92", "v2-sql92-group"
+    harness.create_topic(group, topic, 2)
+    producer = client()
+    producer.call(op="producer", endpoint=group.master.grpc_addr, topics=[topic])
+    sent = {}
+    for i in range(20):
+        receipt = producer.call(op="send", topic=topic, body=f"m{i}", tag="even" if i % 2 == 0 else "odd",
+                                props={"n": str(i), "region": "eu" if i % 3 == 0 else "us"})
+        sent[receipt["message_id"]] = i
+    want = {mid for mid, i in sent.items() if i > 4 and sent[mid] % 3 == 0}  # n > 4 AND region = 'eu'
+    consumer = client()
+    consumer.call(op="simple_consumer", endpoint=group.master.grpc_addr, group=cgroup, topic=topic, await_s=2,
+                  sql="n > 4 AND region = 'eu'")
+    got = _receive_until(consumer, len(want), invisible_s=30)
+    for m in got:
+        consumer.call(op="ack", id=m["id"])
+    assert {m["id"] for m in got} == want
+    rest = consumer.call(timeout_s=20, op="receive", max=32, invisible_s=30)["messages"]
+    assert rest == []  # nothing else matches
 
 
 def test_simple_consumer_receives_acks_and_an_unacked_message_comes_back_with_attempt_2(group, client):
