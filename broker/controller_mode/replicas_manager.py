@@ -28,8 +28,11 @@ The controller decides the role; this service carries it out:
   caught up for ``haMaxTimeSlaveNotCatchup``; grow with connected slaves that caught up within this epoch; each
   change goes to the controller (ALTER_SYNC_STATE_SET) and acks count against both sets while it is in flight.
 
-Not yet: consume queues are dispatched up to the max offset, not the confirm offset (a consumer may see a message
-that a later master does not have); the lease is not held in etcd (see ``fence``).
+- **Confirm offset** (on the master): consumer reads (pull, long-polling wakeups, v2 receive) stop at the
+  SyncStateSet's confirm offset (``store.visibility``); it starts at the store's end when the broker took over.
+
+Not yet: a slave serves reads up to its own max offset (it does not learn the master's confirm offset: the 4.x HA
+framing carries none), and the lease is not held in etcd (see ``fence``).
 """
 
 from __future__ import annotations
@@ -238,6 +241,7 @@ class ReplicasManager(Service):
                     self.lease.renew(sent)
                 if self.view is not None and info.sync_state_set_epoch > self.view.epoch:
                     self.view.members, self.view.epoch = info.sync_state_set, info.sync_state_set_epoch
+                    self._set_changed()
             else:
                 self.lease.revoke(f"the controller names brokerId {info.master_broker_id} master at masterEpoch "
                                   f"{info.master_epoch}")
@@ -321,6 +325,8 @@ class ReplicasManager(Service):
                                       f"{store.epochs.last_epoch}")
             start = store.max_phy_offset
             await asyncio.get_running_loop().run_in_executor(None, store.epochs.append, role.master_epoch, start)
+            # consumers see what was here when this broker took over, and later records once the set holds them
+            store.enable_confirm_gate(start)
             self.view = SyncStateSetView(master_id=self.broker_id, members=members, epoch=sss_epoch,
                                          epoch_start=store.epochs.entries[-1].start_offset)
 
@@ -331,6 +337,10 @@ class ReplicasManager(Service):
                 view=lambda: self.view, acks=lambda: {i: c.link.ack_offset for i, c in ha_master.connections.items()},
                 master_max=lambda: store.max_phy_offset, lease=self.lease,
                 slave_timeout_ms=settings.store.slave_timeout, all_ack=self.cfg.all_ack_in_sync_state_set)
+            gate = store.confirm_gate
+            if gate is not None:
+                gate.confirm = waiter.covered if self.cfg.all_ack_in_sync_state_set else lambda: store.max_phy_offset
+                ha_master.ack_observers.append(gate.refresh)
             ha_master.ack_observers.append(waiter.on_ack)
             wait = waiter.wait if s.metrics is None else s.metrics.timed_replica_waiter(waiter.wait)
             store.set_replica_waiter(wait)
@@ -395,6 +405,15 @@ class ReplicasManager(Service):
             await store.stop()
 
     # SyncStateSet -------------------------------------------------------------------------------------------
+    def _set_changed(self) -> None:
+        """The SyncStateSet changed: release the sends and the consumer reads it now covers."""
+        if self.waiter is not None:
+            self.waiter.on_ack()
+        server = self.server
+        gate = server.store.confirm_gate if server is not None and server.store is not None else None
+        if gate is not None:
+            gate.refresh()
+
     async def _check_sync_state_set(self) -> None:
         server, view, role = self.server, self.view, self.role
         if server is None or view is None or role is None or role.kind is not Kind.MASTER or view.proposed:
@@ -425,5 +444,4 @@ class ReplicasManager(Service):
             self._kick.set()
         finally:
             view.proposed = None
-            if self.waiter is not None:
-                self.waiter.on_ack()
+            self._set_changed()
