@@ -31,8 +31,13 @@ The controller decides the role; this service carries it out:
 - **Confirm offset** (on the master): consumer reads (pull, long-polling wakeups, v2 receive) stop at the
   SyncStateSet's confirm offset (``store.visibility``); it starts at the store's end when the broker took over.
 
-Not yet: a slave serves reads up to its own max offset (it does not learn the master's confirm offset: the 4.x HA
-framing carries none), and the lease is not held in etcd (see ``fence``).
+  A slave's consumer reads stop at the master's confirm offset too: the master reports it in its heartbeat, the
+  controller passes it on in GET_REPLICA_INFO (``masterConfirmOffset``, only of the current masterEpoch) and the
+  slave's rounds apply it, so a slave lags the master's visibility by up to two heartbeat intervals. The 4.x HA
+  framing pyrmq keeps (RocketMQ 5 sends it in every transfer header) has no field for it; the controller path
+  changes no wire a 4.x peer reads.
+
+Not yet: the lease is not held in etcd (see ``fence``).
 """
 
 from __future__ import annotations
@@ -94,6 +99,7 @@ class ReplicasManager(Service):
         self._switch = asyncio.Lock()
         self._watched: Connection | None = None
         self._facts = (0, 0, 0)  # the last (epoch, max offset, confirm offset) a running store gave
+        self._master_confirm = 0  # as a slave: the master's confirm offset of its current epoch, from the controller
         self.switches = 0
         self.switches_to: dict[str, int] = {}  # role taken -> switches, for the metrics
         self.fenced_before = 0  # fenced sends of the waiters of earlier terms as master
@@ -204,8 +210,9 @@ class ReplicasManager(Service):
             return self._facts
         store = server.store
         confirm = store.max_phy_offset
+        gate = store.confirm_gate
         if self.waiter is not None and self.role is not None and self.role.kind is Kind.MASTER:
-            confirm = max(self.waiter.covered(), 0)
+            confirm = gate.refresh() if gate is not None else max(self.waiter.covered(), 0)
         self._facts = (store.epochs.last_epoch, store.max_phy_offset, confirm)
         return self._facts
 
@@ -245,6 +252,12 @@ class ReplicasManager(Service):
             else:
                 self.lease.revoke(f"the controller names brokerId {info.master_broker_id} master at masterEpoch "
                                   f"{info.master_epoch}")
+        elif (role is not None and role.kind is Kind.SLAVE and info.master_epoch == role.master_epoch
+              and info.master_broker_id == role.master_id and info.master_confirm_offset is not None):
+            self._master_confirm = info.master_confirm_offset
+            gate = self.server.store.confirm_gate if self.server is not None and self.server.store else None
+            if gate is not None:
+                gate.refresh()
         await self._settle(info)
 
     async def _settle(self, info: ReplicaInfo) -> None:
@@ -360,7 +373,15 @@ class ReplicasManager(Service):
         self.role = None
         settings = role_settings(self.base, role, self.broker_id, cache.ha_server_addr)
         await self._fit_store(settings, cache)
-        await self._serve(BrokerServer(settings))
+        self._master_confirm = 0
+        server = BrokerServer(settings)
+
+        async def gate_reads(store: MessageStore) -> None:
+            # consumers of a slave see what the master confirmed; nothing until the first round brings it
+            store.enable_confirm_gate(0).confirm = lambda: self._master_confirm
+
+        server.store_started_hooks.append(gate_reads)
+        await self._serve(server)
         self.view = None
         self.role = role
 

@@ -6,7 +6,8 @@ mode's hot path stays exactly as it was) and the consumer reads stop at the conf
 once per pull batch (``get.get_message``'s ``visible_below``), and the dispatch notifications consumers wait on
 (long polling, v2 receive) are held back until the confirm offset covers the records that caused them, then
 released in order. ``confirm`` is the master's replica waiter's confirm offset; ``refresh`` runs on every ack, every
-SyncStateSet change and every put (a set of the master alone confirms its max offset at once). The limit never goes
+SyncStateSet change and every put (a set of the master alone confirms its max offset at once). On a slave
+``confirm`` is the master's confirm offset as the controller last reported it (``replicas_manager``). The limit never goes
 back: a member without a connection holds it where it is (RocketMQ refuses to advance then).
 
 Bounded: per queue at most ``MAX_PENDING`` held notifications; past that the newest one replaces the last kept (a

@@ -35,6 +35,7 @@ async def test_a_message_is_visible_only_once_every_member_holds_it(tmp_path, cn
     brokers = [controller_broker(tmp_path, cns, GROUP, i, slaveTimeout=1000, haMaxTimeSlaveNotCatchup=60_000)
                for i in (1, 2, 3)]
     client = BrokerClient(brokers[0].addr)
+    slave = BrokerClient(brokers[1].addr)
     try:
         for b in brokers:
             b.start()
@@ -44,6 +45,14 @@ async def test_a_message_is_visible_only_once_every_member_holds_it(tmp_path, cn
         assert (await client.send(TOPIC, 0, [message(b"confirmed")])).code == ResponseCode.SUCCESS
         assert await bodies(client, 0) == (ResponseCode.SUCCESS, [b"confirmed"])
 
+        async def slave_serves(*want: bytes):
+            async def check() -> bool:
+                return await bodies(slave, 0) == (ResponseCode.SUCCESS, list(want))
+            return check
+
+        # the slave learns the master's confirm offset through the controller (a heartbeat round or two)
+        await async_wait_until(await slave_serves(b"confirmed"), 10, "the slave serves the confirmed message")
+
         brokers[2].pause()
         late = await client.send(TOPIC, 0, [message(b"pending")])
         assert late.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (late.code, late.remark)
@@ -51,6 +60,10 @@ async def test_a_message_is_visible_only_once_every_member_holds_it(tmp_path, cn
         assert code == ResponseCode.PULL_NOT_FOUND and seen == [], (code, seen)
         code, seen = await bodies(client, 0)
         assert seen == [b"confirmed"], seen  # the queue ends, for consumers, before the pending message
+        # slave 2 holds the pending message (it acked it) but must not serve it either; two rounds pass meanwhile
+        for _ in range(3):
+            assert await bodies(slave, 0) == (ResponseCode.SUCCESS, [b"confirmed"])
+            await asyncio.sleep(1)  # not a pass/fail timing: gives the slave's rounds a chance to get it wrong
 
         # a held pull (long polling) is answered with the message once the frozen member acked it
         held = asyncio.ensure_future(bodies(client, 1, sys_flag=FLAG_SUSPEND | FLAG_SUBSCRIPTION, suspend_ms=30_000, timeout=40))
@@ -58,7 +71,9 @@ async def test_a_message_is_visible_only_once_every_member_holds_it(tmp_path, cn
         assert not held.done()
         brokers[2].resume()
         assert await asyncio.wait_for(held, 40) == (ResponseCode.SUCCESS, [b"pending"])
+        await async_wait_until(await slave_serves(b"confirmed", b"pending"), 10, "the slave serves it once confirmed")
     finally:
+        await slave.close()
         await client.close()
         for b in brokers:
             b.resume()
