@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
+from broker.grpc_v2.pb import definition_pb2 as pb
+from broker.grpc_v2.pb import service_pb2 as spb
+from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
 from client import AdminClient, Producer, SendStatus
 from harness.checker import Mode, Read, check
 from harness.controller_mode import controller_broker, replica_info, sync_state_set_is
 from harness.waiting import async_wait_until
 from remoting.codes import ResponseCode
-from tests.integration.broker.rpc import FLAG_SUBSCRIPTION, FLAG_SUSPEND, BrokerClient, message
+from tests.integration.broker.rpc import FLAG_SUBSCRIPTION, FLAG_SUSPEND, BrokerClient, group_config, message
 from tests.integration.controller_mode.test_failover import TOPIC as FAILOVER_TOPIC
 from tests.integration.controller_mode.test_failover import History, drain
 
@@ -23,6 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240
 TOPIC = "ConfirmTopic"
 GROUP = "broker-c"
 CONSUMERS = "confirm-readers"
+V2_CLIENT = [("x-mq-client-id", "pytest@confirm-offset")]
 
 
 async def bodies(client: BrokerClient, offset: int, **kw) -> tuple[int, list[bytes]]:
@@ -161,6 +167,44 @@ async def test_after_a_failover_no_consumer_has_seen_a_message_the_new_master_la
         await reader.close()
         await producer.stop()
         await admin.stop()
+        for b in brokers:
+            b.resume()
+            b.stop()
+
+
+async def test_a_v2_receive_gets_a_message_only_once_every_member_holds_it(tmp_path, cns):
+    brokers = [controller_broker(tmp_path, cns, GROUP, i, slaveTimeout=1000, haMaxTimeSlaveNotCatchup=60_000)
+               for i in (1, 2, 3)]
+    client = BrokerClient(brokers[0].addr)
+    consumers = "confirm-v2"
+
+    async def receive(stub, wait_s: int) -> list[bytes]:
+        req = spb.ReceiveMessageRequest(
+            group=pb.Resource(name=consumers), message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC)),
+            filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"), batch_size=8,
+            invisible_duration=Duration(seconds=30), long_polling_timeout=Duration(seconds=wait_s))
+        answers = [r async for r in stub.ReceiveMessage(req, metadata=V2_CLIENT, timeout=wait_s + 20)]
+        return [r.message.body for r in answers if r.HasField("message")]
+
+    try:
+        for b in brokers:
+            b.start()
+        await async_wait_until(sync_state_set_is(cns, GROUP, {1, 2, 3}), 20, "the slaves join the SyncStateSet")
+        assert (await client.create_topic(TOPIC, queues=1)).code == ResponseCode.SUCCESS
+        assert (await client.create_group(group_config(consumers))).code == ResponseCode.SUCCESS
+        brokers[2].pause()
+        late = await client.send(TOPIC, 0, [message(b"pending")])
+        assert late.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (late.code, late.remark)
+        async with grpc.aio.insecure_channel(brokers[0].grpc_addr) as channel:
+            stub = sgrpc.MessagingServiceStub(channel)
+            assert await receive(stub, 0) == []
+            held = asyncio.ensure_future(receive(stub, 20))
+            await asyncio.sleep(0)
+            assert not held.done()
+            brokers[2].resume()
+            assert await asyncio.wait_for(held, 40) == [b"pending"]
+    finally:
+        await client.close()
         for b in brokers:
             b.resume()
             b.stop()
