@@ -24,6 +24,7 @@ HA: ``self.ha`` (every role) and, on a slave, ``self.slave_sync``; both reach ha
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -206,7 +207,7 @@ class BrokerServer(Service):
         metrics.registry.register(ScrapeCollector("metadata", lambda: metadata_families(
             topics=topics, groups=groups, files=(topics, groups, offsets, delay_offsets))))
 
-        hold = PullRequestHoldService(store.max_offset_in_queue)
+        hold = PullRequestHoldService(functools.partial(store.max_offset_in_queue, confirmed_only=True))
         clients = ClientManager()
         self.ctx = ctx = BrokerContext(
             settings=settings,
@@ -223,7 +224,7 @@ class BrokerServer(Service):
             master=self.master,
             metrics=metrics,
         )
-        store.add_dispatch_listener(hold.notify)
+        store.add_dispatch_listener(hold.notify, confirmed=True)
         self._services = [hold, clients, LoopLagProbe(metrics.loop_lag)]
         if settings.role.is_master:
             self.schedule = ScheduleService(

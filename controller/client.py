@@ -39,6 +39,7 @@ class ReplicaInfo:
     master_epoch: int
     sync_state_set: frozenset[int]
     sync_state_set_epoch: int
+    master_confirm_offset: int | None = None  # pyrmq: the master's confirm offset, None when the controller has none
 
 
 def _replica_info(resp: RemotingCommand) -> ReplicaInfo:
@@ -54,6 +55,8 @@ def _replica_info(resp: RemotingCommand) -> ReplicaInfo:
                                      body.get("syncStateSet", ())),
             sync_state_set_epoch=parse_int(body.get("syncStateSetEpoch", 0), 0, INT_MAX,
                                            what="syncStateSetEpoch"),
+            master_confirm_offset=parse_int(ext["masterConfirmOffset"], 0, LONG_MAX, what="masterConfirmOffset")
+            if ext.get("masterConfirmOffset") else None,
         )
     except (orjson.JSONDecodeError, NumberError, AttributeError, TypeError) as exc:
         raise ControllerError("controller answer", RC.SYSTEM_ERROR, f"does not parse: {exc}") from None

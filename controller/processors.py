@@ -12,7 +12,8 @@ Requests (header fields as RocketMQ's Java headers; the response header, then th
   masterEpoch, syncStateSetEpoch; ``{"brokerMemberGroup": {...}, "syncStateSet": [...]}``.
 - 1001 ALTER_SYNC_STATE_SET: brokerName, masterBrokerId, masterEpoch and a SyncStateSet body ->
   newSyncStateSetEpoch; SyncStateSet.
-- 1004 GET_REPLICA_INFO: brokerName -> masterBrokerId, masterAddress, masterEpoch; SyncStateSet.
+- 1004 GET_REPLICA_INFO: brokerName -> masterBrokerId, masterAddress, masterEpoch (and pyrmq's masterConfirmOffset:
+  the master's last heartbeat's confirmOffset, when that heartbeat was of the current masterEpoch); SyncStateSet.
 - 1005 GET_METADATA_INFO -> group, controllerLeaderId, controllerLeaderAddress, isLeader, peers.
 - 1006 GET_SYNC_STATE_DATA: a JSON list of brokerNames -> BrokerReplicasInfo JSON.
 
@@ -252,6 +253,11 @@ class ControllerProcessors:
                                f"the controller knows no broker group {name}")
         ext = _state_header(state)
         ext.pop("syncStateSetEpoch")
+        # pyrmq: the master's confirm offset from its last heartbeat of this masterEpoch, so slaves serve consumers
+        # only what the SyncStateSet holds (the 4.x HA framing pyrmq keeps has no field for it)
+        master = self.manager.live.last(name, state.master_broker_id) if state.master_broker_id is not None else None
+        if master is not None and master.epoch == state.master_epoch:
+            ext["masterConfirmOffset"] = str(master.confirm_offset)
         return response_to(request, RC.SUCCESS, None, ext=ext, body=sync_state_set_body(state))
 
     async def get_sync_state_data(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

@@ -28,8 +28,16 @@ The controller decides the role; this service carries it out:
   caught up for ``haMaxTimeSlaveNotCatchup``; grow with connected slaves that caught up within this epoch; each
   change goes to the controller (ALTER_SYNC_STATE_SET) and acks count against both sets while it is in flight.
 
-Not yet: consume queues are dispatched up to the max offset, not the confirm offset (a consumer may see a message
-that a later master does not have); the lease is not held in etcd (see ``fence``).
+- **Confirm offset** (on the master): consumer reads (pull, long-polling wakeups, v2 receive) stop at the
+  SyncStateSet's confirm offset (``store.visibility``); it starts at the store's end when the broker took over.
+
+  A slave's consumer reads stop at the master's confirm offset too: the master reports it in its heartbeat, the
+  controller passes it on in GET_REPLICA_INFO (``masterConfirmOffset``, only of the current masterEpoch) and the
+  slave's rounds apply it, so a slave lags the master's visibility by up to two heartbeat intervals. The 4.x HA
+  framing pyrmq keeps (RocketMQ 5 sends it in every transfer header) has no field for it; the controller path
+  changes no wire a 4.x peer reads.
+
+Not yet: the lease is not held in etcd (see ``fence``).
 """
 
 from __future__ import annotations
@@ -91,6 +99,7 @@ class ReplicasManager(Service):
         self._switch = asyncio.Lock()
         self._watched: Connection | None = None
         self._facts = (0, 0, 0)  # the last (epoch, max offset, confirm offset) a running store gave
+        self._master_confirm = 0  # as a slave: the master's confirm offset of its current epoch, from the controller
         self.switches = 0
         self.switches_to: dict[str, int] = {}  # role taken -> switches, for the metrics
         self.fenced_before = 0  # fenced sends of the waiters of earlier terms as master
@@ -201,8 +210,9 @@ class ReplicasManager(Service):
             return self._facts
         store = server.store
         confirm = store.max_phy_offset
+        gate = store.confirm_gate
         if self.waiter is not None and self.role is not None and self.role.kind is Kind.MASTER:
-            confirm = max(self.waiter.covered(), 0)
+            confirm = gate.refresh() if gate is not None else max(self.waiter.covered(), 0)
         self._facts = (store.epochs.last_epoch, store.max_phy_offset, confirm)
         return self._facts
 
@@ -238,9 +248,16 @@ class ReplicasManager(Service):
                     self.lease.renew(sent)
                 if self.view is not None and info.sync_state_set_epoch > self.view.epoch:
                     self.view.members, self.view.epoch = info.sync_state_set, info.sync_state_set_epoch
+                    self._set_changed()
             else:
                 self.lease.revoke(f"the controller names brokerId {info.master_broker_id} master at masterEpoch "
                                   f"{info.master_epoch}")
+        elif (role is not None and role.kind is Kind.SLAVE and info.master_epoch == role.master_epoch
+              and info.master_broker_id == role.master_id and info.master_confirm_offset is not None):
+            self._master_confirm = info.master_confirm_offset
+            gate = self.server.store.confirm_gate if self.server is not None and self.server.store else None
+            if gate is not None:
+                gate.refresh()
         await self._settle(info)
 
     async def _settle(self, info: ReplicaInfo) -> None:
@@ -321,6 +338,8 @@ class ReplicasManager(Service):
                                       f"{store.epochs.last_epoch}")
             start = store.max_phy_offset
             await asyncio.get_running_loop().run_in_executor(None, store.epochs.append, role.master_epoch, start)
+            # consumers see what was here when this broker took over, and later records once the set holds them
+            store.enable_confirm_gate(start)
             self.view = SyncStateSetView(master_id=self.broker_id, members=members, epoch=sss_epoch,
                                          epoch_start=store.epochs.entries[-1].start_offset)
 
@@ -331,6 +350,10 @@ class ReplicasManager(Service):
                 view=lambda: self.view, acks=lambda: {i: c.link.ack_offset for i, c in ha_master.connections.items()},
                 master_max=lambda: store.max_phy_offset, lease=self.lease,
                 slave_timeout_ms=settings.store.slave_timeout, all_ack=self.cfg.all_ack_in_sync_state_set)
+            gate = store.confirm_gate
+            if gate is not None:
+                gate.confirm = waiter.covered if self.cfg.all_ack_in_sync_state_set else lambda: store.max_phy_offset
+                ha_master.ack_observers.append(gate.refresh)
             ha_master.ack_observers.append(waiter.on_ack)
             wait = waiter.wait if s.metrics is None else s.metrics.timed_replica_waiter(waiter.wait)
             store.set_replica_waiter(wait)
@@ -350,7 +373,15 @@ class ReplicasManager(Service):
         self.role = None
         settings = role_settings(self.base, role, self.broker_id, cache.ha_server_addr)
         await self._fit_store(settings, cache)
-        await self._serve(BrokerServer(settings))
+        self._master_confirm = 0
+        server = BrokerServer(settings)
+
+        async def gate_reads(store: MessageStore) -> None:
+            # consumers of a slave see what the master confirmed; nothing until the first round brings it
+            store.enable_confirm_gate(0).confirm = lambda: self._master_confirm
+
+        server.store_started_hooks.append(gate_reads)
+        await self._serve(server)
         self.view = None
         self.role = role
 
@@ -395,6 +426,15 @@ class ReplicasManager(Service):
             await store.stop()
 
     # SyncStateSet -------------------------------------------------------------------------------------------
+    def _set_changed(self) -> None:
+        """The SyncStateSet changed: release the sends and the consumer reads it now covers."""
+        if self.waiter is not None:
+            self.waiter.on_ack()
+        server = self.server
+        gate = server.store.confirm_gate if server is not None and server.store is not None else None
+        if gate is not None:
+            gate.refresh()
+
     async def _check_sync_state_set(self) -> None:
         server, view, role = self.server, self.view, self.role
         if server is None or view is None or role is None or role.kind is not Kind.MASTER or view.proposed:
@@ -425,5 +465,4 @@ class ReplicasManager(Service):
             self._kick.set()
         finally:
             view.proposed = None
-            if self.waiter is not None:
-                self.waiter.on_ack()
+            self._set_changed()

@@ -188,6 +188,7 @@ def _read(
         max_total_bytes=max(0, h.max_msg_bytes or 0),
         tag_filter=filters[0],
         record_filter=filters[1],
+        confirmed_only=True,
     )
     code = get_code(result.status, h.queue_offset)
     suggest = read_advice.suggest_broker_id(

@@ -17,6 +17,10 @@ Statuses and ``next_begin_offset`` follow 4.9.8 exactly (spec §5.1):
   (MESSAGE_WAS_REMOVING) skips to the next commitlog file. ``suggest_pulling_from_slave`` is set when the
   head is that far ahead of the last unit examined. The queue's file missing -> OFFSET_FOUND_NULL.
 
+``visible_below`` (controller mode, consumer reads): units whose record starts at or beyond it are not served; the
+queue answers as if it ended at the first of them (OFFSET_OVERFLOW_ONE there, ``max_offset`` cut to it when the
+batch met it). One comparison per batch when the whole batch is visible.
+
 ``correction(old, new)`` is ``new`` except on a SLAVE without ``offsetCheckInSlave``, where it is ``old``.
 Pure reads of memory-mapped files: no awaits, safe on the event loop.
 """
@@ -36,6 +40,7 @@ from broker.store.commitlog import CommitLog
 from broker.store.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
 from broker.store.consume_queue_store import ConsumeQueueStore
 from broker.store.types import GetResult, GetStatus
+from broker.store.visibility import visible_units
 from remoting.message_codec import (
     MESSAGE_MAGIC,
     MIN_RECORD_SIZE,
@@ -83,6 +88,7 @@ def get_message(
     max_total_bytes: int,
     tag_filter: TagFilter | None,
     record_filter: RecordFilter | None = None,
+    visible_below: int | None = None,
 ) -> GetResult:
     correct = cfg.broker_role is not BrokerRole.SLAVE or cfg.offset_check_in_slave
 
@@ -110,6 +116,13 @@ def get_message(
         per_file = cq.file_size // UNIT_SIZE
         nxt = correction(offset, offset + per_file - offset % per_file)
         return GetResult(GetStatus.OFFSET_FOUND_NULL, nxt, min_offset, max_offset)
+    if visible_below is not None:  # controller mode: the queue ends, for consumers, at the confirm offset
+        n = visible_units(units, visible_below)
+        if not n:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, correction(offset, offset), min_offset, offset)
+        if n * UNIT_SIZE < len(units):
+            units = units[: n * UNIT_SIZE]
+            max_offset = offset + n
 
     memory = TOTAL_PHYSICAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
     read = _Read(cfg, commitlog, offset, min_offset, max_offset, max_msg_nums, max_total_bytes, max_offset_py - memory)

@@ -57,6 +57,7 @@ from broker.store.flush import GroupCommitService, build_flush_services
 from broker.store.recovery import load_and_recover
 from broker.store.types import CommitlogSlice, GetResult, MessageDraft, PutResult, PutStatus, RawBatch
 from broker.store.types import StoreOffsetMismatch
+from broker.store.visibility import ConfirmGate, visible_max_offset
 from remoting.message_codec import MAX_PROPERTIES_LEN, MAX_RETRY_TOPIC_LEN, MIN_RECORD_SIZE, StoredMessage, TagFilter
 from remoting.message_codec import host_bytes
 
@@ -117,6 +118,7 @@ class MessageStore:
             self._cleanup.commitlog_min_listeners.append(self.index.delete_below)
         self._group_commit: GroupCommitService | None = None
         self._services: list = []
+        self._gate: ConfirmGate | None = None  # controller mode's confirm-offset gate; None in classic mode
 
     # lifecycle -------------------------------------------------------------------------------------------
     def lock(self) -> None:
@@ -258,9 +260,26 @@ class MessageStore:
     def set_replica_waiter(self, waiter: put_path.ReplicaWaiter | None) -> None:
         self._replica_waiter = waiter
 
-    def add_dispatch_listener(self, cb: DispatchListener) -> None:
-        """``cb(topic, queue_id, max_queue_offset)`` after new units of that queue were written."""
-        self._state.dispatch_listeners.append(cb)
+    def add_dispatch_listener(self, cb: DispatchListener, *, confirmed: bool = False) -> None:
+        """``cb(topic, queue_id, max_queue_offset)`` after new units of that queue were written; with ``confirmed``
+        (a consumer's wakeup) and a confirm gate, only once the confirm offset covers them."""
+        if confirmed and self._gate is not None:
+            self._gate.listeners.append(cb)
+        else:
+            self._state.dispatch_listeners.append(cb)
+
+    def enable_confirm_gate(self, initial: int) -> ConfirmGate:
+        """Controller mode: consumer reads (``confirmed_only``) stop at the confirm offset from now on, starting at
+        ``initial``; the caller sets ``gate.confirm`` and calls ``gate.refresh`` when acks or the set change. Call it
+        before any ``confirmed`` listener is added."""
+        if self._gate is None:
+            self._gate = ConfirmGate(initial, lambda: self._commitlog.max_offset)
+            self._state.dispatch_listeners.append(self._gate.on_dispatch)
+        return self._gate
+
+    @property
+    def confirm_gate(self) -> ConfirmGate | None:
+        return self._gate
 
     def add_append_listener(self, cb: AppendListener) -> None:
         """``cb(max_phy_offset)`` after every commitlog append."""
@@ -375,11 +394,14 @@ class MessageStore:
         max_total_bytes: int = 0,
         tag_filter: TagFilter | None = None,
         record_filter: get_path.RecordFilter | None = None,
+        confirmed_only: bool = False,
     ) -> GetResult:
+        """``confirmed_only``: a consumer's read, which stops at the confirm offset in controller mode."""
         self.stats["getMessageTimesTotal"] += 1
+        gate = self._gate
         result = get_path.get_message(
             self.config, self._commitlog, self._queues, topic, queue_id, offset, max_msg_nums, max_total_bytes,
-            tag_filter, record_filter,
+            tag_filter, record_filter, gate.limit if confirmed_only and gate is not None else None,
         )
         if result.message_count:
             self.stats["getMessageFoundTotal"] += 1
@@ -406,9 +428,13 @@ class MessageStore:
         cq = self._queues.find(topic, queue_id)
         return cq.min_offset if cq else 0
 
-    def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+    def max_offset_in_queue(self, topic: str, queue_id: int, *, confirmed_only: bool = False) -> int:
         cq = self._queues.find(topic, queue_id)
-        return cq.max_offset if cq else 0
+        if cq is None:
+            return 0
+        if confirmed_only and self._gate is not None:
+            return visible_max_offset(cq, self._gate.limit)
+        return cq.max_offset
 
     def store_timestamp_at(self, topic: str, queue_id: int, queue_offset: int) -> int:
         return get_path.store_timestamp_at(self._commitlog, self._queues.find(topic, queue_id), queue_offset)

@@ -130,7 +130,7 @@ class PopService:
     # lifecycle ----------------------------------------------------------------------------------------------
     async def start(self) -> None:
         self.arrivals.start()
-        self.ctx.store.add_dispatch_listener(self.arrivals.on_dispatch)
+        self.ctx.store.add_dispatch_listener(self.arrivals.on_dispatch, confirmed=True)
         self.revive_log.open()
         self._task = asyncio.create_task(self._every(REVIVE_INTERVAL_S, self.reviver.revive_due, "pop revive"),
                                          name="pop-revive")
@@ -338,7 +338,8 @@ class PopService:
                     offset = store.min_offset_in_queue(real_topic, queue_id)
                 result = store.get_message(group, real_topic, queue_id, offset, count - len(records),
                                            tag_filter=tag_filter,
-                                           record_filter=how.record_filter if real_topic == how.topic else None)
+                                           record_filter=how.record_filter if real_topic == how.topic else None,
+                                           confirmed_only=True)
                 if result.status is GetStatus.FOUND:
                     fresh = self._decode(result.records, real_topic, queue_id)
                     records += fresh
