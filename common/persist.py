@@ -111,7 +111,8 @@ class BatchedJsonWriter:
         self.saved = 0  # changes on disk
         self._interval_at = 0.0  # loop time before which no scheduled (unflushed) write starts
         self._duty_at = 0.0  # loop time before which no write starts at all
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
+        self._timer_at = 0.0  # when _timer fires (loop time)
         self._writing: asyncio.Task | None = None
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self._closed = False
@@ -163,14 +164,17 @@ class BatchedJsonWriter:
             return  # no loop (a unit test, load time): the owner writes with a blocking call
         when = self._duty_at if self._waiters else max(self._interval_at, self._duty_at)
         if self._timer is not None:
-            if self._timer.when() <= when:
+            if self._timer_at <= when:
                 return
             self._timer.cancel()  # a flush may start sooner than the interval wanted
             self._timer = None
         if when <= loop.time():
             self._start()
         else:
+            # the time is kept here: uvloop answers a call_at less than a millisecond ahead with a plain Handle,
+            # which has no when()
             self._timer = loop.call_at(when, self._start)
+            self._timer_at = when
 
     def _start(self) -> None:
         self._timer = None

@@ -101,3 +101,4 @@ async def test_a_failed_write_reaches_the_flush_and_the_change_stays_pending(tmp
     assert writer.dirty and writer.failures >= 1 and writer.writes == 0
     with pytest.raises(OSError):
         await writer.close()  # a graceful stop reports it too (the caller logs it)
+
