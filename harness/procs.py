@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import random
 import re
 import secrets
 import signal
@@ -38,12 +39,35 @@ _RECENT_PORTS: collections.deque[int] = collections.deque(maxlen=1024)
 FREE_PORT_TRIES = 100
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for the local ports of outgoing connections (Linux; a common default elsewhere)."""
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+# Ports handed out come from below the ephemeral range: a server restarted on its port (chaos, restart tests)
+# cannot then find it taken by the source port of some outgoing connection, which under load happened.
+_LOW_PORTS = (10000, _ephemeral_range()[0] - 1)
+_rng = random.Random(os.getpid() ^ time.monotonic_ns())  # xdist workers draw different sequences
+
+
 def free_port() -> int:
     """A port free now and not among the last ports this process handed out: the OS may give the same ephemeral
-    port twice in a row, and a broker whose listenPort and haListenPort coincide does not boot."""
+    port twice in a row, and a broker whose listenPort and haListenPort coincide does not boot. Taken from below
+    the ephemeral range when there is room (see ``_LOW_PORTS``), else from the OS's ephemeral ports."""
+    lo, hi = _LOW_PORTS
     for _ in range(FREE_PORT_TRIES):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
+            if hi - lo >= 1000:
+                try:
+                    s.bind(("127.0.0.1", _rng.randint(lo, hi)))
+                except OSError:
+                    continue
+            else:
+                s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         if port not in _RECENT_PORTS:
             _RECENT_PORTS.append(port)
