@@ -336,8 +336,13 @@ async def test_etcd_unreachable_at_start_then_a_second_endpoint(tmp_path, etcd):
     alone = Controller(tmp_path / "alone", dead, name="alone", **FAST).start()  # boots without etcd and says so
     try:
         driver = BrokerDriver([alone.addr], "c", "broker-a", "127.0.0.1:10911")
-        resp = await driver.call(RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "broker-a"})
-        assert resp.code == RC.CONTROLLER_NOT_LEADER and dead in resp.remark and "majority" in resp.remark
+
+        async def says_etcd_is_unreachable():  # once its first campaign against etcd failed (under load: a moment)
+            resp = await driver.call(RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "broker-a"})
+            assert resp.code == RC.CONTROLLER_NOT_LEADER
+            return dead in resp.remark and "majority" in resp.remark
+
+        await async_wait_until(says_etcd_is_unreachable, 15, "the controller to say which etcd it cannot reach", 0.2)
         await driver.close()
     finally:
         alone.stop()
