@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 LOG_EVERY_S = 5.0
 MAX_ACCESS_KEY = 255
+MAX_CACHED_DECISIONS = 4096  # (user, source IP, needs) -> decision; emptied when full or when the store changes
 
 
 class AuthGate:
@@ -37,6 +38,8 @@ class AuthGate:
         self.name = name
         self.refused = 0
         self._log = RateLimitedLog(log, LOG_EVERY_S)
+        self._decisions: dict[tuple, object] = {}
+        self._decisions_version = -1
 
     def _user(self, access_key: str) -> User | None:
         inner = self.inner
@@ -68,8 +71,7 @@ class AuthGate:
                                     "authorization failed: the request names no known user (AccessKey)")
             if user.user_type is UserType.SUPER:
                 return None
-            acl = self.store.acls.get(user.username)
-            wanting = decide(acl.entries if acl is not None else (), needs(cmd), conn.peer.rsplit(":", 1)[0])
+            wanting = self._decide(user.username, needs(cmd), conn.peer.rsplit(":", 1)[0])
             if wanting is not None:
                 resource, actions = wanting
                 if not actions:
@@ -79,6 +81,21 @@ class AuthGate:
                 return self._refuse(conn, cmd, user.username,
                                     f"authorization failed: user {user.username!r}: {what}")
         return None
+
+    def _decide(self, username: str, wanted: list | None, source_ip: str):
+        """``decide`` for this user's ACL, remembered until the store changes (the same producer asks the same
+        thing for every send: the policy walk is most of the check's cost)."""
+        if self._decisions_version != self.store.version or len(self._decisions) >= MAX_CACHED_DECISIONS:
+            self._decisions.clear()
+            self._decisions_version = self.store.version
+        key = (username, source_ip, None if wanted is None else tuple(wanted))
+        try:
+            return self._decisions[key]
+        except KeyError:
+            pass
+        acl = self.store.acls.get(username)
+        result = self._decisions[key] = decide(acl.entries if acl is not None else (), wanted, source_ip)
+        return result
 
     def _refuse(self, conn, cmd: RemotingCommand, who: str, remark: str) -> RemotingCommand:
         self.refused += 1

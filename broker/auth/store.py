@@ -22,6 +22,7 @@ class AuthStore:
         self.path = Path(path) if path else None
         self.users: dict[str, User] = {}
         self.acls: dict[str, Acl] = {}
+        self.version = 0  # bumped on every change: caches of decisions compare it
         self._lock = asyncio.Lock()
 
     def load(self) -> None:
@@ -62,6 +63,7 @@ class AuthStore:
         """Apply ``mutate()`` (raising AuthError leaves everything as it was) and persist before returning."""
         async with self._lock:
             users, acls = dict(self.users), dict(self.acls)
+            self.version += 1
             try:
                 result = mutate()
             except AuthError:

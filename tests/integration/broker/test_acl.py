@@ -111,3 +111,45 @@ async def test_a_user_created_over_remoting_works_at_once_and_a_disabled_one_is_
 
     await acl_admin.delete_user(root_admin, addr, "carol")
     assert "carol" not in [u["username"] for u in await acl_admin.list_users(root_admin, addr)]
+
+
+def test_mqctl_manages_users_and_acls_and_never_prints_a_password(master, namesrv):
+    import asyncio
+
+    from tests.integration.ctl.cli import mqctl
+
+    env = {"MQCTL_ACCESS_KEY": ROOT, "MQCTL_SECRET_KEY": ROOT_PW, "NAMESRV_ADDR": namesrv.addr}
+    target = ["-b", master.addr]
+    for args in (["updateTopic", "-t", "AclCtl", "-r", "1", "-w", "1", *target],
+                 ["createUser", "-u", "erin", "-p", "erin-pw-9", "-t", "Normal", *target],
+                 ["createAcl", "-s", "User:erin", "-r", "Topic:AclCtl,Group:g-erin", "-a", "Pub,Sub", *target],
+                 ["createAcl", "-s", "User:erin", "-r", "Topic:AclCtl*", "-a", "Sub", "-d", "Deny", "-i",
+                  "10.0.0.0/8", *target]):  # a second resource: an entry for the same one would replace the first
+        result = mqctl(*args, env=env)
+        assert result.exit_code == 0, result.output
+    shown = mqctl("getUser", "-u", "erin", *target, env=env)
+    assert shown.exit_code == 0 and "erin" in shown.output and "Normal" in shown.output
+    listed = mqctl("listUser", *target, "--json", env=env)
+    assert "erin" in listed.output and "erin-pw-9" not in shown.output + listed.output
+    acl = mqctl("getAcl", "-s", "User:erin", *target, env=env)
+    assert acl.exit_code == 0 and "Topic:AclCtl*" in acl.output and "10.0.0.0/8" in acl.output
+    refused = mqctl("listUser", *target, env={**env, "MQCTL_SECRET_KEY": "wrong"})
+    assert refused.exit_code != 0 and "signature does not match" in refused.output
+
+    async def erin_sends_and_pulls() -> tuple[int, int]:
+        async with as_user(master.addr, "erin", "erin-pw-9") as erin:
+            sent = await erin.send("AclCtl", 0, [message(b"via mqctl")])
+            pulled = await erin.pull("g-erin", "AclCtl", 0, 0)  # the Deny is for 10.0.0.0/8 only: 127.0.0.1 may
+            return sent.code, pulled.code
+
+    sent, pulled = asyncio.run(erin_sends_and_pulls())
+    assert sent == ResponseCode.SUCCESS and pulled in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND)
+    assert mqctl("deleteAcl", "-s", "User:erin", *target, env=env).exit_code == 0
+
+    async def erin_sends():
+        async with as_user(master.addr, "erin", "erin-pw-9") as erin:
+            return await erin.send("AclCtl", 0, [message(b"no longer")])
+
+    refused = asyncio.run(erin_sends())  # the decision remembered for her sends is gone with her ACL
+    assert refused.code == ResponseCode.NO_PERMISSION and "Pub on Topic:AclCtl" in refused.remark
+    assert mqctl("deleteUser", "-u", "erin", *target, env=env).exit_code == 0
