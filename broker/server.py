@@ -272,6 +272,8 @@ class BrokerServer(Service):
                                                 held_bytes=held)
         processors.register_all(_Ports(self.remoting, self.fast_remoting), ctx)
         self.auth_gate = auth_setup.install(settings.auth, store_cfg.config_dir, [self.remoting, self.fast_remoting])
+        # innerClientAuthenticationCredentials sign what the broker asks of the nameserver and its master
+        self.registration.client.signer = auth_setup.inner_signer(settings.auth)
         if self.slave_sync is not None:
             self.slave_sync.client.signer = auth_setup.inner_signer(settings.auth)
         for service in self._services:

@@ -1,9 +1,9 @@
 """ACL 2.0 commands with mqadmin's names and letters: createUser updateUser deleteUser getUser listUser (-u user,
 -p password, -t userType Super|Normal, -s userStatus enable|disable, -f filter) and createAcl updateAcl deleteAcl
 getAcl listAcl (-s subject User:<name>, -r resources, -a actions, -d decision Allow|Deny, -i source IPs, comma
-separated). Each goes to one broker (-b) or every master of a cluster (-c). Requests are signed with
-``MQCTL_ACCESS_KEY`` / ``MQCTL_SECRET_KEY`` (or --accessKey / --secretKey); a broker that checks them wants a Super
-user. No output ever holds a password.
+separated). Each goes to one broker (-b) or to every broker of a cluster, slaves too (-c): each broker keeps its own
+users and ACLs. Requests are signed with ``MQCTL_ACCESS_KEY`` / ``MQCTL_SECRET_KEY`` (or --accessKey /
+--secretKey); a broker that checks them wants a Super user. No output ever holds a password.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ def _each_broker(namesrv, broker_addr, cluster_name, access_key, secret_key, cal
     with Cluster(namesrv) as cluster:
         if access_key and secret_key:
             cluster.client.remoting.use_credentials(access_key, secret_key)
+        # -c: every broker of the cluster, slaves too (each keeps its own users and ACLs, as in RocketMQ)
         return [(addr, cluster.run(call(cluster.client, addr)))
-                for addr in cluster.target_addrs(broker_addr, cluster_name)]
+                for addr in cluster.target_addrs(broker_addr, cluster_name, masters_only=False)]
 
 
 def _done(json: bool, what: str, results: list) -> None:
