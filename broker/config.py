@@ -418,6 +418,7 @@ def load_broker_settings(path: str | Path | None, environ: dict[str, str] | None
     overrides = conf.env_overrides(environ if environ is not None else dict(os.environ), ENV_OVERRIDES)
     broker, store, controller, auth = conf.load((BrokerConfig, MessageStoreConfig, ControllerModeConfig, AuthConfig),
                                                 path, overrides=overrides)
+    auth.check(source)
     if controller.enable_controller_mode:
         # RocketMQ ignores brokerRole and brokerId in controller mode: the controller assigns both. Any broker of
         # the group may become a SYNC_MASTER, so the HA secret is required as for one.

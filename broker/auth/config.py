@@ -12,16 +12,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from common.conf import secret
+from common import conf
+from common.errors import ConfigError
 
 
 @dataclass(frozen=True)
 class Credentials:
-    access_key: str
-    secret_key: str
-
-    def __repr__(self) -> str:
-        return f"Credentials(access_key={self.access_key!r})"
+    access_key: str = conf.secret()  # a user name, but named like a secret: kept out of reads all the same
+    secret_key: str = conf.secret()
 
 
 def _json_object(text: str, key: str, fields: tuple[str, str]) -> tuple[str, str]:
@@ -39,14 +37,19 @@ def _json_object(text: str, key: str, fields: tuple[str, str]) -> tuple[str, str
 class AuthConfig:
     authentication_enabled: bool = False
     authorization_enabled: bool = False
-    init_authentication_user: str = secret()
-    inner_client_authentication_credentials: str = secret()
+    init_authentication_user: str = conf.secret()
+    inner_client_authentication_credentials: str = conf.secret()
     # where users and ACLs are kept; "" = <storePathRootDir>/config/auth.json
     auth_config_path: str = ""
 
-    def __post_init__(self) -> None:
-        self.init_user()
-        self.inner_credentials()
+    def check(self, source: str) -> None:
+        """At load: ConfigError when a JSON key cannot be read (never quoting it: it holds a secret)."""
+        for key, read in (("initAuthenticationUser", self.init_user),
+                          ("innerClientAuthenticationCredentials", self.inner_credentials)):
+            try:
+                read()
+            except ValueError as exc:
+                raise ConfigError(str(exc), source=source, key=key, hint="fix the JSON and start again") from None
 
     @property
     def enabled(self) -> bool:

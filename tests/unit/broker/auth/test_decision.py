@@ -152,3 +152,19 @@ def test_user_json_never_carries_the_password_unless_asked():
     assert user.user_type is UserType.SUPER and "s3cret" not in repr(user)
     assert "password" not in user.to_json(with_password=False)
     assert Decision.DENY.value == "Deny"
+
+
+def test_auth_json_keys_are_checked_at_load_without_quoting_them(tmp_path):
+    from broker.config import load_broker_settings
+    from common.errors import ConfigError
+
+    path = tmp_path / "broker.conf"
+    path.write_text('initAuthenticationUser={"username":"admin","password":"hunter2-not-json\n')
+    with pytest.raises(ConfigError) as err:
+        load_broker_settings(path, environ={})
+    assert "initAuthenticationUser" in str(err.value) and "hunter2" not in str(err.value)
+    path.write_text('authenticationEnabled=true\ninitAuthenticationUser={"username":"admin","password":"pw-77"}\n'
+                    'innerClientAuthenticationCredentials={"accessKey":"inner","secretKey":"sk-88"}\n')
+    settings = load_broker_settings(path, environ={})
+    assert settings.auth.init_user() == ("admin", "pw-77")
+    assert settings.auth.inner_credentials().access_key == "inner" and "sk-88" not in repr(settings)
