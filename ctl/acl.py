@@ -1,9 +1,9 @@
 """ACL 2.0 commands with mqadmin's names and letters: createUser updateUser deleteUser getUser listUser (-u user,
 -p password, -t userType Super|Normal, -s userStatus enable|disable, -f filter) and createAcl updateAcl deleteAcl
 getAcl listAcl (-s subject User:<name>, -r resources, -a actions, -d decision Allow|Deny, -i source IPs, comma
-separated). Each goes to one broker (-b) or to every broker of a cluster, slaves too (-c): each broker keeps its own
-users and ACLs. Requests are signed with ``MQCTL_ACCESS_KEY`` / ``MQCTL_SECRET_KEY`` (or --accessKey /
---secretKey); a broker that checks them wants a Super user. No output ever holds a password.
+separated). Each goes to one broker (-b), or to every broker of a cluster, slaves too, and the nameservers (-c):
+each server keeps its own users and ACLs. Requests are signed with ``MQCTL_ACCESS_KEY`` / ``MQCTL_SECRET_KEY``
+(or --accessKey / --secretKey); a server that checks them wants a Super user. No output ever holds a password.
 """
 
 from __future__ import annotations
@@ -35,21 +35,31 @@ def _split(text: str | None) -> list[str]:
 def _each_broker(namesrv, broker_addr, cluster_name, access_key, secret_key, call) -> list:
     """Run ``call(admin, addr)`` on each target broker; the answers in order."""
     one_target(broker_addr, cluster_name)
+    from client.errors import BrokerError
     from ctl.rpc import Cluster
+    from remoting.codes import ResponseCode
 
     with Cluster(namesrv) as cluster:
         if access_key and secret_key:
             cluster.client.remoting.use_credentials(access_key, secret_key)
-        # -c: every broker of the cluster, slaves too (each keeps its own users and ACLs, as in RocketMQ)
-        return [(addr, cluster.run(call(cluster.client, addr)))
-                for addr in cluster.target_addrs(broker_addr, cluster_name, masters_only=False)]
+        # -c: every broker of the cluster, slaves too (each keeps its own users and ACLs, as in RocketMQ), and the
+        # nameservers of -n
+        results = [(addr, cluster.run(call(cluster.client, addr)))
+                   for addr in cluster.target_addrs(broker_addr, cluster_name, masters_only=False)]
+        for addr in cluster.namesrv_addrs if cluster_name else ():
+            try:  # a nameserver checks route queries with its own copy, when it checks at all
+                results.append((addr, cluster.run(call(cluster.client, addr))))
+            except BrokerError as exc:
+                if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:  # ACL off there: nothing to keep
+                    raise
+        return results
 
 
 def _done(json: bool, what: str, results: list) -> None:
     out = Output(json)
     for addr, _ in results:
-        out.progress(f"{what} on broker [{addr}] success.")
-    out.show({"brokers": [addr for addr, _ in results]}, [])
+        out.progress(f"{what} on [{addr}] success.")
+    out.show({"servers": [addr for addr, _ in results]}, [])
 
 
 @app.command("createUser")
@@ -102,7 +112,7 @@ def _show_users(json: bool, results: list) -> None:
     rows = []
     for addr, users in results:
         rows += [{"broker": addr, **{k: v for k, v in u.items() if k != "password"}} for u in users]
-    Output(json).table([Column("Broker", "broker"), *USER_COLUMNS], rows)
+    Output(json).table([Column("Server", "broker"), *USER_COLUMNS], rows)
 
 
 @app.command("getUser")
@@ -183,7 +193,7 @@ def _show_acls(json: bool, results: list) -> None:
                                  "actions": ",".join(entry.get("actions") or []),
                                  "sourceIps": ",".join(entry.get("sourceIps") or []),
                                  "decision": entry.get("decision")})
-    Output(json).table([Column("Broker", "broker"), *ACL_COLUMNS], rows)
+    Output(json).table([Column("Server", "broker"), *ACL_COLUMNS], rows)
 
 
 @app.command("getAcl")

@@ -133,6 +133,8 @@ def test_mqctl_manages_users_and_acls_and_never_prints_a_password(master, namesr
     assert "erin" in listed.output and "erin-pw-9" not in shown.output + listed.output
     acl = mqctl("getAcl", "-s", "User:erin", *target, env=env)
     assert acl.exit_code == 0 and "Topic:AclCtl*" in acl.output and "10.0.0.0/8" in acl.output
+    by_cluster = mqctl("listUser", "-c", "DefaultCluster", "--json", env=env)  # this nameserver has ACL off:
+    assert by_cluster.exit_code == 0 and "erin" in by_cluster.output          # it is skipped, not an error
     refused = mqctl("listUser", *target, env={**env, "MQCTL_SECRET_KEY": "wrong"})
     assert refused.exit_code != 0 and "signature does not match" in refused.output
 
@@ -153,3 +155,21 @@ def test_mqctl_manages_users_and_acls_and_never_prints_a_password(master, namesr
     refused = asyncio.run(erin_sends())  # the decision remembered for her sends is gone with her ACL
     assert refused.code == ResponseCode.NO_PERMISSION and "Pub on Topic:AclCtl" in refused.remark
     assert mqctl("deleteUser", "-u", "erin", *target, env=env).exit_code == 0
+
+
+async def test_bad_management_input_and_bad_keys_are_refused_and_nothing_is_stored(master, root_admin):
+    addr = master.addr
+    async with as_user(addr, ROOT, ROOT_PW) as root:
+        bad = await root.request(RequestCode.AUTH_CREATE_USER, {"username": "x"}, b"{not json")
+        assert bad.code == ResponseCode.INVALID_PARAMETER and "not JSON" in bad.remark
+        bad = await root.request(RequestCode.AUTH_CREATE_ACL, {"subject": "User:x"}, json.dumps(
+            acl_admin.acl_info("User:x", ["Topic:t"], ["Fly"])).encode())
+        assert bad.code == ResponseCode.INVALID_PARAMETER and "'Fly' is not one of" in bad.remark
+        bad = await root.request(RequestCode.AUTH_CREATE_ACL, {"subject": "User:x"}, json.dumps(
+            acl_admin.acl_info("User:x", ["Topic:t"], ["Pub"], source_ips=["10.0.0.999/8"])).encode())
+        assert bad.code == ResponseCode.INVALID_PARAMETER and "CIDR" in bad.remark
+    assert "x" not in [u["username"] for u in await acl_admin.list_users(root_admin, addr)]
+    assert not await acl_admin.list_acls(root_admin, addr, subject_filter="User:x")
+    async with as_user(addr, "k" * 300, "s") as oversize:
+        refused = await oversize.send("AclOrders", 0, [message(b"big key")])
+        assert refused.code == ResponseCode.NO_PERMISSION and "AccessKey is not a user name" in refused.remark
