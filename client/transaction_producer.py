@@ -248,7 +248,10 @@ class TransactionProducer:
             end = end_header(self.group, int(ext["tranStateTableOffset"]), ext["offsetMsgId"], state,
                              ext.get("msgId") or msg.properties.get("UNIQ_KEY", ""), True)
             end["transactionId"] = ext.get("transactionId", end["transactionId"])
-            conn.invoke_oneway(command(RequestCode.END_TRANSACTION, end))
+            answer = command(RequestCode.END_TRANSACTION, end)
+            if self.remoting.client.signer is not None:  # on the broker's connection: sign as every request is
+                self.remoting.client.signer(answer)
+            conn.invoke_oneway(answer)
             self.checks_answered += 1
         except asyncio.CancelledError:
             raise
