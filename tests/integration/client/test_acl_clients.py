@@ -1,6 +1,7 @@
-"""A TransactionProducer with ACL 2.0 credentials on a checking broker: its halves, its END_TRANSACTION and its
-answer to the broker's check (sent on the broker's own connection) are all signed, so an orphaned half is
-committed by the check."""
+"""The SDK's clients with ACL 2.0 credentials on a checking broker: a TransactionProducer's halves and its answer to
+the broker's check (sent on the broker's own connection) are signed, so an orphaned half is committed by the check;
+a PushConsumer with Sub on its topic and group receives, retries (send-back) and commits, and one for a group it
+may not read gets nothing."""
 
 from __future__ import annotations
 
@@ -60,3 +61,30 @@ async def test_an_orphaned_half_is_committed_through_a_signed_check_answer(names
         await wait_for(delivered, 20.0, "the signed check answer's commit")
         assert producer.checks_answered >= 1
     assert "refused code 37" not in broker.log_path.read_text(errors="replace")
+
+
+async def test_a_signed_push_consumer_with_sub_receives_retries_and_commits_and_one_without_is_refused(namesrv,
+                                                                                                      broker):
+    from client import Producer
+    from tests.integration.client.conftest import Recorder, push_consumer
+
+    topic, group, other = unique("AclPush"), unique("cg-acl"), unique("cg-nosub")
+    async with AdminClient(namesrv.addr, credentials=(ROOT, ROOT_PW)) as admin:
+        await create_topic(admin, broker, topic)
+        await acl_admin.create_user(admin, broker.addr, acl_admin.user_info("reader", "reader-pw-8", "Normal"))
+        await acl_admin.create_acl(admin, broker.addr, acl_admin.acl_info(
+            "User:reader", [f"Topic:{topic}", f"Group:{group}"], ["Sub"]))
+        async with Producer(unique("pp"), namesrv.addr, credentials=(ROOT, ROOT_PW)) as producer:
+            for i in range(5):
+                await producer.send(Message(topic, f"m{i}".encode()))
+    recorder = Recorder(fail_first=1)  # each message once RECONSUME_LATER: the send-back to %RETRY% is signed too
+    async with push_consumer(namesrv, group, topic, recorder, credentials=("reader", "reader-pw-8"),
+                             pull_retry_delay_s=0.2):
+        await wait_for(lambda: sorted(recorder.bodies) == [f"m{i}".encode() for i in range(5)], 60,
+                       "every message, each after one retry")
+    refused = Recorder()
+    async with push_consumer(namesrv, other, topic, refused, credentials=("reader", "reader-pw-8"),
+                             pull_retry_delay_s=0.2):
+        await wait_for(lambda: f"Sub on Group:{other} is not granted" in broker.log_path.read_text(errors="replace"),
+                       10, "the broker to refuse the group it may not read")
+    assert refused.bodies == []
