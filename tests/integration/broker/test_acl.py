@@ -173,3 +173,16 @@ async def test_bad_management_input_and_bad_keys_are_refused_and_nothing_is_stor
     async with as_user(addr, "k" * 300, "s") as oversize:
         refused = await oversize.send("AclOrders", 0, [message(b"big key")])
         assert refused.code == ResponseCode.NO_PERMISSION and "AccessKey is not a user name" in refused.remark
+
+
+async def test_a_flood_of_failed_logins_is_refused_with_few_log_lines_and_others_are_still_served(master):
+    import asyncio
+
+    before = master.log_path.read_text(errors="replace").count("refused code")
+    async with as_user(master.addr, "alice", "guessing") as attacker, as_user(master.addr, ROOT, ROOT_PW) as root:
+        for _ in range(10):
+            answers = await asyncio.gather(*(attacker.send("AclOrders", 0, [message(b"x")]) for _ in range(200)))
+            assert {a.code for a in answers} == {ResponseCode.NO_PERMISSION}
+        assert (await root.send("AclOrders", 0, [message(b"still served")])).code == ResponseCode.SUCCESS
+    after = master.log_path.read_text(errors="replace").count("refused code")
+    assert after - before <= 3, "refusals are logged at most once per 5 s per server"
