@@ -49,6 +49,9 @@ def register(server, store: AuthStore) -> None:
             return await store.change(lambda: mutate(cmd))
         except AuthError as exc:
             return response_to(cmd, ResponseCode.INVALID_PARAMETER, str(exc))
+        except OSError as exc:
+            return response_to(cmd, ResponseCode.SYSTEM_ERROR, f"cannot write {store.path} ({exc.strerror or exc}); "
+                                                               "nothing changed: free the disk or fix the permissions")
 
     def _create_user(cmd):
         user = _user_from_request(cmd)

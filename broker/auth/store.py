@@ -74,5 +74,10 @@ class AuthStore:
                 raise AuthError(f"at most {MAX_USERS} users and {MAX_ACLS} ACLs; delete some first")
             snapshot = self.snapshot()
             if self.path is not None:
-                await asyncio.to_thread(write_json_atomic, self.path, snapshot)
+                try:
+                    await asyncio.to_thread(write_json_atomic, self.path, snapshot)
+                except OSError:
+                    self.users, self.acls = users, acls  # not persisted: not applied either
+                    self.version += 1
+                    raise
             return result

@@ -168,3 +168,24 @@ def test_auth_json_keys_are_checked_at_load_without_quoting_them(tmp_path):
     settings = load_broker_settings(path, environ={})
     assert settings.auth.init_user() == ("admin", "pw-77")
     assert settings.auth.inner_credentials().access_key == "inner" and "sk-88" not in repr(settings)
+
+
+async def test_a_change_that_cannot_be_written_is_not_applied(tmp_path):
+    from broker.auth.store import AuthStore
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    store = AuthStore(blocker / "auth.json")  # its directory is a file: every write fails
+    version = store.version
+
+    def add() -> None:
+        store.users["u"] = User("u", "pw")
+
+    with pytest.raises(OSError):
+        await store.change(add)
+    assert store.users == {} and store.version != version  # and cached decisions are dropped
+    ok = AuthStore(tmp_path / "cfg" / "auth.json")
+    await ok.change(lambda: ok.users.__setitem__("u", User("u", "pw")))
+    again = AuthStore(tmp_path / "cfg" / "auth.json")
+    again.load()
+    assert again.users["u"].password == "pw"
