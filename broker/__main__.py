@@ -37,7 +37,8 @@ def _make_server(settings: BrokerSettings):
 def render(settings: BrokerSettings) -> list[tuple[str, str]]:
     """Every effective key for --print-config; secrets (haAuthSecret, haAuthSecretFile) read ``<set>``
     (``common.conf.render``)."""
-    return conf.render(settings.broker) + conf.render(settings.store) + conf.render(settings.controller)
+    return (conf.render(settings.broker) + conf.render(settings.store) + conf.render(settings.controller)
+            + conf.render(settings.auth))
 
 
 def main(argv: list[str] | None = None) -> int:

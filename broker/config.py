@@ -37,6 +37,7 @@ import socket
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from broker.auth.config import AuthConfig
 from broker.controller_mode.config import ControllerModeConfig
 from common import conf
 from common.errors import ConfigError
@@ -358,6 +359,7 @@ class BrokerSettings:
     store: MessageStoreConfig
     source: str = "<defaults>"
     controller: ControllerModeConfig = field(default_factory=ControllerModeConfig)  # enableControllerMode ...
+    auth: AuthConfig = field(default_factory=AuthConfig)  # ACL 2.0: authenticationEnabled ... (broker.auth)
 
     @property
     def role(self) -> BrokerRole:
@@ -414,15 +416,16 @@ def load_broker_settings(path: str | Path | None, environ: dict[str, str] | None
     """Load broker.conf strictly and apply RocketMQ's startup rules (role vs. brokerId)."""
     source = str(path) if path else "<defaults>"
     overrides = conf.env_overrides(environ if environ is not None else dict(os.environ), ENV_OVERRIDES)
-    broker, store, controller = conf.load((BrokerConfig, MessageStoreConfig, ControllerModeConfig), path,
-                                          overrides=overrides)
+    broker, store, controller, auth = conf.load((BrokerConfig, MessageStoreConfig, ControllerModeConfig, AuthConfig),
+                                                path, overrides=overrides)
+    auth.check(source)
     if controller.enable_controller_mode:
         # RocketMQ ignores brokerRole and brokerId in controller mode: the controller assigns both. Any broker of
         # the group may become a SYNC_MASTER, so the HA secret is required as for one.
         store = replace(store, broker_role=BrokerRole.SYNC_MASTER)
         broker = replace(broker, broker_id=0)
         check_ha_auth(store, source)
-        return BrokerSettings(broker=broker, store=store, source=source, controller=controller)
+        return BrokerSettings(broker=broker, store=store, source=source, controller=controller, auth=auth)
     if store.broker_role.is_master and broker.broker_id != 0:
         # RocketMQ forces masters to id 0; say so instead of doing it silently.
         raise ConfigError(
@@ -440,7 +443,7 @@ def load_broker_settings(path: str | Path | None, environ: dict[str, str] | None
         )
     check_ha_auth(store, source)
     check_store_paths(store, source)
-    settings = BrokerSettings(broker=broker, store=store, source=source)
+    settings = BrokerSettings(broker=broker, store=store, source=source, auth=auth)
     check_port_clashes(settings)
     return settings
 
@@ -461,6 +464,8 @@ PSEUDO_FS_ROOTS = (Path("/proc"), Path("/sys"))
 def check_store_paths(store: MessageStoreConfig, source: str) -> None:
     """A store directory under /proc or /sys is refused at load with one line naming the key."""
     for key, path in (("storePathRootDir", store.root_dir), ("storePathCommitLog", store.commitlog_dir)):
+        if "\x00" in str(path):  # realpath would raise a bare ValueError
+            raise ConfigError("the path holds a NUL byte", source=source, key=key, hint="write a plain directory path")
         real = Path(os.path.realpath(path))
         for root in PSEUDO_FS_ROOTS:
             if real == root or root in real.parents:

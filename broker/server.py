@@ -30,6 +30,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from broker import processors
+from broker.auth import setup as auth_setup
+from broker.auth.gate import AuthGate
 from broker.client_manager import ClientManager
 from broker.config import BrokerSettings
 from broker.context import BrokerContext, MasterAddrs
@@ -110,6 +112,7 @@ class BrokerServer(Service):
         self.schedule: ScheduleService | None = None
         self.remoting: RemotingServer | None = None
         self.fast_remoting: RemotingServer | None = None
+        self.auth_gate: AuthGate | None = None  # ACL 2.0, None when both switches are off
         self.grpc_v2: GrpcEndpoint | None = None  # the RocketMQ 5 endpoint on grpcServerPort
         self._services: list[Service] = []
         self.metrics_registry = new_registry()
@@ -269,6 +272,11 @@ class BrokerServer(Service):
             self.fast_remoting = RemotingServer("broker-fast", LISTEN_HOST, broker.fast_listen_port, limits=limits,
                                                 held_bytes=held)
         processors.register_all(_Ports(self.remoting, self.fast_remoting), ctx)
+        self.auth_gate = auth_setup.install(settings.auth, store_cfg.config_dir, [self.remoting, self.fast_remoting])
+        # innerClientAuthenticationCredentials sign what the broker asks of the nameserver and its master
+        self.registration.client.signer = auth_setup.inner_signer(settings.auth)
+        if self.slave_sync is not None:
+            self.slave_sync.client.signer = auth_setup.inner_signer(settings.auth)
         for service in self._services:
             await service.start()
         await self.remoting.start()

@@ -64,9 +64,10 @@ class QueueRange:
 
 
 class AdminClient(Lifecycle):
-    def __init__(self, namesrv_addr: str, *, timeout_s: float = 5.0) -> None:
+    def __init__(self, namesrv_addr: str, *, timeout_s: float = 5.0,
+                 credentials: tuple[str, str] | None = None) -> None:
         self.timeout_s = timeout_s
-        self.remoting = ClientRemoting(name="pyrmq-admin")
+        self.remoting = ClientRemoting(name="pyrmq-admin", credentials=credentials)
         self.namesrv = (
             NamesrvClient(namesrv_addr, remoting=self.remoting, timeout_s=timeout_s) if namesrv_addr else None
         )

@@ -156,6 +156,7 @@ class Producer(Lifecycle):
         instance_name: str | None = None,
         enable_trace: bool = False,
         trace_topic: str | None = None,
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         """``enable_trace=True`` (or a ``trace_topic``) sends a Pub trace record per answered send, in the
         background (``client.trace``), to ``trace_topic`` (default ``RMQ_SYS_TRACE_TOPIC``)."""
@@ -176,7 +177,8 @@ class Producer(Lifecycle):
         self.policy = BatchPolicy(depth=pipeline_depth, max_batch=max_batch_messages, min_batch=pipeline_min_batch)
         self.heartbeat_interval_s = heartbeat_interval_s
         self.client_id = new_client_id(instance_name)
-        self.remoting = ClientRemoting(avoid_failed_s=avoid_failed_broker_s, name=f"producer.{group}")
+        self.remoting = ClientRemoting(avoid_failed_s=avoid_failed_broker_s, name=f"producer.{group}",
+                                      credentials=credentials)
         self.namesrv = NamesrvClient(namesrv_addr, remoting=self.remoting, timeout_s=send_timeout_s)
         self.routes = RouteCache(
             self.namesrv,

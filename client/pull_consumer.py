@@ -43,13 +43,15 @@ class PullConsumer(Lifecycle):
         request_timeout_s: float = 5.0,
         heartbeat_interval_s: float = 30.0,
         instance_name: str | None = None,
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         self.group = group
         self.client_id = new_client_id(instance_name)
         self.request_timeout_s = request_timeout_s
         self.heartbeat_interval_s = heartbeat_interval_s
         self.sub_version = int(time.time() * 1000)
-        self.remoting = ClientRemoting(avoid_failed_s=avoid_failed_broker_s, name=f"pull-consumer.{group}")
+        self.remoting = ClientRemoting(avoid_failed_s=avoid_failed_broker_s, name=f"pull-consumer.{group}",
+                                      credentials=credentials)
         self.namesrv = NamesrvClient(namesrv_addr, remoting=self.remoting, timeout_s=request_timeout_s)
         self.routes = RouteCache(self.namesrv, self.remoting.health, poll_interval_s=poll_name_server_interval_s)
         self.pull_api = PullAPI(group, self.routes, self.remoting, sub_version=self.sub_version)

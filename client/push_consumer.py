@@ -109,6 +109,7 @@ class PushConsumer(Lifecycle):
         offset_store_dir: str | Path | None = None,
         enable_trace: bool = False,
         trace_topic: str | None = None,
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         """``enable_trace=True`` (or a ``trace_topic``) sends SubBefore/SubAfter trace records around each
         listener call, in the background (``client.trace``), to ``trace_topic`` (default ``RMQ_SYS_TRACE_TOPIC``)."""
@@ -134,7 +135,8 @@ class PushConsumer(Lifecycle):
         self.max_reconsume_times = max_reconsume_times
         self.request_timeout_s = request_timeout_s
         self.client_id = new_client_id(instance_name)
-        self.remoting = ClientRemoting(avoid_failed_s=avoid_failed_broker_s, name=f"consumer.{group}")
+        self.remoting = ClientRemoting(avoid_failed_s=avoid_failed_broker_s, name=f"consumer.{group}",
+                                      credentials=credentials)
         self.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_consumer_ids_changed)
         self.namesrv = NamesrvClient(namesrv_addr, remoting=self.remoting, timeout_s=request_timeout_s)
         self.routes = RouteCache(self.namesrv, self.remoting.health, poll_interval_s=poll_name_server_interval_s)

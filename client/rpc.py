@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Mapping
 from client.errors import BrokerError, BrokerUnreachableError, MQClientError, RequestTimeout
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
+from remoting.acl_signature import signer
 from remoting.connection import Limits
 from remoting.errors import (
     RemotingClosedError,
@@ -118,9 +119,16 @@ class ClientRemoting:
         connect_timeout_s: float = 3.0,
         name: str = "pyrmq-client",
         limits: Limits | None = None,
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         self.client = RemotingClient(limits=limits or Limits(), connect_timeout_s=connect_timeout_s, name=name)
         self.health = HealthTracker(avoid_failed_s)
+        if credentials is not None:
+            self.use_credentials(*credentials)
+
+    def use_credentials(self, access_key: str, secret_key: str) -> None:
+        """Sign every request with an ACL 2.0 user (RocketMQ's AccessKey/Signature extFields)."""
+        self.client.signer = signer(access_key, secret_key)
 
     def register(self, code: int, processor: Processor) -> None:
         """Serve ``code`` when a broker sends it to us (e.g. NOTIFY_CONSUMER_IDS_CHANGED)."""

@@ -95,6 +95,7 @@ class TransactionProducer:
         default_topic_queue_nums: int = 4,
         instance_name: str | None = None,
         topics: tuple[str, ...] = (),
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         self.group = group
         self.topics = tuple(topics)  # their masters get heartbeats from the start: checks of halves sent before
@@ -104,7 +105,7 @@ class TransactionProducer:
         self.heartbeat_interval_s = heartbeat_interval_s
         self.default_topic_queue_nums = default_topic_queue_nums
         self.client_id = new_client_id(instance_name)
-        self.remoting = ClientRemoting(name=f"tx-producer.{group}")
+        self.remoting = ClientRemoting(name=f"tx-producer.{group}", credentials=credentials)
         self.namesrv = NamesrvClient(namesrv_addr, remoting=self.remoting, timeout_s=send_timeout_s)
         self.routes = RouteCache(self.namesrv, self.remoting.health, default_topic_queue_nums=default_topic_queue_nums)
         self.remoting.register(RequestCode.CHECK_TRANSACTION_STATE, self._on_check)
@@ -247,7 +248,10 @@ class TransactionProducer:
             end = end_header(self.group, int(ext["tranStateTableOffset"]), ext["offsetMsgId"], state,
                              ext.get("msgId") or msg.properties.get("UNIQ_KEY", ""), True)
             end["transactionId"] = ext.get("transactionId", end["transactionId"])
-            conn.invoke_oneway(command(RequestCode.END_TRANSACTION, end))
+            answer = command(RequestCode.END_TRANSACTION, end)
+            if self.remoting.client.signer is not None:  # on the broker's connection: sign as every request is
+                self.remoting.client.signer(answer)
+            conn.invoke_oneway(answer)
             self.checks_answered += 1
         except asyncio.CancelledError:
             raise

@@ -14,7 +14,7 @@ import sys
 import typer
 from typer.core import TyperGroup
 
-from ctl import chaos, cluster, controller, dev, group, ha, health, message, query, topic, trace
+from ctl import acl, chaos, cluster, controller, dev, group, ha, health, message, query, topic, trace
 from ctl.errors import describe
 
 EXIT_ERROR = 1
@@ -53,7 +53,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-for module in (cluster, ha, controller, topic, group, message, query, trace, chaos):
+for module in (cluster, ha, controller, topic, group, message, query, trace, acl, chaos):
     app.add_typer(module.app)
 app.add_typer(health.app, name="cluster")
 app.add_typer(dev.app, name="dev")

@@ -12,6 +12,7 @@ Imported only inside command functions: it pulls in the SDK and its event loop.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
@@ -39,6 +40,17 @@ class BrokerRef:
         return self.broker_id == MASTER_ID
 
 
+ACCESS_KEY_ENV = "MQCTL_ACCESS_KEY"
+SECRET_KEY_ENV = "MQCTL_SECRET_KEY"
+
+
+def env_credentials() -> tuple[str, str] | None:
+    """ACL 2.0 credentials every mqctl request is signed with, from the environment (a secret on the command line
+    shows in ``ps``)."""
+    access_key, secret_key = os.environ.get(ACCESS_KEY_ENV), os.environ.get(SECRET_KEY_ENV)
+    return (access_key, secret_key) if access_key and secret_key else None
+
+
 class Cluster:
     """One command's connections: an AdminClient on a private event loop. Use as a context manager."""
 
@@ -49,7 +61,8 @@ class Cluster:
         self.timeout_s = timeout_s
         self._runner = asyncio.Runner()
         try:
-            self.client = AdminClient(";".join(self.namesrv_addrs), timeout_s=timeout_s)
+            self.client = AdminClient(";".join(self.namesrv_addrs), timeout_s=timeout_s,
+                                      credentials=env_credentials())
         except ValueError as exc:  # an address that is not host:port
             self._runner.close()
             raise NamesrvUnreachable(namesrv, str(exc)) from None

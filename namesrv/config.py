@@ -28,6 +28,7 @@ from pathlib import Path
 
 from common import conf
 from common.ports import ANY_HOST, NAMESRV_DEFAULT_PORT, ListenPort
+from broker.auth.config import AuthConfig
 from controller.config import ControllerConfig
 from remoting.held_bytes import DEFAULT_MAX_HELD_BYTES
 
@@ -67,6 +68,8 @@ class NamesrvConfig:
     # (controllerStoreEtcdEndpoints ...) go in the same file and land in ``controller``
     enable_controller_in_namesrv: bool = False
     controller: ControllerConfig | None = field(default=None, init=False, compare=False, repr=False)
+    # ACL 2.0 (broker.auth): authenticationEnabled ... in the same file; users and ACLs next to the KV config
+    auth: AuthConfig = field(default_factory=AuthConfig, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Messages start with the key so the loader prints "<file>: <key>: <problem>".
@@ -95,7 +98,9 @@ class NamesrvConfig:
 
 def load_namesrv_config(path: str | Path | None) -> NamesrvConfig:
     """Load ``path`` (``None``: defaults only); raises ``common.errors.ConfigError`` naming file, key and fix."""
-    config, controller = conf.load((NamesrvConfig, ControllerConfig), path)
+    config, controller, auth = conf.load((NamesrvConfig, ControllerConfig, AuthConfig), path)
+    auth.check(str(path) if path else "<defaults>")
+    object.__setattr__(config, "auth", auth)
     if config.enable_controller_in_namesrv:
         object.__setattr__(config, "controller", controller)
     return config

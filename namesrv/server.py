@@ -13,7 +13,9 @@ stop the remoting server with a 5 s grace for requests in flight, then the scan,
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
+from broker.auth import setup as auth_setup
 from common.metrics import ScrapeCollector, held_bytes_collector, new_registry
 from common.metrics_server import MetricsServer
 from common.ports import check_ports
@@ -62,6 +64,9 @@ class NamesrvServer(Service):
                                             order_message_enable=config.order_message_enable,
                                             clock_ms=monotonic_ms, metrics=self.metrics)
         self.processors.register(self.remoting)
+        # ACL 2.0, when namesrv.conf turns it on (off: no store is read, no AUTH_* code served, nothing changes)
+        auth_setup.install(config.auth, Path(config.kv_config_path).expanduser().parent, [self.remoting],
+                           name="nameserver")
         self.remoting.on_close(self.processors.on_connection_closed)
         self.housekeeping = BrokerHousekeepingService(
             self.route_table, scan_interval_ms=config.scan_not_active_broker_interval, clock_ms=monotonic_ms,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from remoting.codes import ResponseCode
 from remoting.connection import DEFAULT_LIMITS, Connection, Limits
@@ -38,6 +39,8 @@ class RemotingClient:
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
         self._processors: dict[int, Processor] = {}
         self._closed = False
+        # signs each request before it is sent (remoting.acl_signature.signer: ACL credentials), None: unsigned
+        self.signer: Callable[[RemotingCommand], None] | None = None
 
     def register(self, code: int, processor: Processor) -> None:
         self._processors[int(code)] = processor
@@ -104,10 +107,14 @@ class RemotingClient:
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         conn = await self.connection(addr)
+        if self.signer is not None:
+            self.signer(cmd)
         return await conn.invoke(cmd, timeout_s)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         conn = await self.connection(addr)
+        if self.signer is not None:
+            self.signer(cmd)
         conn.invoke_oneway(cmd)
 
     def drop(self, addr: str, reason: str = "dropped") -> None:

@@ -54,6 +54,8 @@ class RemotingServer:
         self._on_close: list[Callable[[Connection], None]] = []
         self._server: asyncio.base_events.Server | None = None
         self._idle_task: asyncio.Task | None = None
+        # ACL 2.0 (broker.auth.gate): checks each request before its processor, None when off (the default)
+        self.gate: Callable[[Connection, RemotingCommand], RemotingCommand | None] | None = None
 
     def register(self, code: int, processor: Processor) -> None:
         self._processors[int(code)] = processor
@@ -73,6 +75,10 @@ class RemotingServer:
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 f" request type {cmd.code} not supported by this {self.name}",
             )
+        if self.gate is not None:
+            refusal = self.gate(conn, cmd)
+            if refusal is not None:
+                return refusal
         return processor(conn, cmd)
 
     def _new_connection(self) -> Connection:

@@ -1,0 +1,67 @@
+"""ACL 2.0's keys (RocketMQ's ``AuthConfig``), read from broker.conf. Both switches are off by default, as in
+RocketMQ: then no request is checked and nothing else changes.
+
+``initAuthenticationUser`` is the first Super user, ``{"username": ..., "password": ...}``, created when the store
+has no such user (so an operator can always get in). ``innerClientAuthenticationCredentials`` is
+``{"accessKey": ..., "secretKey": ...}``: what this broker signs its own requests with (to its master for the
+metadata sync, to the nameserver), and a Super identity on every broker that shares it. Both are secrets.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from common import conf
+from common.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Credentials:
+    access_key: str = conf.secret()  # a user name, but named like a secret: kept out of reads all the same
+    secret_key: str = conf.secret()
+
+
+def _json_object(text: str, key: str, fields: tuple[str, str]) -> tuple[str, str]:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise ValueError(f"{key} is not JSON (its text is not shown); write "
+                         f'{{"{fields[0]}":"...","{fields[1]}":"..."}}') from None
+    if not isinstance(data, dict) or not all(isinstance(data.get(f), str) and data.get(f) for f in fields):
+        raise ValueError(f"{key} needs both {fields[0]} and {fields[1]} as non-empty strings")
+    return data[fields[0]], data[fields[1]]
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    authentication_enabled: bool = False
+    authorization_enabled: bool = False
+    init_authentication_user: str = conf.secret()
+    inner_client_authentication_credentials: str = conf.secret()
+    # where users and ACLs are kept; "" = <storePathRootDir>/config/auth.json
+    auth_config_path: str = ""
+
+    def check(self, source: str) -> None:
+        """At load: ConfigError when a JSON key cannot be read (never quoting it: it holds a secret)."""
+        for key, read in (("initAuthenticationUser", self.init_user),
+                          ("innerClientAuthenticationCredentials", self.inner_credentials)):
+            try:
+                read()
+            except ValueError as exc:
+                raise ConfigError(str(exc), source=source, key=key, hint="fix the JSON and start again") from None
+
+    @property
+    def enabled(self) -> bool:
+        return self.authentication_enabled or self.authorization_enabled
+
+    def init_user(self) -> tuple[str, str] | None:
+        if not self.init_authentication_user:
+            return None
+        return _json_object(self.init_authentication_user, "initAuthenticationUser", ("username", "password"))
+
+    def inner_credentials(self) -> Credentials | None:
+        if not self.inner_client_authentication_credentials:
+            return None
+        return Credentials(*_json_object(self.inner_client_authentication_credentials,
+                                         "innerClientAuthenticationCredentials", ("accessKey", "secretKey")))
