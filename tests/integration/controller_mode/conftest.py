@@ -6,17 +6,6 @@ from __future__ import annotations
 import pytest
 
 from harness.controller_mode import controller_namesrv
-from harness.etcd import EtcdServer, ensure_etcd
-
-
-@pytest.fixture
-def etcd(tmp_path):
-    binary, why = ensure_etcd()
-    if binary is None:
-        pytest.skip(why)
-    server = EtcdServer(tmp_path / "etcd", binary=binary)
-    with server:
-        yield server
 
 
 @pytest.fixture
