@@ -27,10 +27,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.log import RateLimitedLog
 from common.service import Service
 from remoting.message_codec import TagFilter
 
 log = logging.getLogger(__name__)
+# A storm of heartbeats naming new groups (or a client flapping) must not write a line per event: at most one join
+# and one leave line per second, with the count of those left out.
+joins_log = RateLimitedLog(log, 1.0)
+leaves_log = RateLimitedLog(log, 1.0)
 
 CHANNEL_EXPIRED_S = 120.0
 SCAN_INTERVAL_S = 10.0
@@ -144,8 +149,8 @@ class ClientManager(Service):
         info.channels[conn] = ClientChannel(conn, client_id, language, version, now)
         self._update_subscriptions(info, subscriptions)
         if is_new:
-            log.info("consumer %s (%s) joined group %s (%d connections)", client_id, _peer(conn), group,
-                     len(info.channels))
+            joins_log.log(logging.INFO, "consumer %s (%s) joined group %s (%d connections)", client_id, _peer(conn),
+                          group, len(info.channels))
             self._changed(group)
         return is_new
 
@@ -191,7 +196,7 @@ class ClientManager(Service):
         channel = info.channels.pop(conn, None)
         if channel is None:
             return False
-        log.info("consumer %s (%s) left group %s", channel.client_id, _peer(conn), group)
+        leaves_log.log(logging.INFO, "consumer %s (%s) left group %s", channel.client_id, _peer(conn), group)
         if not info.channels:
             del self.consumers[group]
         return True

@@ -110,3 +110,15 @@ def test_subscription_data_is_written_with_rocketmq_field_names():
         "tagsSet": ["a", "b"],
         "topic": "T",
     }
+
+
+def test_a_storm_of_new_groups_logs_a_bounded_number_of_join_and_leave_lines(caplog):
+    m, _, _ = manager()
+    conn = Conn("storm:1")
+    with caplog.at_level("INFO", logger="broker.client_manager"):
+        for i in range(1000):
+            m.register_consumer(conn, f"g{i}", "storm-client")
+        m.connection_closed(conn)
+    joins = [r for r in caplog.records if "joined group" in r.getMessage()]
+    leaves = [r for r in caplog.records if "left group" in r.getMessage()]
+    assert len(m.consumers) == 0 and len(joins) <= 3 and len(leaves) <= 3, (len(joins), len(leaves))
