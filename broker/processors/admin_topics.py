@@ -102,8 +102,7 @@ async def update(ctx: BrokerContext, conn, request: RemotingCommand) -> Remoting
         order=f.bool("order", False),
     )
     ctx.topics.update(cfg)
-    ctx.topics_changed()
-    registered = ctx.register_now()
+    registered = ctx.register_now()  # what topics_changed() does, keeping the round's future to wait on
     saved = f"topic {topic} saved on {ctx.broker_name}"
     unsaved = await persist_topics(ctx, saved)
     if unsaved is not None:
