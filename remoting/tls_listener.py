@@ -43,7 +43,8 @@ PENDING_FULL = "tls_pending_full"
 REASONS = (HANDSHAKE_TIMEOUT, HANDSHAKE_FAILED, PLAINTEXT_REFUSED, PENDING_FULL)
 
 plaintext_log = RateLimitedLog(log)
-handshake_log = RateLimitedLog(log)
+handshake_failed_log = RateLimitedLog(log)  # each kind limited on its own: a flood of one hides no other
+handshake_timeout_log = RateLimitedLog(log)
 pending_log = RateLimitedLog(log)
 
 
@@ -156,19 +157,19 @@ class GuardedListener:
             raise
         except TimeoutError:
             self._refuse(HANDSHAKE_TIMEOUT)
-            handshake_log.warning("%s: closing the connection from %s: no first byte or no finished TLS handshake "
+            handshake_timeout_log.warning("%s: closing the connection from %s: no first byte or no finished TLS handshake "
                                   "within %.1f s (tls.server.handshakeTimeoutMillis)", self.name, peer,
                                   self.handshake_timeout_s)
         except ssl.SSLError as exc:
             self._refuse(HANDSHAKE_FAILED)
-            handshake_log.warning("%s: TLS handshake with %s failed: %s (a client certificate from another CA, "
+            handshake_failed_log.warning("%s: TLS handshake with %s failed: %s (a client certificate from another CA, "
                                   "none where tls.server.need.client.auth=true, or a client that does not trust "
                                   "this server's certificate)", self.name, peer, exc.reason or exc)
         except (OSError, EOFError) as exc:
             # uvloop and asyncio report an overdue handshake as ConnectionAbortedError, not TimeoutError
             timed_out = "longer than" in str(exc) or time.monotonic() >= deadline
             self._refuse(HANDSHAKE_TIMEOUT if timed_out else HANDSHAKE_FAILED)
-            handshake_log.warning("%s: closing the connection from %s before its protocol: %s", self.name, peer,
+            (handshake_timeout_log if timed_out else handshake_failed_log).warning("%s: closing the connection from %s before its protocol: %s", self.name, peer,
                                   "no finished TLS handshake within the deadline (tls.server.handshakeTimeoutMillis)"
                                   if timed_out else (getattr(exc, "strerror", None) or exc))
         finally:
