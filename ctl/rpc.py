@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
@@ -20,6 +21,7 @@ from typing import Any, Self, TypeVar
 from client.admin import AdminClient, BrokerData, ClusterInfo
 from client.errors import BrokerError, NoNameserverError, NoRouteError
 from client.namesrv import NamesrvClient
+from client.rpc import tls_context
 from common.broker_id import MASTER_ID
 from ctl.errors import NamesrvUnreachable, Refused, TopicNotFound, UnknownName, transport_reason
 from remoting.frame_codec import RemotingCommand
@@ -51,6 +53,21 @@ def env_credentials() -> tuple[str, str] | None:
     return (access_key, secret_key) if access_key and secret_key else None
 
 
+_tls: ssl.SSLContext | None = None  # set once per process by mqctl's --tls options (ctl.app)
+
+
+def use_tls(*, tls: bool, ca: str = "", cert: str = "", key: str = "") -> None:
+    """Every connection of this mqctl run uses TLS (``client.tls_context``); ``ValueError`` when a file does not
+    load."""
+    global _tls
+    _tls = tls_context(tls, ca, cert=cert, key=key)
+
+
+def tls() -> ssl.SSLContext | None:
+    """The TLS context of this mqctl run (None: plain TCP)."""
+    return _tls
+
+
 class Cluster:
     """One command's connections: an AdminClient on a private event loop. Use as a context manager."""
 
@@ -62,7 +79,7 @@ class Cluster:
         self._runner = asyncio.Runner()
         try:
             self.client = AdminClient(";".join(self.namesrv_addrs), timeout_s=timeout_s,
-                                      credentials=env_credentials())
+                                      credentials=env_credentials(), tls=tls() or False)
         except ValueError as exc:  # an address that is not host:port
             self._runner.close()
             raise NamesrvUnreachable(namesrv, str(exc)) from None
