@@ -66,13 +66,13 @@ def connection_options(
                                 help="The client certificate's private key (PEM)."),
 ) -> None:
     """Options for every command: how to connect (ACL credentials come from MQCTL_ACCESS_KEY/MQCTL_SECRET_KEY)."""
-    from ctl.rpc import use_tls
+    from ctl.rpc import use_credentials, use_tls
 
-    if tls or tls_ca or tls_cert or tls_key:
-        try:
-            use_tls(tls=True, ca=tls_ca, cert=tls_cert, key=tls_key)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc).replace("tls_ca", "--tls-ca")) from None
+    use_credentials(None)
+    try:
+        use_tls(tls=bool(tls or tls_ca or tls_cert or tls_key), ca=tls_ca, cert=tls_cert, key=tls_key)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc).replace("tls_ca", "--tls-ca")) from None
 
 
 for module in (cluster, ha, controller, topic, group, message, query, trace, acl, chaos):

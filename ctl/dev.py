@@ -237,8 +237,9 @@ def member_conf(member: Member, home: Path, namesrv_addr: str, file_size_mb: int
                 ha_secret_file: Path) -> tuple[dict[str, object], str]:
     if member.module == "namesrv":
         port = free_port()
-        return {"listenPort": port, "metricsExporterType": "PROM", "metricsPromExporterPort": free_port()}, \
-            f"127.0.0.1:{port}"
+        # its KV config (and, with ACL on, the users next to it) stay in DIR, not in the user's ~/namesrv
+        return {"listenPort": port, "metricsExporterType": "PROM", "metricsPromExporterPort": free_port(),
+                "kvConfigPath": home / "kvConfig.json"}, f"127.0.0.1:{port}"
     port = free_port()
     return {
         "brokerClusterName": CLUSTER_NAME,
@@ -470,11 +471,10 @@ def up(
 
 def use_secure_client(certs: Path, admin_secret: str) -> None:
     """This mqctl process connects to the secure cluster as the admin user, with TLS trusting its CA."""
-    from ctl.rpc import ACCESS_KEY_ENV, SECRET_KEY_ENV, use_tls
+    from ctl.rpc import use_credentials, use_tls
 
     use_tls(tls=True, ca=str(certs / "ca.pem"))
-    os.environ[ACCESS_KEY_ENV] = ADMIN_USER
-    os.environ[SECRET_KEY_ENV] = admin_secret
+    use_credentials((ADMIN_USER, admin_secret))
 
 
 def secure_exports(root: Path, certs: Path) -> list[str]:

@@ -49,11 +49,22 @@ SECRET_KEY_ENV = "MQCTL_SECRET_KEY"
 def env_credentials() -> tuple[str, str] | None:
     """ACL 2.0 credentials every mqctl request is signed with, from the environment (a secret on the command line
     shows in ``ps``)."""
+    if _credentials is not None:
+        return _credentials
     access_key, secret_key = os.environ.get(ACCESS_KEY_ENV), os.environ.get(SECRET_KEY_ENV)
     return (access_key, secret_key) if access_key and secret_key else None
 
 
-_tls: ssl.SSLContext | None = None  # set once per process by mqctl's --tls options (ctl.app)
+# How this mqctl run connects: set by the root command's options (ctl.app) at the start of every invocation, so an
+# in-process caller (tests) never inherits the last one's; ``mqctl dev up --secure`` sets both for its own checks.
+_tls: ssl.SSLContext | None = None
+_credentials: tuple[str, str] | None = None
+
+
+def use_credentials(credentials: tuple[str, str] | None) -> None:
+    """Sign this run's requests with ``credentials`` instead of MQCTL_ACCESS_KEY/MQCTL_SECRET_KEY (None: those)."""
+    global _credentials
+    _credentials = credentials
 
 
 def use_tls(*, tls: bool, ca: str = "", cert: str = "", key: str = "") -> None:
