@@ -276,3 +276,18 @@ def query_route(addr: str, creds: grpc.ChannelCredentials | None) -> object | No
                 return None
             return exc  # an answer from the service (an error status is still an answer over this channel)
 
+
+
+def test_the_spark_connectors_client_reads_routes_over_mutual_tls(cluster, certs):
+    from connectors.spark.broker_client import client_for
+    from connectors.spark.errors import Unavailable
+    from connectors.spark.options import source_options
+
+    ns, _, _ = cluster
+    opts = source_options({"namesrv": ns.addr, "topic": TOPIC, "tls": "true", "tlsCa": certs.ca,
+                           "tlsCert": certs.cert("client"), "tlsKey": certs.key("client")})
+    client = client_for(opts.read.namesrv, opts.read.request_timeout_s, opts.read.tls)
+    wait_until(lambda: client.route(TOPIC).subscribe_queues, 30, "the connector's client got the route over TLS")
+    plain = source_options({"namesrv": ns.addr, "topic": TOPIC})
+    with pytest.raises(Unavailable):  # the enforcing port closed the plaintext connection
+        client_for(plain.read.namesrv, 3, plain.read.tls).route(TOPIC)
