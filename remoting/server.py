@@ -91,7 +91,7 @@ class RemotingServer:
 
     def _new_connection(self) -> Connection:
         return Connection(self._dispatch, self.limits, on_lost=self._lost, name=self.name,
-                          held_bytes=self.held_bytes)
+                          held_bytes=self.held_bytes, on_made=self.connections.add)
 
     def _lost(self, conn: Connection) -> None:
         self.connections.discard(conn)
@@ -103,9 +103,7 @@ class RemotingServer:
         loop = asyncio.get_running_loop()
 
         def factory() -> Connection:
-            conn = self._new_connection()
-            self.connections.add(conn)
-            return conn
+            return self._new_connection()  # listed in self.connections once made (a failed handshake never is)
 
         if self.tls is not None:
             context = self.tls.server_context()

@@ -7,8 +7,11 @@ by the first byte (0x16 opens a TLS handshake record). So this listener accepts 
 
 Bounds: from accept to a finished handshake a connection has ``handshake_timeout_s`` (a peer that sends nothing,
 or stops halfway through its handshake, is closed then); at most ``max_pending`` connections are between accept and
-their protocol at once, a newcomer beyond that is closed at once (so silent sockets hold at most that many
-descriptors and a few KiB each). On an enforcing port a plaintext first byte is closed with a log line saying the
+their protocol at once, and at most ``max_pending_per_host`` from one source address. When all are taken, the
+oldest connection that has not sent a byte for ``EVICT_SILENT_AFTER_S`` gives its place to the newcomer, else the
+newcomer is closed at once: silent sockets hold at most that many descriptors and a few KiB each, and a flood of
+them from one address, or of silent ones from many, does not keep real clients out (the HA port's handshake slots
+follow the same rule). On an enforcing port a plaintext first byte is closed with a log line saying the
 port wants TLS; a failed handshake (a client certificate from another CA, an expired one, none when one is
 required) is closed with one naming the reason. Every such line is rate-limited (a peer repeats them at will) and
 every close is counted by reason through ``on_refused`` (the process's ``HeldBytes.closed``, so the metrics
@@ -27,6 +30,7 @@ import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from common.log import RateLimitedLog
 from remoting.tls import TLS_RECORD_HANDSHAKE, TlsMode
@@ -34,6 +38,8 @@ from remoting.tls import TLS_RECORD_HANDSHAKE, TlsMode
 log = logging.getLogger(__name__)
 
 MAX_PENDING = 256  # connections between accept and their protocol (first byte or handshake outstanding)
+MAX_PENDING_PER_HOST = 32  # of those, from one source address (a client process opens a few at once)
+EVICT_SILENT_AFTER_S = 0.25  # a pending connection silent this long gives its place to a newcomer
 
 # why a connection was closed before it reached its protocol (label values of the closes counter)
 HANDSHAKE_TIMEOUT = "tls_handshake_timeout"
@@ -55,6 +61,7 @@ class GuardedListener:
                  protocol_factory: Callable[[], asyncio.BaseProtocol] | None = None,
                  serve: Callable[[socket.socket, bool, float], Awaitable[None]] | None = None,
                  handshake_timeout_s: float = 5.0, max_pending: int = MAX_PENDING,
+                 max_pending_per_host: int = MAX_PENDING_PER_HOST,
                  on_refused: Callable[[str], None] | None = None) -> None:
         if mode is TlsMode.DISABLED:
             raise ValueError("a disabled port needs no GuardedListener: serve it with create_server")
@@ -69,11 +76,12 @@ class GuardedListener:
         self._serve = serve or self._terminate
         self.handshake_timeout_s = handshake_timeout_s
         self.max_pending = max_pending
+        self.max_pending_per_host = max_pending_per_host
         self.on_refused = on_refused
         self.refused: dict[str, int] = dict.fromkeys(REASONS, 0)
         self._sock: socket.socket | None = None
         self._accept_task: asyncio.Task | None = None
-        self._pending: set[asyncio.Task] = set()
+        self._pending: dict[asyncio.Task, _Pending] = {}
 
     @property
     def pending(self) -> int:
@@ -123,19 +131,48 @@ class GuardedListener:
                 pending_log.warning("%s: accept failed (%s); retrying", self.name, exc.strerror or exc)
                 await asyncio.sleep(0.1)
                 continue
-            if len(self._pending) >= self.max_pending:
+            host = addr[0] if isinstance(addr, tuple) else str(addr)
+            if not self._make_room(host):
                 self._refuse(PENDING_FULL)
-                pending_log.warning("%s: closed %s at once: %d connections are still in their TLS handshake or "
-                                    "have not sent a byte (the bound on such connections)", self.name,
-                                    _fmt(addr), self.max_pending)
+                pending_log.warning("%s: closed %s at once: %d connections (%d from its address) are still in their "
+                                    "TLS handshake or have not sent a byte, none of them silent for long enough to "
+                                    "give way", self.name, _fmt(addr), len(self._pending),
+                                    self._from_host(host))
                 conn.close()
                 continue
             conn.setblocking(False)
-            task = loop.create_task(self._sort(conn, _fmt(addr)))
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
+            entry = _Pending(host, time.monotonic())
+            task = loop.create_task(self._sort(conn, _fmt(addr), entry))
+            self._pending[task] = entry
+            task.add_done_callback(self._forget)
 
-    async def _sort(self, conn: socket.socket, peer: str) -> None:
+    def _forget(self, task: asyncio.Task) -> None:
+        self._pending.pop(task, None)
+
+    def _from_host(self, host: str) -> int:
+        return sum(1 for p in self._pending.values() if p.host == host)
+
+    def _make_room(self, host: str) -> bool:
+        """Whether a newcomer from ``host`` may be sorted, closing the oldest silent pending connection (of that
+        host when its own cap is what is full) to make room."""
+        host_full = self._from_host(host) >= self.max_pending_per_host
+        if not host_full and len(self._pending) < self.max_pending:
+            return True
+        now = time.monotonic()
+        silent = [(p.started, task) for task, p in self._pending.items()
+                  if not p.spoke and now - p.started >= EVICT_SILENT_AFTER_S and (not host_full or p.host == host)]
+        if not silent:
+            return False
+        _, victim = min(silent, key=lambda item: item[0])
+        self._refuse(HANDSHAKE_TIMEOUT)
+        pending_log.warning("%s: a connection from %s sent nothing for %.2f s; closed to make room for a newcomer "
+                            "(silent connections cannot hold a TLS port's places)", self.name,
+                            self._pending[victim].host, now - self._pending[victim].started)
+        victim.cancel()
+        del self._pending[victim]
+        return True
+
+    async def _sort(self, conn: socket.socket, peer: str, entry: _Pending) -> None:
         handed = False
         deadline = time.monotonic() + self.handshake_timeout_s
         try:
@@ -143,6 +180,7 @@ class GuardedListener:
                 first = await _peek(conn)
             if not first:
                 return  # closed before a byte: nothing to say
+            entry.spoke = True
             is_tls = first[0] == TLS_RECORD_HANDSHAKE
             if not is_tls and self.mode is TlsMode.ENFORCING:
                 self._refuse(PLAINTEXT_REFUSED)
@@ -207,6 +245,13 @@ async def _peek(conn: socket.socket) -> bytes:
             await ready
         finally:
             loop.remove_reader(fd)
+
+
+@dataclass
+class _Pending:
+    host: str
+    started: float
+    spoke: bool = False  # its first byte arrived (it is in its handshake now, no longer a candidate for eviction)
 
 
 def _set_once(fut: asyncio.Future) -> None:
