@@ -126,10 +126,11 @@ def test_plaintext_on_an_enforcing_port_is_closed_with_a_log_line(cluster, port_
                f"{port_of}: the log says a plaintext connection was closed")
 
 
-@pytest.mark.parametrize("port_of", ["namesrv", "listen", "ha"])
+@pytest.mark.parametrize("port_of", ["namesrv", "listen", "fast", "ha", "v2"])
 def test_a_handshake_that_stops_halfway_is_dropped_within_the_deadline(cluster, port_of):
     ns, master, _ = cluster
-    port = {"namesrv": ns.port, "listen": master.port, "ha": master.ha_port}[port_of]
+    port = {"namesrv": ns.port, "listen": master.port, "fast": fast_port(master), "ha": master.ha_port,
+            "v2": master.grpc_port}[port_of]
     started = time.monotonic()
     half_hello = bytes([0x16, 0x03, 0x01, 0x02, 0x00]) + b"\x01\x00\x01\xfc" + b"\x03\x03" + bytes(20)
     assert read_until_closed(port, half_hello, timeout_s=HANDSHAKE_MS / 1000 + 10) == b""
@@ -187,11 +188,17 @@ def test_print_config_never_shows_a_key_path(cluster, certs):
 # permissive ---------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def permissive(tmp_path_factory, certs):
+    """A nameserver and a master with permissive ports, a slave dialing its HA port with TLS (brokerId 1) and one
+    dialing it in plaintext (brokerId 2)."""
     root = tmp_path_factory.mktemp("tls-permissive")
     with Namesrv(root / "ns", **certs.server_conf("namesrv", "permissive")) as ns:
-        with Broker(root / "b", name="broker-p", namesrv_addr=ns.addr,
+        with Broker(root / "b", name="broker-p", namesrv_addr=ns.addr, fastListenPort=free_port(),
                     **certs.server_conf("broker-a", "permissive")) as broker:
-            yield ns, broker
+            with Broker(root / "s1", name="broker-p", namesrv_addr=ns.addr, role="SLAVE", broker_id=1,
+                        haMasterAddress=broker.ha_addr, **certs.client_conf("broker-a-s")), \
+                    Broker(root / "s2", name="broker-p", namesrv_addr=ns.addr, role="SLAVE", broker_id=2,
+                           haMasterAddress=broker.ha_addr):
+                yield ns, broker
 
 
 async def test_a_permissive_port_serves_tls_and_plaintext(permissive, certs):
@@ -200,6 +207,17 @@ async def test_a_permissive_port_serves_tls_and_plaintext(permissive, certs):
         async with AdminClient(ns.addr, tls=tls) as admin:
             assert "broker-p" in (await admin.cluster_info()).broker_addr_table
             assert await admin.broker_runtime_info(broker.addr)
+            assert await admin.broker_runtime_info(f"127.0.0.1:{fast_port(broker)}")
+
+
+async def test_a_permissive_ha_port_serves_a_tls_slave_and_a_plaintext_one(permissive):
+    ns, broker = permissive
+    async with AdminClient(ns.addr) as admin:
+        async def both_slaves() -> bool:
+            return sorted(s.broker_id for s in (await admin.ha_status(broker.addr)).slaves) == [1, 2]
+
+        await async_wait_until(both_slaves, 30, "both slaves connected to the permissive HA port")
+    assert "TLS permissive" in broker.output()
 
 
 def test_a_permissive_v2_port_serves_tls_and_plaintext(permissive, certs):
