@@ -123,7 +123,8 @@ def test_dev_up_secure_serves_tls_only_with_acl_and_mqctl_works_with_the_printed
         assert sorted((r["brokerName"], r["brokerId"]) for r in rows) == [
             ("broker-a", 0), ("broker-a", 1), ("broker-b", 0), ("broker-b", 1)]
         # plaintext is refused on the enforcing port; TLS without credentials is refused by the ACL
-        assert mqctl("clusterList", "-n", namesrv).exit_code == 1
+        plain = mqctl("clusterList", "-n", namesrv)
+        assert plain.exit_code == 1 and "connect with --tls" in plain.stderr
         no_user = mqctl("updateTopic", "-n", namesrv, "-c", "DefaultCluster", "-t", "Nobody",
                         env={"MQCTL_TLS": "true", "MQCTL_TLS_CA": str(ca)})
         assert no_user.exit_code == 1
