@@ -17,9 +17,8 @@ import pytest
 
 from harness.procs import Broker, Namesrv
 from harness.rocketmq5 import ClientError, Rmq5Client, client_python
-from harness.tls_certs import CertsUnavailable, make_certs
 from harness.waiting import wait_until
-from tests.factories import closing_each
+from tests.factories import certs_or_skip, closing_each
 from tests.integration.ctl.cli import ok_json
 
 pytestmark = pytest.mark.integration
@@ -30,10 +29,7 @@ TRUST_ENV = "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory):
-    try:
-        return make_certs(tmp_path_factory.mktemp("certs"), ["broker"])
-    except CertsUnavailable as exc:
-        pytest.skip(str(exc))
+    return certs_or_skip(tmp_path_factory.mktemp("certs"), ["broker"])
 
 
 def _broker(root, namesrv, name, certs, *, need_client_auth: bool):
@@ -54,15 +50,11 @@ def cluster(tmp_path_factory, certs):
                 yield namesrv, broker, mtls
 
 
-@pytest.fixture(scope="module")
-def python5():
-    return client_python()
-
-
 @pytest.fixture
-def client(python5, tmp_path):
-    homes = (tmp_path / f"client-{i}" for i in itertools.count())
-    yield from closing_each(lambda env=None: Rmq5Client(python5, next(homes), env), Rmq5Client.close)
+def client(tmp_path):
+    """``client(env)``: an official client process (``env`` added to its environment), closed at teardown."""
+    python, homes = client_python(), (tmp_path / f"client-{i}" for i in itertools.count())
+    yield from closing_each(lambda env=None: Rmq5Client(python, next(homes), env), Rmq5Client.close)
 
 
 def test_the_official_client_with_tls_enable_produces_and_consumes_trusting_the_test_ca(cluster, certs, client):

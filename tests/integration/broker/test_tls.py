@@ -20,10 +20,11 @@ from broker.grpc_v2.pb import service_pb2, service_pb2_grpc
 from client import AdminClient, Message, Producer, PullConsumer, SendStatus, tls_context
 from client.errors import MQClientError
 from harness.procs import REPO_ROOT, Broker, Namesrv, free_port
-from harness.tls_certs import CertsUnavailable, CertSet, make_certs
+from harness.tls_certs import CertSet
 from harness.waiting import async_wait_until, wait_until
 from remoting.codes import RequestCode
 from remoting.frame_codec import RemotingCommand, encode
+from tests.factories import certs_or_skip
 
 pytestmark = pytest.mark.integration
 
@@ -33,19 +34,13 @@ HANDSHAKE_MS = 1500
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> CertSet:
-    try:
-        return make_certs(tmp_path_factory.mktemp("certs"), ["namesrv", "broker-a", "broker-a-s", "client"])
-    except CertsUnavailable as exc:
-        pytest.skip(str(exc))
+    return certs_or_skip(tmp_path_factory.mktemp("certs"), ["namesrv", "broker-a", "broker-a-s", "client"])
 
 
 @pytest.fixture(scope="module")
 def foreign(tmp_path_factory) -> CertSet:
     """Another CA and a client certificate it signed: not trusted by the cluster."""
-    try:
-        return make_certs(tmp_path_factory.mktemp("foreign"), ["client"])
-    except CertsUnavailable as exc:
-        pytest.skip(str(exc))
+    return certs_or_skip(tmp_path_factory.mktemp("foreign"), ["client"])
 
 
 def enforcing(certs: CertSet, name: str) -> dict[str, str]:

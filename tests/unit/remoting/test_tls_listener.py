@@ -12,31 +12,25 @@ import time
 import pytest
 
 from common.errors import ConfigError
-from harness.tls_certs import CertsUnavailable, make_certs
 from harness.waiting import async_wait_until
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 from remoting.frame_codec import RemotingCommand, encode_bytes, response_to
 from remoting.server import RemotingServer
 from remoting.tls import TlsConfig, TlsMode, client_context
+from tests.factories import certs_or_skip
 
 ECHO = 1
 
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory):
-    try:
-        return make_certs(tmp_path_factory.mktemp("certs"), ["server", "client"])
-    except CertsUnavailable as exc:
-        pytest.skip(str(exc))
+    return certs_or_skip(tmp_path_factory.mktemp("certs"), ["server", "client"])
 
 
 @pytest.fixture(scope="module")
 def foreign(tmp_path_factory):
-    try:
-        return make_certs(tmp_path_factory.mktemp("foreign"), ["client"])
-    except CertsUnavailable as exc:
-        pytest.skip(str(exc))
+    return certs_or_skip(tmp_path_factory.mktemp("foreign"), ["client"])
 
 
 def tls_config(certs, mode: TlsMode, *, need_client_auth: bool = False, handshake_ms: int = 5000) -> TlsConfig:
