@@ -9,13 +9,15 @@ connection by its first byte (0x16: TLS) and splices it to the matching loopback
 Bounds: the listener's (first byte within ``tls.server.handshakeTimeoutMillis``, ``MAX_PENDING`` connections
 before their backend); each direction of a splice stops reading when the other side's write buffer passes
 ``HIGH_WATER`` (so a splice holds at most about twice that). What the splice costs: every byte crosses the event
-loop once more, and gRPC sees the peer as 127.0.0.1 (the v2 endpoint's client table still keys clients by their
-client id). Task-safety: event loop only.
+loop once more, and gRPC sees each peer as 127.0.0.1 with the splice's own source port; ``real_peer`` maps that
+back to the client's address (``service.peer_host`` asks it, so born hosts, and any check by source address,
+see the client, not the front). Task-safety: event loop only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import ssl
@@ -28,6 +30,16 @@ log = logging.getLogger(__name__)
 
 HIGH_WATER = 256 * 1024
 BACKEND_HOST = "127.0.0.1"
+
+# the splice's source port on 127.0.0.1 (what gRPC reports as the peer) -> the client's (host, port), while it lives
+_REAL_PEERS: dict[int, tuple[str, int]] = {}
+
+
+def real_peer(host: str, port: int) -> tuple[str, int]:
+    """The client behind a spliced connection gRPC reports as ``host:port``; ``(host, port)`` for any other."""
+    if host == BACKEND_HOST:
+        return _REAL_PEERS.get(port, (host, port))
+    return host, port
 
 
 class _Half(asyncio.Protocol):
@@ -60,9 +72,10 @@ class _Half(asyncio.Protocol):
         self.other.transport.write(data)
 
     def eof_received(self) -> bool:
-        if self.other is not None and self.other.transport is not None and self.other.transport.can_write_eof():
-            self.other.transport.write_eof()
-            return True
+        """One side finished: close both (gRPC never half-closes; a peer that did would keep a half-open splice,
+        which no timer ever ends). The other side's unwritten bytes still go out before it closes."""
+        if self.other is not None and self.other.transport is not None:
+            self.other.transport.close()
         return False
 
     def pause_writing(self) -> None:
@@ -107,12 +120,20 @@ class PermissiveFront:
             raise
         assert isinstance(back, _Half)
         self._halves.add(back)
+        local, client = back.transport.get_extra_info("sockname"), front.transport.get_extra_info("peername")
+        if local and client:
+            _REAL_PEERS[local[1]] = (client[0], client[1])
+            back.forget = functools.partial(self._forget_splice, local[1])
         if front.transport is None or front.transport.is_closing():
             back.transport.close()  # type: ignore[union-attr]
             return
         # either side may have read before both existed (a plaintext HTTP/2 server speaks first: its SETTINGS)
         front.link(back)
         back.link(front)
+
+    def _forget_splice(self, port: int, half: _Half) -> None:
+        _REAL_PEERS.pop(port, None)
+        self._halves.discard(half)
 
     def close(self) -> None:
         self.listener.close()
