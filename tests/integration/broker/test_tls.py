@@ -304,3 +304,12 @@ def test_the_spark_connectors_client_reads_routes_over_mutual_tls(cluster, certs
     plain = source_options({"namesrv": ns.addr, "topic": TOPIC})
     with pytest.raises(Unavailable):  # the enforcing port closed the plaintext connection
         client_for(plain.read.namesrv, 3, plain.read.tls).route(TOPIC)
+
+
+def test_the_nameservers_print_config_shows_the_tls_keys_but_no_key_path(certs, tmp_path):
+    path = tmp_path / "namesrv.conf"
+    path.write_text("".join(f"{k}={v}\n" for k, v in certs.server_conf("namesrv", "permissive").items()))
+    out = subprocess.run([sys.executable, "-m", "namesrv", "-c", str(path), "--print-config"], capture_output=True,
+                         text=True, timeout=60, cwd=REPO_ROOT).stdout
+    assert "tls.server.mode=PERMISSIVE" in out and "tls.server.keyPath=<set>" in out
+    assert certs.key("namesrv") not in out
