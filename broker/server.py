@@ -267,10 +267,12 @@ class BrokerServer(Service):
         held = HeldBytes(broker.server_max_held_bytes, name="broker")
         limits = Limits(frame_timeout_s=broker.server_frame_timeout_millis / 1000)
         metrics.registry.register(held_bytes_collector(held.snapshot))
-        self.remoting = RemotingServer("broker", LISTEN_HOST, broker.listen_port, limits=limits, held_bytes=held)
+        tls = settings.tls
+        self.remoting = RemotingServer("broker", LISTEN_HOST, broker.listen_port, limits=limits, held_bytes=held,
+                                       tls=tls)
         if broker.fast_listen_port:
             self.fast_remoting = RemotingServer("broker-fast", LISTEN_HOST, broker.fast_listen_port, limits=limits,
-                                                held_bytes=held)
+                                                held_bytes=held, tls=tls)
         processors.register_all(_Ports(self.remoting, self.fast_remoting), ctx)
         self.auth_gate = auth_setup.install(settings.auth, store_cfg.config_dir, [self.remoting, self.fast_remoting])
         # innerClientAuthenticationCredentials sign what the broker asks of the nameserver and its master

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -157,6 +158,8 @@ class Producer(Lifecycle):
         enable_trace: bool = False,
         trace_topic: str | None = None,
         credentials: tuple[str, str] | None = None,
+        tls: bool | ssl.SSLContext = False,
+        tls_ca: str = "",
     ) -> None:
         """``enable_trace=True`` (or a ``trace_topic``) sends a Pub trace record per answered send, in the
         background (``client.trace``), to ``trace_topic`` (default ``RMQ_SYS_TRACE_TOPIC``)."""
@@ -178,7 +181,8 @@ class Producer(Lifecycle):
         self.heartbeat_interval_s = heartbeat_interval_s
         self.client_id = new_client_id(instance_name)
         self.remoting = ClientRemoting(avoid_failed_s=avoid_failed_broker_s, name=f"producer.{group}",
-                                      credentials=credentials)
+                                      credentials=credentials,
+                                      tls=tls, tls_ca=tls_ca)
         self.namesrv = NamesrvClient(namesrv_addr, remoting=self.remoting, timeout_s=send_timeout_s)
         self.routes = RouteCache(
             self.namesrv,

@@ -100,7 +100,7 @@ def main() -> None:
             with pushed_lock:
                 return list(checked)
         if op == "producer":
-            producer = Producer(config(cmd["endpoint"]), tuple(cmd["topics"]))
+            producer = Producer(config(cmd["endpoint"]), tuple(cmd["topics"]), tls_enable=bool(cmd.get("tls")))
             producer.startup()
             return True
         if op == "send":
@@ -135,7 +135,7 @@ def main() -> None:
             else:
                 expression = FilterExpression(cmd.get("expression") or "*")
             consumer = SimpleConsumer(config(cmd["endpoint"]), cmd["group"], {cmd["topic"]: expression},
-                                      await_duration=cmd["await_s"])
+                                      await_duration=cmd["await_s"], tls_enable=bool(cmd.get("tls")))
             consumer.startup()
             return True
         if op == "receive":

@@ -29,6 +29,7 @@ from pathlib import Path
 from common import conf
 from common.ports import ANY_HOST, NAMESRV_DEFAULT_PORT, ListenPort
 from broker.auth.config import AuthConfig
+from remoting.tls import TlsConfig
 from controller.config import ControllerConfig
 from remoting.held_bytes import DEFAULT_MAX_HELD_BYTES
 
@@ -70,6 +71,8 @@ class NamesrvConfig:
     controller: ControllerConfig | None = field(default=None, init=False, compare=False, repr=False)
     # ACL 2.0 (broker.auth): authenticationEnabled ... in the same file; users and ACLs next to the KV config
     auth: AuthConfig = field(default_factory=AuthConfig, init=False, compare=False, repr=False)
+    # TLS (remoting.tls): tls.server.mode ... in the same file
+    tls: TlsConfig = field(default_factory=TlsConfig, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Messages start with the key so the loader prints "<file>: <key>: <problem>".
@@ -98,9 +101,11 @@ class NamesrvConfig:
 
 def load_namesrv_config(path: str | Path | None) -> NamesrvConfig:
     """Load ``path`` (``None``: defaults only); raises ``common.errors.ConfigError`` naming file, key and fix."""
-    config, controller, auth = conf.load((NamesrvConfig, ControllerConfig, AuthConfig), path)
+    config, controller, auth, tls = conf.load((NamesrvConfig, ControllerConfig, AuthConfig, TlsConfig), path)
     auth.check(str(path) if path else "<defaults>")
+    tls.check(str(path) if path else "<defaults>")
     object.__setattr__(config, "auth", auth)
+    object.__setattr__(config, "tls", tls)
     if config.enable_controller_in_namesrv:
         object.__setattr__(config, "controller", controller)
     return config

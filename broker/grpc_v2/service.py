@@ -35,6 +35,7 @@ from broker.grpc_v2.observe import V2Metrics
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
 from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
+from broker.grpc_v2.tls_front import real_peer
 from common.log import RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -71,12 +72,13 @@ def client_id(context: grpc.aio.ServicerContext) -> str:
 
 
 def peer_host(context: grpc.aio.ServicerContext) -> tuple[str, int]:
-    """``ipv4:1.2.3.4:5678`` -> ("1.2.3.4", 5678); anything else -> ("127.0.0.1", 0)."""
+    """``ipv4:1.2.3.4:5678`` -> ("1.2.3.4", 5678); anything else -> ("127.0.0.1", 0). A connection spliced by the
+    permissive TLS front (``tls_front``) is reported as its client's address, not the front's."""
     peer = context.peer() or ""
     kind, _, rest = peer.partition(":")
     host, _, port = rest.rpartition(":")
     if kind in ("ipv4", "ipv6") and port.isdigit():
-        return host.strip("[]") or "127.0.0.1", int(port)
+        return real_peer(host.strip("[]") or "127.0.0.1", int(port))
     return "127.0.0.1", 0
 
 

@@ -35,6 +35,7 @@ import inspect
 import logging
 import os
 import time
+import ssl as ssl_module
 
 from broker.config import MessageStoreConfig
 from broker.ha.state import CloseReason, HACounters, proof_matches, task_end
@@ -56,6 +57,7 @@ from remoting.ha_codec import (
     parse_frames,
     slave_proof,
 )
+from remoting.client import tls_args
 from remoting.headers import parse_host_port
 
 log = logging.getLogger(__name__)
@@ -86,8 +88,9 @@ def parse_master_addr(addr: str) -> tuple[str, int]:
 class HASlave(Service):
     def __init__(self, *, store, store_config: MessageStoreConfig, cluster: str, broker_name: str, broker_id: int,
                  master_addr: str = "", secret: bytes = b"", counters: HACounters | None = None,
-                 broker_addr: str = "") -> None:
+                 broker_addr: str = "", ssl: ssl_module.SSLContext | None = None) -> None:
         super().__init__(f"ha-slave[{broker_name}-{broker_id}]")
+        self.ssl = ssl  # tls.enable: TLS to the master's HA port (remoting.tls.client_context)
         self.store = store
         self.cfg = store_config
         self.secret = secret
@@ -154,8 +157,9 @@ class HASlave(Service):
                 host, port = parse_master_addr(addr)
                 async with asyncio.timeout(CONNECT_TIMEOUT_S):
                     transport, proto = await asyncio.get_running_loop().create_connection(
-                        lambda: _ReceiveBuffer(BUFFER_BYTES, self.cfg.ha_transfer_batch_size), host, port)
-            except (OSError, TimeoutError, ValueError) as exc:
+                        lambda: _ReceiveBuffer(BUFFER_BYTES, self.cfg.ha_transfer_batch_size), host, port,
+                        **tls_args(self.ssl, host, CONNECT_TIMEOUT_S))
+            except (OSError, TimeoutError, ValueError) as exc:  # ssl.SSLError is an OSError
                 self.last_error = f"connect to {addr} failed: {exc!r}"
                 self.connect_log.warning("%s: cannot connect to master HA %s: %r; retrying in %.1f s (is "
                                          "haListenPort/brokerIP2 right?)", self.name, addr, exc, backoff)
