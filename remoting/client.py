@@ -30,9 +30,11 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 class RemotingClient:
     def __init__(
-        self, *, limits: Limits = DEFAULT_LIMITS, connect_timeout_s: float = 3.0, name: str = "client"
+        self, *, limits: Limits = DEFAULT_LIMITS, connect_timeout_s: float = 3.0, name: str = "client",
+        local_host: str | None = None,
     ) -> None:
         self.limits = limits
+        self.local_host = local_host  # the source address of its connections (None: the system's choice)
         self.connect_timeout_s = connect_timeout_s
         self.name = name
         self._conns: dict[str, Connection] = {}
@@ -84,7 +86,8 @@ class RemotingClient:
         try:
             _, conn = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: Connection(self._dispatch, self.limits, on_lost=self._lost, name=self.name), host, port
+                    lambda: Connection(self._dispatch, self.limits, on_lost=self._lost, name=self.name), host, port,
+                    local_addr=None if self.local_host is None else (self.local_host, 0),
                 ),
                 self.connect_timeout_s,
             )
