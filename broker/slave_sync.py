@@ -21,8 +21,8 @@ master may run without.
 
 Master direction (DESIGN §4): ``pull_offsets_from_slaves`` is called once by a master at start, before it
 registers, with its slaves' addresses (``fetch_slave_addrs``: GET_BROKER_CLUSTER_INFO (106) from the
-nameservers): it sends GET_ALL_CONSUMER_OFFSET to each slave (both signed with the inner credentials) and merges with ``merge_from_slave``, so commits the
-slave accepted while the master was down survive the master's return.
+nameservers): it sends GET_ALL_CONSUMER_OFFSET to each slave (both signed with the inner credentials) and merges
+with ``merge_from_slave``, so commits the slave accepted while the master was down survive the master's return.
 
 Task-safety: event loop only. One ``RemotingClient`` per SlaveSynchronize (one connection to the master), closed
 at stop; a connection to an address no longer in use is dropped.

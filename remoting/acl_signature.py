@@ -112,7 +112,7 @@ def parse_v2_authorization(header: str) -> tuple[str, str]:
         elif key == "Signature":
             signature_hex = value
     if not access_key:
-        raise V2HeaderError("the authorization header has no Credential (the access key)")
+        raise V2HeaderError("the authorization header has no Credential (the access key): give the client credentials")
     if not signature_hex:
         raise V2HeaderError("the authorization header has no Signature")
     if len(signature_hex) != 40 or any(c not in "0123456789abcdefABCDEF" for c in signature_hex):

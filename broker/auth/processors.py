@@ -1,7 +1,8 @@
 """AUTH_CREATE/UPDATE/DELETE/GET/LIST_USER (3001-3005) and AUTH_*_ACL (3006-3010), RocketMQ 5.3's headers
 (``username``, ``filter``; ``subject``, ``policyType``, ``resource``, ``subjectFilter``, ``resourceFilter``) and
-bodies (UserInfo, AclInfo JSON). A user's password never leaves the broker: GET and LIST answer without it, except LIST with pyrmq's
-``withPassword=true`` asked with the inner credentials (a slave copying its master's users, ``broker.slave_sync``).
+bodies (UserInfo, AclInfo JSON). A user's password never leaves the broker: GET and LIST answer without it,
+except LIST with pyrmq's ``withPassword=true`` asked with the inner credentials (a slave copying its master's users,
+``broker.slave_sync``).
 A create of an ACL that exists, and an update, merge entries by resource (a new entry replaces the one for the
 same resource), as RocketMQ's ``updateAcl`` does. Bad input is INVALID_PARAMETER with what to fix; nothing changes.
 """

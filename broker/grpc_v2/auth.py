@@ -130,7 +130,8 @@ class V2Auth:
                 access_key, signature_hex = parse_v2_authorization(authorization)
             if self.gate.authentication and authenticate:
                 if not authorization:
-                    problem = "the authorization header is missing; give the client credentials (access key, secret key)"
+                    problem = ("the authorization header is missing; give the client credentials (access key,"
+                               " secret key)")
                 elif not date_time:
                     problem = f"the {V2_DATE_TIME} header is missing"
                 else:

@@ -60,7 +60,7 @@ def cpp_home(tmp_path_factory) -> Path:
 @pytest.fixture
 def cpp_producer(cpp_home):
     """``cpp_producer(namesrv_addr)``: a started C++ producer, shut down at teardown."""
-    yield from closing_each(lambda namesrv_addr: harness.CppProducer(namesrv_addr, cpp_home),
+    yield from closing_each(lambda namesrv_addr, **kw: harness.CppProducer(namesrv_addr, cpp_home, **kw),
                             harness.CppProducer.shutdown)
 
 
@@ -69,4 +69,5 @@ def cpp_consumer(tmp_path):
     """``cpp_consumer(namesrv_addr, group, topic, expression)``: a C++ push consumer process in a directory of its
     own, stopped at teardown."""
     workdirs = (tmp_path / f"consumer-{i}" for i in itertools.count())
-    yield from closing_each(lambda *args: harness.CppConsumer(next(workdirs), *args), harness.CppConsumer.stop)
+    yield from closing_each(lambda *args, **kw: harness.CppConsumer(next(workdirs), *args, **kw),
+                            harness.CppConsumer.stop)
