@@ -88,3 +88,59 @@ def test_each_v2_request_needs_what_rocketmq_asks():
     publishing = spb.TelemetryCommand(settings=pb.Settings(publishing=pb.Publishing(topics=[t])))
     assert needs(publishing) == [(topic("Orders"), PUB)]
     assert needs(spb.RecallMessageRequest(topic=t)) == []
+
+
+class _Context:
+    def __init__(self, metadata) -> None:
+        self.metadata = tuple(metadata)
+
+    def invocation_metadata(self):
+        return self.metadata
+
+
+def _v2_auth(now_s: float):
+    from broker.auth.gate import AuthGate
+    from broker.auth.model import User
+    from broker.auth.store import AuthStore
+    from broker.grpc_v2.auth import V2Auth
+
+    store = AuthStore(None)
+    store.users["alice"] = User("alice", "alice-sk")
+    auth = V2Auth(AuthGate(store, authentication=True, authorization=False), skew_ms=300_000)
+    auth.wall_clock = lambda: now_s
+    return auth
+
+
+def test_a_date_time_within_the_skew_of_utc_or_of_local_time_passes_and_a_replayed_one_does_not(monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Shanghai")  # UTC+8, as a client there writes its local time with a Z
+    time.tzset()
+    try:
+        now = 1_795_000_000.0
+        auth = _v2_auth(now)
+        request = spb.QueryRouteRequest(topic=pb.Resource(name="t"))
+        local = time.strftime("%Y%m%dT%H%M%SZ", time.localtime(now - 30))
+        for date_time in (local, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now + 30))):
+            assert auth.check(request, _Context(v2_metadata("alice", "alice-sk", date_time=date_time)),
+                              "10.0.0.1:5") is None
+        replayed = auth.check(request, _Context(v2_metadata("alice", "alice-sk", epoch_s=now - 600)), "10.0.0.1:5")
+        assert replayed.code == pb.Code.UNAUTHORIZED and "600 s away from the broker's clock" in replayed.message
+        off_by_hours = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now + 3 * 3600))  # neither clock
+        refused = auth.check(request, _Context(v2_metadata("alice", "alice-sk", date_time=off_by_hours)), "10.0.0.1:5")
+        assert refused.code == pb.Code.UNAUTHORIZED
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_an_address_that_keeps_failing_is_refused_unread_and_others_are_not():
+    auth = _v2_auth(1_795_000_000.0)
+    request = spb.QueryRouteRequest(topic=pb.Resource(name="t"))
+    bad = _Context(v2_metadata("alice", "wrong", epoch_s=1_795_000_000.0))
+    good = _Context(v2_metadata("alice", "alice-sk", epoch_s=1_795_000_000.0))
+    answers = [auth.check(request, bad, "10.0.0.9:1") for _ in range(100)]
+    assert all(a.code == pb.Code.UNAUTHORIZED for a in answers)
+    assert sum("too many failed authentications from 10.0.0.9" in a.message for a in answers) >= 75
+    assert "too many failed" in auth.check(request, good, "10.0.0.9:2").message, "a right key from there waits too"
+    assert auth.check(request, good, "10.0.0.8:1") is None
