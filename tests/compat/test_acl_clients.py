@@ -11,16 +11,14 @@ authentication and authorization; the brokers' own calls signed with innerClient
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 
 import pytest
 
 from client import AdminClient, acl_admin
-from harness.rocketmq5 import ClientError, Rmq5Client, client_python
+from harness.rocketmq5 import ClientError
 from harness.waiting import wait_until
 from tests.compat import harness
-from tests.factories import closing_each
 
 pytestmark = pytest.mark.integration
 
@@ -91,17 +89,6 @@ def test_the_cpp_client_without_credentials_gets_nothing_through(acl_group, cpp_
     wait_until(lambda: _logs(acl_group).count("(user '-')") > before, 45,
                "the unsigned consumer's requests to be refused")
     assert consumer.messages() == [], "an unsigned consumer received messages"
-
-
-@pytest.fixture(scope="module")
-def python5():
-    return client_python()
-
-
-@pytest.fixture
-def client(python5, tmp_path):
-    homes = (tmp_path / f"client-{i}" for i in itertools.count())
-    yield from closing_each(lambda: Rmq5Client(python5, next(homes)), Rmq5Client.close)
 
 
 def test_the_official_client_with_credentials_produces_and_consumes_and_without_is_refused(acl_group, client):
