@@ -12,7 +12,7 @@ import pytest
 from client import AdminClient, BrokerError, Message, Producer, SendStatus
 from client import acl_admin
 from harness.memory_attacks import rss_bytes
-from remoting.acl_signature import signer
+from remoting.acl_signature import sign, signer
 from remoting.codes import RequestCode, ResponseCode
 from tests.brokers import broker_fixture
 from tests.integration.broker.rpc import BrokerClient, message
@@ -177,6 +177,19 @@ async def test_bad_management_input_and_bad_keys_are_refused_and_nothing_is_stor
     async with as_user(addr, "k" * 300, "s") as oversize:
         refused = await oversize.send("AclOrders", 0, [message(b"big key")])
         assert refused.code == ResponseCode.NO_PERMISSION and "AccessKey is not a user name" in refused.remark
+    async with as_user(addr, "ключ", "s") as non_ascii:
+        refused = await non_ascii.send("AclOrders", 0, [message(b"non-ASCII key")])
+        assert refused.code == ResponseCode.NO_PERMISSION and "AccessKey is not a user name" in refused.remark
+    async with as_user(addr, None) as raw:
+        ext = {"topic": "AclOrders"}
+        for bad_ext, says in (
+                ({**ext, "AccessKey": ROOT}, "signature does not match"),  # no Signature at all
+                ({**ext, "AccessKey": ROOT, "Signature": "not base64 !"}, "signature does not match"),
+                ({**sign(dict(ext), b"", ROOT, ROOT_PW), "topic": "AclOther"}, "signature does not match"),  # changed
+                ({**ext, "Signature": sign(dict(ext), b"", ROOT, ROOT_PW)["Signature"]}, "not signed (no AccessKey)")):
+            refused = await raw.request(RequestCode.GET_MAX_OFFSET, {**bad_ext, "queueId": "0"})
+            assert refused.code == ResponseCode.NO_PERMISSION and says in refused.remark, (bad_ext, refused.remark)
+            assert ROOT_PW not in refused.remark
 
 
 async def test_a_flood_of_failed_logins_is_throttled_per_address_and_others_are_still_served(master):
