@@ -158,10 +158,11 @@ async def _produce_consume(ns_addr: str, broker_pid: int, acl: bool, messages: i
             left -= 1
             await producer.send(Message(TOPIC, body))
 
-    b0, t0 = cpu_s(broker_pid), time.perf_counter()
+    b0, c0, t0 = cpu_s(broker_pid), cpu_s(), time.perf_counter()
     await asyncio.gather(*(sender() for _ in range(senders)))
     produce_s = time.perf_counter() - t0
     produce_broker_us = (cpu_s(broker_pid) - b0) / messages * 1e6
+    produce_client_us = (cpu_s() - c0) / messages * 1e6
     await producer.stop()
 
     expect = messages + 1
@@ -185,14 +186,16 @@ async def _produce_consume(ns_addr: str, broker_pid: int, acl: bool, messages: i
     consumer.subscribe(TOPIC)
     consumer.register_message_listener(listener)
     await settle(broker_pid)
-    b1 = cpu_s(broker_pid)
+    b1, c1 = cpu_s(broker_pid), cpu_s()
     await consumer.start()
     await asyncio.wait_for(done.wait(), 120)
     consume_s = time.perf_counter() - first_at
     consume_broker_us = (cpu_s(broker_pid) - b1) / expect * 1e6
+    consume_client_us = (cpu_s() - c1) / expect * 1e6
     await consumer.stop()
     return {"produce_msg_s": messages / produce_s, "consume_msg_s": (expect - first_batch) / consume_s,
-            "produce_broker_cpu_us": produce_broker_us, "consume_broker_cpu_us": consume_broker_us}
+            "produce_broker_cpu_us": produce_broker_us, "consume_broker_cpu_us": consume_broker_us,
+            "produce_client_cpu_us": produce_client_us, "consume_client_cpu_us": consume_client_us}
 
 
 def sdk(messages: int, senders: int, rounds: int) -> tuple[list, dict]:
@@ -216,13 +219,22 @@ def sdk(messages: int, senders: int, rounds: int) -> tuple[list, dict]:
     def med(acl: bool, key: str) -> float:
         return median_of([x[key] for x in results[acl]])
 
-    rows = [[name, med(False, key), med(True, key), med(True, key) / med(False, key)]
-            for name, key in (("produce msg/s", "produce_msg_s"), ("consume msg/s", "consume_msg_s"),
-                              ("broker CPU µs per sent msg", "produce_broker_cpu_us"),
-                              ("broker CPU µs per consumed msg", "consume_broker_cpu_us"))]
+    def per_round(key: str) -> float:
+        """The median of each round's on/off ratio: the two runs of a round met the same machine load."""
+        return median_of([on[key] / off[key] for off, on in zip(results[False], results[True], strict=True)])
+
+    keys = (("produce msg/s", "produce_msg_s"), ("consume msg/s", "consume_msg_s"),
+            ("broker CPU µs per sent msg", "produce_broker_cpu_us"),
+            ("client CPU µs per sent msg", "produce_client_cpu_us"),
+            ("broker CPU µs per consumed msg", "consume_broker_cpu_us"),
+            ("client CPU µs per consumed msg", "consume_client_cpu_us"))
+    rows = [[name, med(False, key), med(True, key), med(True, key) / med(False, key), per_round(key)]
+            for name, key in keys]
     return rows, {"runs_off": results[False], "runs_on": results[True],
                   "ratio_produce": round(med(True, "produce_msg_s") / med(False, "produce_msg_s"), 3),
-                  "ratio_consume": round(med(True, "consume_msg_s") / med(False, "consume_msg_s"), 3)}
+                  "ratio_consume": round(med(True, "consume_msg_s") / med(False, "consume_msg_s"), 3),
+                  "ratio_produce_per_round": round(per_round("produce_msg_s"), 3),
+                  "ratio_consume_per_round": round(per_round("consume_msg_s"), 3)}
 
 
 def main() -> None:
@@ -240,7 +252,8 @@ def main() -> None:
     if not args.skip_sdk:
         sdk_rows, sdk_results = sdk(args.messages, args.senders, args.rounds)
         print_table(f"SDK with ACL 2.0 off and on: {args.senders} senders, 1 KiB, {args.messages:,} messages per run "
-                    f"(medians of {args.rounds}, interleaved)", ["", "off", "on", "on/off"], sdk_rows)
+                    f"(medians of {args.rounds}, interleaved)",
+                    ["", "off", "on", "on/off", "median of rounds' on/off"], sdk_rows)
         out.update(messages=args.messages, senders=args.senders, rounds=args.rounds, sdk=sdk_results)
     write_json("acl_bench", out)
 
