@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.closed_loop import send_closed_loop
 from bench.cpu import cpu_s, settle
 from bench.report import median_of, print_table, write_json
 
@@ -150,16 +151,8 @@ async def _produce_consume(ns_addr: str, broker_pid: int, acl: bool, messages: i
     body = b"x" * 1024
     await producer.send(Message(TOPIC, body))
     await settle(broker_pid)
-    left = messages
-
-    async def sender() -> None:
-        nonlocal left
-        while left > 0:
-            left -= 1
-            await producer.send(Message(TOPIC, body))
-
     b0, c0, t0 = cpu_s(broker_pid), cpu_s(), time.perf_counter()
-    await asyncio.gather(*(sender() for _ in range(senders)))
+    await send_closed_loop(producer, lambda: Message(TOPIC, body), messages, senders)
     produce_s = time.perf_counter() - t0
     produce_broker_us = (cpu_s(broker_pid) - b0) / messages * 1e6
     produce_client_us = (cpu_s() - c0) / messages * 1e6
@@ -219,16 +212,19 @@ def sdk(messages: int, senders: int, rounds: int) -> tuple[list, dict]:
     def med(acl: bool, key: str) -> float:
         return median_of([x[key] for x in results[acl]])
 
+    def ratio(on: float, off: float) -> float:
+        return on / off if off else float("nan")  # a CPU figure below the clock's tick in a tiny run
+
     def per_round(key: str) -> float:
         """The median of each round's on/off ratio: the two runs of a round met the same machine load."""
-        return median_of([on[key] / off[key] for off, on in zip(results[False], results[True], strict=True)])
+        return median_of([ratio(on[key], off[key]) for off, on in zip(results[False], results[True], strict=True)])
 
     keys = (("produce msg/s", "produce_msg_s"), ("consume msg/s", "consume_msg_s"),
             ("broker CPU µs per sent msg", "produce_broker_cpu_us"),
             ("client CPU µs per sent msg", "produce_client_cpu_us"),
             ("broker CPU µs per consumed msg", "consume_broker_cpu_us"),
             ("client CPU µs per consumed msg", "consume_client_cpu_us"))
-    rows = [[name, med(False, key), med(True, key), med(True, key) / med(False, key), per_round(key)]
+    rows = [[name, med(False, key), med(True, key), ratio(med(True, key), med(False, key)), per_round(key)]
             for name, key in keys]
     return rows, {"runs_off": results[False], "runs_on": results[True],
                   "ratio_produce": round(med(True, "produce_msg_s") / med(False, "produce_msg_s"), 3),
