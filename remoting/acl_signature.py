@@ -18,6 +18,10 @@ import time
 ACCESS_KEY = "AccessKey"
 SIGNATURE = "Signature"
 SECURITY_TOKEN = "SecurityToken"
+# Clients up to 4.9.3 (MQVersion ordinal 403) add this extField after signing a QUERY_MESSAGE; RocketMQ's
+# DefaultAuthenticationContextBuilder leaves it out of the signed content for them, and so does ``verify``.
+UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
+V4_9_3 = 403
 
 
 def signed_content(ext: dict[str, str], body: bytes = b"") -> bytes:
@@ -42,11 +46,14 @@ def sign(ext: dict[str, str], body: bytes, access_key: str, secret_key: str,
     return ext
 
 
-def verify(secret_key: str, ext: dict[str, str], body: bytes = b"") -> bool:
-    """Whether ``ext``'s ``Signature`` is the one ``secret_key`` gives (compared in constant time)."""
+def verify(secret_key: str, ext: dict[str, str], body: bytes = b"", version: int | None = None) -> bool:
+    """Whether ``ext``'s ``Signature`` is the one ``secret_key`` gives (compared in constant time); ``version`` is
+    the request's (MQVersion ordinal), which says whether ``_UNIQUE_KEY_QUERY`` was signed."""
     given = ext.get(SIGNATURE)
     if not given:
         return False
+    if version is not None and version <= V4_9_3 and UNIQUE_KEY_QUERY in ext:
+        ext = {k: v for k, v in ext.items() if k != UNIQUE_KEY_QUERY}
     return hmac.compare_digest(given.encode("utf-8", "replace"), signature(secret_key, ext, body).encode("ascii"))
 
 

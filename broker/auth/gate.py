@@ -82,7 +82,7 @@ class AuthGate:
         """None when ``cmd`` may be served, else the refusal to answer with (NO_PERMISSION, RocketMQ's code)."""
         ext = cmd.ext or {}
         refusal = self.check(conn.peer, f"code {cmd.code}", ext.get(ACCESS_KEY),
-                             lambda password: verify(password, ext, cmd.body_bytes()), lambda: needs(cmd))
+                             lambda password: verify(password, ext, cmd.body_bytes(), cmd.version), lambda: needs(cmd))
         return None if refusal is None else response_to(cmd, ResponseCode.NO_PERMISSION, refusal.remark)
 
     # both protocols ---------------------------------------------------------------------------------------------
