@@ -36,6 +36,7 @@ from broker.client_manager import ClientManager
 from broker.config import BrokerSettings
 from broker.context import BrokerContext, MasterAddrs
 from broker.dedup import SendDedupWindow, restore_from_store
+from broker.grpc_v2.auth import V2Auth
 from broker.grpc_v2.endpoint import GrpcEndpoint
 from broker.ha.service import HAService
 from broker.long_polling import PullRequestHoldService
@@ -240,9 +241,10 @@ class BrokerServer(Service):
                 self._services.append(ctx.transactions)
         # HA: a restarting master first takes the offsets its slaves accepted while it was down (DESIGN §4)
         if settings.role.is_master and broker.namesrv_list:
-            slave_addrs = await fetch_slave_addrs(broker.namesrv_list, broker.broker_name)
+            inner = auth_setup.inner_signer(settings.auth)  # the nameserver and the slaves may check ACL 2.0
+            slave_addrs = await fetch_slave_addrs(broker.namesrv_list, broker.broker_name, signer=inner)
             if slave_addrs:
-                await pull_offsets_from_slaves(offsets, slave_addrs)
+                await pull_offsets_from_slaves(offsets, slave_addrs, signer=inner)
         self.ha = ctx.ha = HAService(settings, store, wrap_waiter=metrics.timed_replica_waiter)
         await self.ha.start()  # a SYNC_MASTER installs its (timed) replica waiter here, once
         metrics.attach(ha=self.ha)
@@ -279,13 +281,16 @@ class BrokerServer(Service):
         self.registration.client.signer = auth_setup.inner_signer(settings.auth)
         if self.slave_sync is not None:
             self.slave_sync.client.signer = auth_setup.inner_signer(settings.auth)
+            self.slave_sync.auth_store = None if self.auth_gate is None else self.auth_gate.store
         for service in self._services:
             await service.start()
         await self.remoting.start()
         if self.fast_remoting is not None:
             await self.fast_remoting.start()
         if broker.grpc_server_port:
-            self.grpc_v2 = GrpcEndpoint(ctx, LISTEN_HOST, broker.grpc_server_port)
+            v2_auth = None if self.auth_gate is None else V2Auth(
+                self.auth_gate, settings.auth.authentication_date_time_skew_millis)
+            self.grpc_v2 = GrpcEndpoint(ctx, LISTEN_HOST, broker.grpc_server_port, auth=v2_auth)
             await self.grpc_v2.start()
         await self.registration.start()
         log.info(

@@ -43,10 +43,11 @@ def split_addr(addr: str) -> tuple[str, int]:
 class RemotingClient:
     def __init__(
         self, *, limits: Limits = DEFAULT_LIMITS, connect_timeout_s: float = 3.0, name: str = "client",
-        ssl: ssl_module.SSLContext | None = None,
+        ssl: ssl_module.SSLContext | None = None, local_host: str | None = None,
     ) -> None:
         self.limits = limits
         self.ssl = ssl if ssl is not None else inner_client_context()
+        self.local_host = local_host  # the source address of its connections (None: the system's choice)
         self.connect_timeout_s = connect_timeout_s
         self.name = name
         self._conns: dict[str, Connection] = {}
@@ -99,6 +100,7 @@ class RemotingClient:
             _, conn = await asyncio.wait_for(
                 loop.create_connection(
                     lambda: Connection(self._dispatch, self.limits, on_lost=self._lost, name=self.name), host, port,
+                    local_addr=None if self.local_host is None else (self.local_host, 0),
                     **tls_args(self.ssl, host, self.connect_timeout_s),
                 ),
                 self.connect_timeout_s,

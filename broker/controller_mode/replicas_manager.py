@@ -46,6 +46,7 @@ import asyncio
 import logging
 import time
 
+from broker.auth.setup import inner_signer
 from broker.config import BrokerSettings
 from broker.controller_mode import epoch_cache, identity, metrics
 from broker.controller_mode.ack_waiter import SyncStateSetWaiter
@@ -92,6 +93,7 @@ class ReplicasManager(Service):
         self.client.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self._on_notify)
         self.controller = ControllerClient(self.cfg.controller_addrs, client=self.client)
         self.peers = RemotingClient(name="broker-peers")
+        self.peers.signer = inner_signer(settings.auth)  # a peer broker with ACL 2.0 on checks the epoch fetch
         self.view: SyncStateSetView | None = None
         self.waiter: SyncStateSetWaiter | None = None
         self.info: ReplicaInfo | None = None

@@ -36,6 +36,7 @@ import logging
 import grpc
 
 from broker.context import BrokerContext
+from broker.grpc_v2.auth import V2Auth
 from broker.grpc_v2.observe import V2Metrics
 from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
 from broker.grpc_v2.pop.service import PopService
@@ -61,7 +62,7 @@ def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
 
 
 class GrpcEndpoint:
-    def __init__(self, ctx: BrokerContext, host: str, port: int) -> None:
+    def __init__(self, ctx: BrokerContext, host: str, port: int, *, auth: V2Auth | None = None) -> None:
         self.ctx = ctx
         self.host = host
         self.port = port
@@ -70,6 +71,7 @@ class GrpcEndpoint:
         self.metrics.watch_pop(self.pop)
         ctx.pop = self.pop  # GET_CONSUME_STATS reports pop groups' in-flight messages
         self.service = MessagingService(ctx, self.pop, self.metrics)
+        self.service.auth = auth  # ACL 2.0 (None: off)
         if self.pop is not None:
             self.pop.client_alive = self.service.clients.alive  # auto_renew holds messages while the client lives
         self._server: grpc.aio.Server | None = None
