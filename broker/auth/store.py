@@ -57,7 +57,7 @@ class AuthStore:
 
     def save_now(self) -> None:
         if self.path is not None:
-            write_json_atomic(self.path, self.snapshot())
+            write_json_atomic(self.path, self.snapshot(), private=True)
 
     async def replace_all(self, users: list[User], acls: list[Acl]) -> bool:
         """Take a master's users and ACLs (the slave's metadata sync); False when they are what we hold. Persisted
@@ -72,7 +72,7 @@ class AuthStore:
             self.version += 1
             if self.path is not None:
                 try:
-                    await asyncio.to_thread(write_json_atomic, self.path, self.snapshot())
+                    await asyncio.to_thread(write_json_atomic, self.path, self.snapshot(), private=True)
                 except OSError:
                     self.users, self.acls = old
                     self.version += 1
@@ -95,7 +95,7 @@ class AuthStore:
             snapshot = self.snapshot()
             if self.path is not None:
                 try:
-                    await asyncio.to_thread(write_json_atomic, self.path, snapshot)
+                    await asyncio.to_thread(write_json_atomic, self.path, snapshot, private=True)
                 except OSError:
                     self.users, self.acls = users, acls  # not persisted: not applied either
                     self.version += 1
