@@ -11,6 +11,7 @@ registers as brokerId 0 as soon as it took the role (checked on the route the pr
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -23,15 +24,29 @@ from client import (
     PushConsumer,
     SendStatus,
 )
+from client.namesrv import NamesrvClient
 from harness.checker import Mode, Outcome, Read, Send, check
 from harness.controller_mode import controller_broker, replica_info, sync_state_set_is
 from harness.waiting import async_wait_until
+from remoting.codes import RequestCode
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 
 TOPIC = "ClientFailoverTopic"
 GROUP = "broker-cf"
 NEVER_POLL_S = 600.0  # the route poll cannot be what brought the new master
+
+
+async def registered_state_version(namesrv_addr: str, broker_addr: str) -> int:
+    """The stateVersion of the DataVersion the nameserver holds for ``broker_addr`` (QUERY_DATA_VERSION)."""
+    client = NamesrvClient(namesrv_addr)
+    try:
+        ext = {"clusterName": "DefaultCluster", "brokerName": GROUP, "brokerAddr": broker_addr, "brokerId": "0"}
+        body = b'{"counter":0,"stateVersion":0,"timestamp":0}'  # differs from any registered: nothing refreshed
+        response = await client.invoke(RequestCode.QUERY_DATA_VERSION, ext, body)
+        return int(json.loads(response.body_bytes())["stateVersion"])
+    finally:
+        await client.close()
 
 
 class Stream:
@@ -117,6 +132,8 @@ async def test_sdk_producer_and_push_consumer_go_on_through_a_kill_of_the_master
         assert info.master_broker_id != old.master_broker_id and info.master_epoch > old.master_epoch, info
         assert first_ok[2] == new_master.addr == route.broker_addrs[GROUP][0], (first_ok, route.broker_addrs)
         assert old_master.addr not in route.broker_addrs[GROUP].values()  # dropped when its connection closed
+        # it registered with its masterEpoch as stateVersion: an old master still registering cannot take id 0 back
+        assert await registered_state_version(cns.addr, new_master.addr) == info.master_epoch
 
         target = len(stream.acked()) + 30
         await async_wait_until(lambda: len(stream.acked()) >= target, 30, "SEND_OKs go on after the failover", 0.05)
