@@ -389,6 +389,10 @@ class Producer(Lifecycle):
                 break
             addr = self.routes.find_broker_address_in_publish(mq.broker_name)
             if addr is None or addr == failed_addr:
+                other = self._requeue(ts, mq)
+                if not self.dedup and other.broker_name != mq.broker_name and self._healthy(other.broker_name):
+                    mq = other  # another group can take it now (classic mode's failover)
+                    continue
                 # The group has no master in the route, or only the one that just failed: wait for the route to name
                 # another (a controller-mode failover registers one within about a second) for a share of the time
                 # left, so one outage does not use up every attempt at once.

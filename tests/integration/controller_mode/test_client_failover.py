@@ -29,6 +29,7 @@ from harness.checker import Mode, Outcome, Read, Send, check
 from harness.controller_mode import controller_broker, replica_info, sync_state_set_is
 from harness.waiting import async_wait_until
 from remoting.codes import RequestCode
+from remoting.message_codec.ids import parse_offset_msg_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -55,7 +56,7 @@ class Stream:
     def __init__(self, producer: Producer) -> None:
         self.producer = producer
         self.sends: list[Send] = []
-        self.results: list[tuple[int, SendStatus, str]] = []  # (seq, status, broker address of the route then)
+        self.results: list[tuple[int, SendStatus, str]] = []  # (seq, status, the storing broker's address)
         self.errors: list[str] = []
         self.stop = asyncio.Event()
 
@@ -70,8 +71,8 @@ class Stream:
                 self.sends.append(Send(ident, "w", seq, Outcome.UNKNOWN, detail=str(exc)[:80]))
                 continue
             ok = result.status is SendStatus.SEND_OK
-            master = self.producer.routes.find_broker_address_in_publish(GROUP) or ""
-            self.results.append((seq, result.status, master))
+            (host, port), _ = parse_offset_msg_id(result.offset_msg_id)  # the store host of the answering broker
+            self.results.append((seq, result.status, f"{host}:{port}"))
             self.sends.append(Send(ident, "w", seq, Outcome.ACKED if ok else Outcome.WEAK, detail=result.status.name))
             await asyncio.sleep(0.005)
 
@@ -112,7 +113,7 @@ async def test_sdk_producer_and_push_consumer_go_on_through_a_kill_of_the_master
         before = producer.routes.stats
         polled, on_demand, changes = before.polled, before.on_demand, before.changes
         version = producer.routes.cached(TOPIC).version
-        killed_at_seq = len(stream.sends)
+        killed_at_seq = len(stream.sends) + 1  # a send under way now may still be answered by the old master
         old_master.kill()
 
         def new_master_acked() -> bool:
