@@ -23,6 +23,7 @@ from pathlib import Path
 
 from bench.report import median_of, print_table, write_json
 from client import Message, Producer, SendStatus
+from harness.checker import Outcome
 from harness.client_failover import ControllerGroup, SendLog
 from harness.etcd import ensure_etcd
 from harness.rocketmq5 import Rmq5Client, client_python
@@ -56,8 +57,9 @@ def measure(g: ControllerGroup, send, settle_s: float) -> dict:
             time.sleep(0.05)
             continue
         log.ok(ident)
+    errors = [s.detail for s in log.sends if s.outcome is Outcome.UNKNOWN]
     return {"kill_to_send_ok_ms": round(log.kill_to_send_ok_s * 1000, 1), "failed_sends": log.failed_after_kill,
-            "new_master": g.info().master_broker_id}
+            "new_master": g.info().master_broker_id, "first_error": errors[0] if errors else ""}
 
 
 def run_sdk(g: ControllerGroup, settle_s: float) -> dict:
