@@ -403,6 +403,8 @@ class Producer(Lifecycle):
                     attempt += 1
                     mq = self._requeue(ts, mq)
                     continue
+                if addr not in self._heartbeat_addrs and self._state == "started":
+                    self._heartbeat_now()  # a new master: it learns this producer group now (transaction checks)
                 remaining = batch.deadline - time.monotonic()
                 if remaining <= 0:
                     break
