@@ -187,7 +187,15 @@ class RouteCache:
         return await self.refresh(topic, allow_default=allow_default)
 
     async def refresh(self, topic: str, *, allow_default: bool = False) -> TopicRoute:
+        """Read ``topic``'s route now. A caller arriving while a read of it is in flight takes that read's route
+        instead of making another (the pulls of many queues failing together ask once)."""
         lock = self._locks.setdefault(topic, asyncio.Lock())
+        if lock.locked():
+            async with lock:
+                pass
+            route = self._routes.get(topic)
+            if route is not None:
+                return route
         async with lock:
             self._last_refresh[topic] = time.monotonic()
             try:
