@@ -8,7 +8,8 @@ so the controller elects at once). The client sends SYNC to the group's only top
 failed send after 50 ms; reported: the time from the kill to its first SEND_OK, and how many sends failed meanwhile.
 Where in its 30 s poll period a RocketMQ client is when the master dies is chance, so its figures spread over 0-30 s:
 run i of n kills the master 12 s + (i + 0.5) / n x 30 s after the client started (past the early polls, C++ at 3 s
-and v2 at 10 s, and spread evenly over the steady period), the same for every client. Wall-clock times on a shared 2-core VM: noisy.
+and v2 at 10 s, and spread evenly over the steady period), the same for every client. Wall-clock times on a shared
+2-core VM: noisy.
 """
 
 from __future__ import annotations
@@ -150,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     if "sdk" in summary:
         for name in clients:
             if name != "sdk":
-                print(f"{name} / sdk (medians, one run): {summary[name]['median_ms'] / summary['sdk']['median_ms']:.1f}x")
+                ratio = summary[name]["median_ms"] / summary["sdk"]["median_ms"]
+                print(f"{name} / sdk (medians, one run): {ratio:.1f}x")
     write_json("client_failover_bench", {"args": vars(args), "runs": runs, "summary": summary})
     return 0
 
