@@ -110,6 +110,7 @@ class BrokerServer(Service):
         self.store: MessageStore | None = None
         self.ctx: BrokerContext | None = None
         self.registration: RegistrationService | None = None
+        self.state_version = 0  # RocketMQ 5's stateVersion in registrations: the masterEpoch in controller mode
         self.schedule: ScheduleService | None = None
         self.remoting: RemotingServer | None = None
         self.fast_remoting: RemotingServer | None = None
@@ -262,7 +263,8 @@ class BrokerServer(Service):
             self.slave_sync.metrics = metrics
             self._services.append(self.slave_sync)
             self.registration_listeners.append(self._on_master_learned)
-        self.registration = RegistrationService(settings, topics, self.on_registration_result)
+        self.registration = RegistrationService(settings, topics, self.on_registration_result,
+                                                state_version=self.state_version)
         ctx.register_now = self.registration.register_now
 
         # one cap over the listen and fast ports' connections together

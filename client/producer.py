@@ -310,9 +310,11 @@ class Producer(Lifecycle):
         try:
             self.batcher.add(msg.topic, (msg.flag, msg.body, props), msg.msg_id, fut, wait=msg.wait_store_msg_ok,
                              solo=msg.delay_level > 0)
-        except MQClientError as exc:  # no queue for a new batch, e.g. the route lost its last master
+        except NoRouteError:  # no queue for a new batch: the route lost its last master (a failover under way)
+            ts.route = None
+            self._park(msg, fut)
+        except MQClientError as exc:
             self.stats.failed += 1
-            self.routes.refresh_soon(msg.topic)
             fut.set_exception(exc)
         return fut
 
@@ -383,18 +385,36 @@ class Producer(Lifecycle):
         assert ext is not None
         what = f"send of {len(batch.futures)} messages to {{}}"
         last_error: MQClientError | None = None
-        for attempt in range(self.retry_times + 1):
+        failed_addr: str | None = None  # the master whose transport just failed
+        attempt = 0
+        while attempt <= self.retry_times:
             remaining = batch.deadline - time.monotonic()
             if remaining <= 0:
                 break
             addr = self.routes.find_broker_address_in_publish(mq.broker_name)
-            if addr is None:
-                last_error = NoRouteError(mq.topic, f"broker group {mq.broker_name} has no master in the route")
-                self.routes.refresh_soon(mq.topic)
-                mq = self._requeue(ts, mq)
-                continue
+            if addr is None or addr == failed_addr:
+                other = self._requeue(ts, mq)
+                if not self.dedup and other.broker_name != mq.broker_name and self._healthy(other.broker_name):
+                    mq = other  # another group can take it now (classic mode's failover)
+                    continue
+                # The group has no master in the route, or only the one that just failed: wait for the route to name
+                # another (a controller-mode failover registers one within about a second) for a share of the time
+                # left, so one outage does not use up every attempt at once.
+                share = remaining / (self.retry_times + 1 - attempt)
+                addr = await self.routes.wait_for_master(mq.topic, mq.broker_name, failed_addr, share) or addr
+                if addr is None:
+                    last_error = NoRouteError(mq.topic, f"broker group {mq.broker_name} has no master in the route")
+                    attempt += 1
+                    mq = self._requeue(ts, mq)
+                    continue
+                if addr not in self._heartbeat_addrs and self._state == "started":
+                    self._heartbeat_now()  # a new master: it learns this producer group now (transaction checks)
+                remaining = batch.deadline - time.monotonic()
+                if remaining <= 0:
+                    break
             if attempt:
                 self.stats.retries += 1
+            attempt += 1
             self.stats.rpcs += 1
             ext["e"] = str(mq.queue_id)
             ext["n"] = mq.broker_name
@@ -404,11 +424,13 @@ class Producer(Lifecycle):
                 resp = await self.remoting.invoke(addr, command(batch.code, ext, batch.body), remaining, request)
             except MQClientError as exc:  # the transport failed (the address is marked unhealthy)
                 last_error = exc
+                failed_addr = addr
                 log.warning("%s failed (%s); retrying elsewhere", request, exc.message)
                 self.routes.refresh_soon(mq.topic)
                 if not self.dedup:  # with dedup, stay on this broker group so its dedup window applies
                     mq = self._requeue(ts, mq)
                 continue
+            failed_addr = None
             status = SEND_STATUS_BY_CODE.get(resp.code)
             if status is not None:
                 batch.complete(mq, resp.ext or {}, status)
@@ -445,14 +467,17 @@ class Producer(Lifecycle):
             ts.route_task = loop.create_task(self._fetch_route(ts), name=f"producer.route.{msg.topic}")
 
     async def _fetch_route(self, ts: _TopicState) -> None:
+        """The first route of a topic, or a writable one again after its last master left it: parked sends wait for
+        it up to ``send_timeout_s`` (a controller-mode failover names the new master well within that)."""
         try:
             route = await self.routes.get(ts.topic, allow_default=True)
+            if not route.publish_queues:
+                route = await self.routes.wait_writable(ts.topic, self.send_timeout_s) or route
             if not route.publish_queues:
                 raise NoRouteError(ts.topic, "no writable queue on a master broker")
         except Exception as exc:
             err = exc if isinstance(exc, MQClientError) else MQClientError(f"route lookup failed: {exc!r}")
-            self.stats.failed += ts.fail_parked(err)
-            self._topics.pop(ts.topic, None)  # the next send asks the nameserver again
+            self.stats.failed += ts.fail_parked(err)  # ts.route stays None: the next send asks the nameserver again
             return
         finally:
             ts.route_task = None

@@ -330,6 +330,7 @@ class ReplicasManager(Service):
         await self._stop_server()
         settings = role_settings(self.base, role, self.broker_id)
         server = BrokerServer(settings)
+        server.state_version = role.master_epoch  # the nameserver keeps brokerId 0 for the newest epoch's master
         info = self.info
         members = info.sync_state_set if info is not None else frozenset({self.broker_id})
         sss_epoch = info.sync_state_set_epoch if info is not None else 0
@@ -377,6 +378,7 @@ class ReplicasManager(Service):
         await self._fit_store(settings, cache)
         self._master_confirm = 0
         server = BrokerServer(settings)
+        server.state_version = role.master_epoch
 
         async def gate_reads(store: MessageStore) -> None:
             # consumers of a slave see what the master confirmed; nothing until the first round brings it
