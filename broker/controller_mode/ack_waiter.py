@@ -54,7 +54,7 @@ class SyncStateSetWaiter:
     async def wait(self, next_offset: int, deadline: float | None = None) -> tuple[PutStatus, str]:
         if next_offset <= self.covered():
             self.released_upto = max(self.released_upto, next_offset)
-            return self._answer(next_offset)
+            return await self._held_answer(next_offset, deadline)
         if len(self._heap) >= MAX_WAITERS:
             return PutStatus.FLUSH_SLAVE_TIMEOUT, f"{MAX_WAITERS} puts already wait for the SyncStateSet"
         loop = asyncio.get_running_loop()
@@ -68,7 +68,21 @@ class SyncStateSetWaiter:
             await fut
         finally:
             timer.cancel()
-        return fut.result() if fut.result()[0] is not PutStatus.PUT_OK else self._answer(next_offset)
+        if fut.result()[0] is not PutStatus.PUT_OK:
+            return fut.result()
+        return await self._held_answer(next_offset, deadline)
+
+    async def _held_answer(self, next_offset: int, deadline: float | None) -> tuple[PutStatus, str]:
+        """The answer, after the fence's hold of a new master (fence.py: the old master's waiters expire first)."""
+        hold = self.fence.hold_s()
+        if hold > 0:
+            loop = asyncio.get_running_loop()
+            if deadline is not None and loop.time() + hold > deadline:
+                return (PutStatus.FLUSH_SLAVE_TIMEOUT, f"this broker became master moments ago and answers SEND_OK "
+                        f"only {hold:.1f} s from now (the old master's waiters must expire first); stored here, "
+                        "do not resend")
+            await asyncio.sleep(hold)
+        return self._answer(next_offset)
 
     def _expire(self, fut: asyncio.Future, next_offset: int) -> None:
         if fut.done():

@@ -24,10 +24,14 @@ can be renewed, so a pure lease stops every write; (b) keeps them going, and is 
 - a slave joins the set only once it holds everything that was answered SEND_OK (``grow``'s floor), so a member
   added later holds the earlier SEND_OKs too.
 
-The one residue: an ack the new master *sent* before it was elected but that the network delivers late (TCP
-retransmission after a partition heals) can release a SEND_OK of the old master after the new master's first one;
-the message is on the new master (it acked it), and the old master's waiter gives up after ``slaveTimeout``, so the
-window is bounded by that timeout after the put. Nothing acknowledged is lost in it.
+That proves no acknowledged message is lost, but not yet that two brokers never answer SEND_OK in the same period:
+the old master may still release a put the new master acked *before* it stopped streaming, once the last other
+member's ack arrives, after the new master's first SEND_OK. The old master's waiter gives up ``slaveTimeout`` (W)
+after its put, and any put the new master acked was made before it stopped streaming; so a broker that becomes
+master *after being a slave* answers its first SEND_OK no sooner than W after its HA client stopped
+(``SendFence.hold_until``). The old master's last possible SEND_OK is then before the new master's first one. The
+HA client resets its connection when it stops (SO_LINGER 0), so acks the kernel still holds are dropped, not
+delivered after a partition heals. The two clocks only need the same rate over W.
 
 (b) does not cover ``allAckInSyncStateSet=false`` (one ack: the new master may not hold the message), a set of the
 master alone, or unclean election (a new master from outside the set): there only (a) gives SEND_OK.
@@ -106,11 +110,19 @@ class SendFence:
         self.lease = lease
         self.clean_election: bool | None = None  # from the controller's replica-info answers; None: not told yet
         self.deposed = ""  # why this master knows it was replaced ("" while it does not)
+        self.hold_until = NEVER  # no SEND_OK before this (lease clock): the old master's waiters must have expired
 
-    def begin_term(self, why: str) -> None:
-        """A new term as master (or none): the lease is not confirmed yet, and the broker is not deposed."""
+    def begin_term(self, why: str, hold_until: float = NEVER) -> None:
+        """A new term as master: the lease is not confirmed yet, the broker is not deposed, and when it streamed
+        from the old master until recently, its first SEND_OK waits for ``hold_until``."""
         self.lease.revoke(why)
         self.deposed = ""
+        self.hold_until = hold_until
+
+    def hold_s(self, now: float | None = None) -> float:
+        """Seconds a released put must still wait before its answer (0: none)."""
+        now = self.lease.clock() if now is None else now
+        return max(0.0, self.hold_until - now)
 
     def depose(self, why: str) -> None:
         self.lease.revoke(why)

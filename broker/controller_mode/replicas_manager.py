@@ -99,6 +99,7 @@ class ReplicasManager(Service):
         self.lease = RoleLease(self.cfg.controller_heart_beat_timeout_mills, self.cfg.controller_fence_margin_mills)
         self.fence = SendFence(self.lease)
         self._asking = False  # an ALTER_SYNC_STATE_SET is in flight
+        self._streamed_until = float("-inf")  # when this broker last stopped streaming from a master (fence.py)
         self.client = RemotingClient(name="broker-controller")
         self.client.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self._on_notify)
         self.controller = ControllerClient(self.cfg.controller_addrs, client=self.client)
@@ -309,7 +310,10 @@ class ReplicasManager(Service):
             self.waiter.close()
         self.waiter = None
         if server is not None:
+            streaming = not server.settings.role.is_master
             await server.stop()
+            if streaming:
+                self._streamed_until = self.lease.clock()
 
     async def _serve(self, server: BrokerServer) -> None:
         """Start ``server`` and add GET_BROKER_EPOCH_CACHE to its remoting port."""
@@ -341,6 +345,8 @@ class ReplicasManager(Service):
                     self.broker_id, role.master_epoch)
         self.fence.begin_term(f"becoming master at masterEpoch {role.master_epoch}")
         await self._stop_server()
+        # it may have acked the old master until its HA client stopped: its first SEND_OK waits (fence.py)
+        self.fence.hold_until = self._streamed_until + self.base.store.slave_timeout / 1000
         settings = role_settings(self.base, role, self.broker_id)
         server = BrokerServer(settings)
         info = self.info

@@ -159,3 +159,20 @@ def test_epoch_cache_answer_round_trip_and_a_slave_refuses():
     assert refused.code != ResponseCode.SUCCESS and "not the master" in refused.remark
     with pytest.raises(ValueError, match="does not parse"):
         epoch_cache.parse(RemotingCommand(ResponseCode.SUCCESS, body=b'{"epochList": [{"epoch": -1}]}'))
+
+
+async def test_a_new_master_that_streamed_until_now_holds_its_first_send_ok():
+    lease = RoleLease(1500, 500)
+    fence = SendFence(lease)
+    fence.begin_term("becoming master", hold_until=lease.clock() + 0.2)
+    lease.renew(lease.clock())
+    view = SyncStateSetView(master_id=2, members=frozenset({2}), epoch=2, epoch_start=0)
+    waiter = SyncStateSetWaiter(view=lambda: view, acks=dict, master_max=lambda: 100, fence=fence,
+                                slave_timeout_ms=2000, all_ack=True)
+    loop = asyncio.get_running_loop()
+    status, remark = await waiter.wait(100, deadline=loop.time() + 0.05)
+    assert status is PutStatus.FLUSH_SLAVE_TIMEOUT and "became master moments ago" in remark
+    started = loop.time()
+    assert await waiter.wait(100) == (PutStatus.PUT_OK, "")
+    assert loop.time() - started >= 0.1  # held until the old master's waiters expired
+    assert await waiter.wait(100) == (PutStatus.PUT_OK, "")
