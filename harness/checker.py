@@ -8,16 +8,28 @@ Pure: no I/O, no clock. Input is what the workload recorded:
   with the writer and its sequence number, and the commitlog offset of a stored message (from its offsetMsgId);
 - every read by the consumer group (at-least-once: an id may come twice);
 - optionally the reads of one node on its own (the slave, drained after the master was destroyed: killed and
-  never restarted, as if its disk were gone) and the slave's acknowledged offset recorded at that fault.
+  never restarted, as if its disk were gone) and the slave's acknowledged offset recorded at that fault;
+- optionally every SEND_OK with its broker group, the broker that answered it and the client's send and answer
+  times (``SendOk``), for the split-brain check.
 
 Output (``Report``): attempted / acked / weak / failed / unknown; read (by the group and the drained node);
 ``lost`` = acked - read (split per writer into prefix / middle / postfix, Jepsen's lost-breakout) and
 ``lost_below_ack``, those of them whose whole record lies below the slave's acknowledged offset; ``weak_lost`` and
 ``recovered`` (weak or unknown, yet read); ``unexpected`` = reads of ids never attempted; ``aborted_reads`` = reads
 of FAILED sends; ``duplicated`` (by the group); ``inconsistent_offsets`` = one queue offset holding different ids
-across reads; ``lost_on_slave`` = acked ids the slave does not hold, and ``lost_on_slave_below_ack``.
+across reads; ``lost_on_slave`` = acked ids the slave does not hold, and ``lost_on_slave_below_ack``;
+``overlapping_send_ok`` = SEND_OKs answered inside another broker's SEND_OK period of the same group.
 
-The verdict (``Report.problems(mode)``): in both modes unexpected = aborted reads = inconsistent offsets = 0.
+**Non-overlapping SEND_OK periods** (``send_ok_overlaps``): a broker's SEND_OK was answered at some instant
+between the client's send and the answer, so its period certainly spans from its earliest *answer* time to its
+latest *send* time. Another broker of the group overlaps it when one of its SEND_OKs was both sent after that start
+and answered before that end: it answered inside the period (two brokers of one group answering SEND_OK in turns,
+A, B, A). Concurrent sends in flight across a clean handover never count (their windows straddle the ends). A broker
+that becomes master again later (a failback) starts a new period: give its acks a ``term`` (e.g. the masterEpoch)
+to say so; without one, a broker's acks form one period.
+
+The verdict (``Report.problems(mode)``): in both modes unexpected = aborted reads = inconsistent offsets =
+overlapping SEND_OK periods = 0.
 SYNC: lost = 0 and lost on the slave = 0 (every SEND_OK was on the slave when it was acknowledged, so neither a
 destroyed master nor anything else may take one away). ASYNC: lost = 0 unless the master was destroyed; then a
 message may be lost, or missing on the slave, only beyond the slave's acknowledged offset at that fault (the
@@ -62,6 +74,16 @@ class Send:
 
 
 @dataclass(frozen=True, slots=True)
+class SendOk:
+    group: str  # the broker group (brokerName)
+    broker: str  # the broker that answered (its address)
+    sent: float  # the client's clock when the send left
+    answered: float  # the client's clock when SEND_OK came back
+    id: str = ""
+    term: int | None = None  # a failback's new period (None: one period per broker)
+
+
+@dataclass(frozen=True, slots=True)
 class Read:
     id: str
     queue: str  # topic:queueId
@@ -100,6 +122,8 @@ class Report:
     slave_read: int = 0
     lost_on_slave: list[str] = field(default_factory=list)
     lost_on_slave_below_ack: list[str] = field(default_factory=list)
+    send_oks: int = 0  # SEND_OKs given to the split-brain check
+    overlapping_send_ok: list[str] = field(default_factory=list)
 
     def problems(self, mode: Mode) -> list[str]:
         """What breaks the promise of ``mode``; empty when the history is valid."""
@@ -117,6 +141,9 @@ class Report:
         if self.inconsistent_offsets:
             out.append(f"{len(self.inconsistent_offsets)} queue offsets hold different ids, "
                        f"e.g. {self.inconsistent_offsets[:5]}")
+        if self.overlapping_send_ok:
+            out.append(f"{len(self.overlapping_send_ok)} SEND_OKs answered inside another broker's SEND_OK period "
+                       f"of the same group (split brain), e.g. {self.overlapping_send_ok[:3]}")
         if self.slave_checked:
             if mode is Mode.SYNC and self.lost_on_slave:
                 out.append(f"SYNC: {len(self.lost_on_slave)} SEND_OK messages missing on the slave, "
@@ -139,6 +166,7 @@ class Report:
             "inconsistent_offsets": len(self.inconsistent_offsets), "slave_checked": self.slave_checked,
             "slave_ack": self.slave_ack, "slave_read": self.slave_read, "lost_on_slave": len(self.lost_on_slave),
             "lost_on_slave_below_ack": len(self.lost_on_slave_below_ack),
+            "send_oks": self.send_oks, "overlapping_send_ok": len(self.overlapping_send_ok),
         }
 
 
@@ -148,6 +176,7 @@ def check(
     *,
     slave_reads: Iterable[Read] | None = None,
     slave_ack: int | None = None,
+    send_oks: Iterable[SendOk] | None = None,
 ) -> Report:
     """Classify the history. ``slave_reads``: what a drain of the slave alone found after the master was
     destroyed; ``slave_ack``: the slave's acknowledged commitlog offset recorded at that fault (None: unknown,
@@ -179,6 +208,10 @@ def check(
     rep.lost = sorted(s.id for s in lost)
     rep.lost_breakout = _breakout(lost, by_id.values(), read_all)
     rep.inconsistent_offsets = _inconsistent(group_reads + node_reads)
+    if send_oks is not None:
+        oks = list(send_oks)
+        rep.send_oks = len(oks)
+        rep.overlapping_send_ok = send_ok_overlaps(oks)
     if slave_reads is not None:
         rep.slave_checked = True
         rep.slave_ack = slave_ack
@@ -233,3 +266,25 @@ def _inconsistent(reads: list[Read]) -> list[str]:
     for r in reads:
         ids_at[(r.queue, r.queue_offset)].add(r.id)
     return sorted(f"{q}@{o}: {sorted(ids)}" for (q, o), ids in ids_at.items() if len(ids) > 1)
+
+
+def send_ok_overlaps(acks: Iterable[SendOk]) -> list[str]:
+    """SEND_OKs answered inside another broker's certain SEND_OK period of the same group (see the module doc)."""
+    by_group: dict[str, list[SendOk]] = defaultdict(list)
+    for a in acks:
+        by_group[a.group].append(a)
+    out = []
+    for group, oks in sorted(by_group.items()):
+        periods: dict[tuple[str, int | None], tuple[float, float]] = {}
+        for a in oks:
+            key = (a.broker, a.term)
+            lo, hi = periods.get(key, (float("inf"), float("-inf")))
+            periods[key] = (min(lo, a.answered), max(hi, a.sent))
+        for a in oks:
+            for (broker, term), (start, end) in periods.items():
+                if broker != a.broker and start < a.sent and a.answered < end:
+                    out.append(f"{group}: {a.id or 'a SEND_OK'} from {a.broker} answered in "
+                               f"[{a.sent:.3f}, {a.answered:.3f}] while {broker}"
+                               f"{'' if term is None else f' (term {term})'} answered SEND_OK from {start:.3f} "
+                               f"to {end:.3f}")
+    return out
