@@ -29,10 +29,13 @@ def controller_namesrv(workdir: Path, etcd_endpoint: str, **conf: object) -> Nam
                    controllerInstanceId="ns-controller", **{**FAST, **conf})
 
 
-def controller_broker(workdir: Path, ns: Namesrv, name: str, index: int, **conf: object) -> Broker:
-    """Broker ``index`` of group ``name`` (its id comes from the controller; ``index`` only names its files)."""
-    values = {"enableControllerMode": True, "controllerAddr": ns.addr, **BROKER_FAST, **conf}
-    return Broker(workdir / f"{name}-{index}", name=name, namesrv_addr=ns.addr, broker_id=index, **values)
+def controller_broker(workdir: Path, ns: Namesrv, name: str, index: int, *, ns_addr: str = "", **conf: object
+                      ) -> Broker:
+    """Broker ``index`` of group ``name`` (its id comes from the controller; ``index`` only names its files).
+    ``ns_addr``: the nameserver's (and controller's) address as this broker reaches it (default ``ns.addr``)."""
+    addr = ns_addr or ns.addr
+    values = {"enableControllerMode": True, "controllerAddr": addr, **BROKER_FAST, **conf}
+    return Broker(workdir / f"{name}-{index}", name=name, namesrv_addr=addr, broker_id=index, **values)
 
 
 async def replica_info(ns: Namesrv, name: str) -> ReplicaInfo:

@@ -55,6 +55,10 @@ class SyncStateSetWaiter:
         if next_offset <= self.covered():
             self.released_upto = max(self.released_upto, next_offset)
             return await self._held_answer(next_offset, deadline)
+        size = self._view().size
+        if not self.fence.lease.valid() and not self.fence.by_set(size, self.all_ack):
+            self.fenced += 1  # nothing the replicas do can make this a SEND_OK now: say so at once
+            return PutStatus.SLAVE_NOT_AVAILABLE, self.fence.remark(size, self.all_ack)
         if len(self._heap) >= MAX_WAITERS:
             return PutStatus.FLUSH_SLAVE_TIMEOUT, f"{MAX_WAITERS} puts already wait for the SyncStateSet"
         loop = asyncio.get_running_loop()
@@ -89,10 +93,11 @@ class SyncStateSetWaiter:
             return
         view, acks = self._view(), self._acks()
         missing = sorted(i for i in view.counted if acks.get(i, -1) < next_offset)
+        fenced = "" if self.fence.lease.valid() else f"; fenced: {self.fence.deposed or self.fence.lease.reason()}"
         fut.set_result((PutStatus.FLUSH_SLAVE_TIMEOUT,
                         f"SyncStateSet members {missing} did not acknowledge offset {next_offset} within "
                         f"{int(self.timeout_s * 1000)} ms (or the sender's deadline); stored on the master, do not "
-                        "resend"))
+                        f"resend{fenced}"))
         if len(self._heap) > 1024 and sum(1 for e in self._heap if e[2].done()) * 2 > len(self._heap):
             self._heap = [e for e in self._heap if not e[2].done()]
             heapq.heapify(self._heap)
