@@ -99,7 +99,7 @@ class SendLog:
         ok = result.status is SendStatus.SEND_OK
         (ip, port), _ = parse_offset_msg_id(result.offset_msg_id)
         self.record(ident, "producer", Outcome.ACKED if ok else Outcome.WEAK, broker=f"{ip}:{port}", sent=sent,
-                    detail=result.status.name)
+                    detail=f"{result.status.name} from {ip}:{port}")
         return result.status
 
     def report(self, reads: list[Read]):
