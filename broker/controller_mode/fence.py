@@ -27,9 +27,10 @@ can be renewed, so a pure lease stops every write; (b) keeps them going, and is 
 That proves no acknowledged message is lost, but not yet that two brokers never answer SEND_OK in the same period:
 the old master may still release a put the new master acked *before* it stopped streaming, once the last other
 member's ack arrives, after the new master's first SEND_OK. The old master's waiter gives up ``slaveTimeout`` (W)
-after its put, and any put the new master acked was made before it stopped streaming; so a broker that becomes
-master *after being a slave* answers its first SEND_OK no sooner than W after its HA client stopped
-(``SendFence.hold_until``). The old master's last possible SEND_OK is then before the new master's first one. The
+after its put, and any put the new master acked was made before the new master last read from the old one; so a
+broker that becomes master *after being a slave* answers its first SEND_OK no sooner than W after it last read a
+byte from its old master (``SendFence.hold_until``; after a SIGKILL of the old master most of W has passed by the
+time the new one takes over). The old master's last possible SEND_OK is then before the new master's first one. The
 HA client resets its connection when it stops (SO_LINGER 0), so acks the kernel still holds are dropped, not
 delivered after a partition heals. The two clocks only need the same rate over W.
 

@@ -310,10 +310,12 @@ class ReplicasManager(Service):
             self.waiter.close()
         self.waiter = None
         if server is not None:
-            streaming = not server.settings.role.is_master
+            ha_slave = server.ha.slave if server.ha is not None else None
             await server.stop()
-            if streaming:
-                self._streamed_until = self.lease.clock()
+            if ha_slave is not None and ha_slave.last_read_ms:
+                # when it last read from the master (a put it acked was made before it read it): see fence.py
+                ago_s = max(0.0, time.time() - ha_slave.last_read_ms / 1000)
+                self._streamed_until = max(self._streamed_until, self.lease.clock() - ago_s)
 
     async def _serve(self, server: BrokerServer) -> None:
         """Start ``server`` and add GET_BROKER_EPOCH_CACHE to its remoting port."""
