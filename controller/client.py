@@ -8,7 +8,7 @@ the raw response whatever its code. Not thread-safe: one event loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -40,7 +40,9 @@ class ReplicaInfo:
     sync_state_set: frozenset[int]
     sync_state_set_epoch: int
     master_confirm_offset: int | None = None  # pyrmq: the master's confirm offset, None when the controller has none
-    elect_unclean: bool | None = None  # pyrmq: the controller's enableElectUncleanMaster, None when it did not say
+    # pyrmq: the controller's enableElectUncleanMaster (None when the answer did not say): a property of the
+    # controller, not of the group's state, so it takes no part in comparisons
+    elect_unclean: bool | None = field(default=None, compare=False)
 
 
 def _replica_info(resp: RemotingCommand) -> ReplicaInfo:

@@ -21,12 +21,18 @@ across reads; ``lost_on_slave`` = acked ids the slave does not hold, and ``lost_
 ``overlapping_send_ok`` = SEND_OKs answered inside another broker's SEND_OK period of the same group.
 
 **Non-overlapping SEND_OK periods** (``send_ok_overlaps``): a broker's SEND_OK was answered at some instant
-between the client's send and the answer, so its period certainly spans from its earliest *answer* time to its
+between the client's send and the answer, so a term's period certainly spans from its earliest *answer* time to its
 latest *send* time. Another broker of the group overlaps it when one of its SEND_OKs was both sent after that start
 and answered before that end: it answered inside the period (two brokers of one group answering SEND_OK in turns,
-A, B, A). Concurrent sends in flight across a clean handover never count (their windows straddle the ends). A broker
-that becomes master again later (a failback) starts a new period: give its acks a ``term`` (e.g. the masterEpoch)
-to say so; without one, a broker's acks form one period.
+A, B, A). Concurrent sends in flight across a clean handover never count (their windows straddle the ends).
+
+Terms: a broker that becomes master again later (a failback) starts a new term. An explicit ``term`` (e.g. the
+masterEpoch) says so; otherwise, when the SEND_OKs carry their commitlog offsets, the terms are the runs of one
+broker along the group's log (one history: A's first term, then B's, then A's again, each appending after the
+last), and without offsets a broker's SEND_OKs form one period. With offsets there is a second check: a SEND_OK
+sent after another one was answered lies higher in the log (the acknowledged history of a group is one log); two
+masters appending at once on diverging logs break that order even when their SEND_OKs interleave too finely for
+periods to show.
 
 The verdict (``Report.problems(mode)``): in both modes unexpected = aborted reads = inconsistent offsets =
 overlapping SEND_OK periods = 0.
@@ -80,7 +86,8 @@ class SendOk:
     sent: float  # the client's clock when the send left
     answered: float  # the client's clock when SEND_OK came back
     id: str = ""
-    term: int | None = None  # a failback's new period (None: one period per broker)
+    term: int | None = None  # a failback's new period (None: from the offsets, else one period per broker)
+    offset: int | None = None  # the commitlog offset of the message (from its offsetMsgId)
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,22 +276,52 @@ def _inconsistent(reads: list[Read]) -> list[str]:
 
 
 def send_ok_overlaps(acks: Iterable[SendOk]) -> list[str]:
-    """SEND_OKs answered inside another broker's certain SEND_OK period of the same group (see the module doc)."""
+    """SEND_OKs answered inside another broker's SEND_OK period of the same group, and SEND_OKs out of the group's
+    log order (see the module doc)."""
     by_group: dict[str, list[SendOk]] = defaultdict(list)
     for a in acks:
         by_group[a.group].append(a)
     out = []
     for group, oks in sorted(by_group.items()):
-        periods: dict[tuple[str, int | None], tuple[float, float]] = {}
-        for a in oks:
-            key = (a.broker, a.term)
-            lo, hi = periods.get(key, (float("inf"), float("-inf")))
-            periods[key] = (min(lo, a.answered), max(hi, a.sent))
+        terms = _terms(oks)
+        periods: dict[tuple[str, object], tuple[float, float]] = {}
+        for a, term in zip(oks, terms):
+            lo, hi = periods.get((a.broker, term), (float("inf"), float("-inf")))
+            periods[(a.broker, term)] = (min(lo, a.answered), max(hi, a.sent))
         for a in oks:
             for (broker, term), (start, end) in periods.items():
                 if broker != a.broker and start < a.sent and a.answered < end:
                     out.append(f"{group}: {a.id or 'a SEND_OK'} from {a.broker} answered in "
-                               f"[{a.sent:.3f}, {a.answered:.3f}] while {broker}"
-                               f"{'' if term is None else f' (term {term})'} answered SEND_OK from {start:.3f} "
-                               f"to {end:.3f}")
+                               f"[{a.sent:.3f}, {a.answered:.3f}] while {broker} (term {term}) answered SEND_OK "
+                               f"from {start:.3f} to {end:.3f}")
+        out += _log_order(group, [a for a in oks if a.offset is not None])
+    return out
+
+
+def _terms(oks: list[SendOk]) -> list[object]:
+    """Each SEND_OK's term: its explicit one, else its broker's run number along the log, else None."""
+    runs: dict[int, int] = {}
+    placed = sorted((a.offset, i) for i, a in enumerate(oks) if a.term is None and a.offset is not None)
+    run, last = -1, None
+    for _, i in placed:
+        if oks[i].broker != last:
+            run, last = run + 1, oks[i].broker
+        runs[i] = run
+    return [a.term if a.term is not None else (f"run{runs[i]}" if i in runs else None) for i, a in enumerate(oks)]
+
+
+def _log_order(group: str, oks: list[SendOk]) -> list[str]:
+    """SEND_OKs sent after a SEND_OK higher in the log was answered (the group's log is one history)."""
+    out = []
+    earliest_above = float("inf")  # the earliest answer among SEND_OKs higher in the log
+    above: SendOk | None = None
+    for a in sorted(oks, key=lambda x: x.offset, reverse=True):
+        if earliest_above < a.sent and above is not None and above.offset != a.offset:
+            out.append(f"{group}: {a.id or 'a SEND_OK'} from {a.broker} at offset {a.offset} was sent at "
+                       f"{a.sent:.3f}, after {above.id or 'a SEND_OK'} from {above.broker} at offset {above.offset} "
+                       f"was answered at {above.answered:.3f} (two logs written at once)")
+        if a.answered < earliest_above:
+            earliest_above, above = a.answered, a
+    dup = Counter(a.offset for a in oks)
+    out += [f"{group}: {n} SEND_OKs at offset {o} (two logs written at once)" for o, n in dup.items() if n > 1]
     return out

@@ -83,10 +83,10 @@ class SendLog:
         self.oks: list[SendOk] = []
 
     def record(self, ident: str, writer: str, outcome: Outcome, *, broker: str = "", sent: float = 0.0,
-               detail: str = "") -> None:
-        self.sends.append(Send(ident, writer, len(self.sends), outcome, detail=detail[:120]))
+               detail: str = "", offset: int | None = None) -> None:
+        self.sends.append(Send(ident, writer, len(self.sends), outcome, offset, detail=detail[:120]))
         if outcome is Outcome.ACKED:
-            self.oks.append(SendOk(self.group, broker, sent, time.monotonic(), ident))
+            self.oks.append(SendOk(self.group, broker, sent, time.monotonic(), ident, None, offset))
 
     async def produce(self, producer: Producer, ident: str) -> SendStatus | None:
         """A send through the SDK producer (it follows the route); None when no answer came."""
@@ -97,9 +97,9 @@ class SendLog:
             self.record(ident, "producer", Outcome.UNKNOWN, detail=str(exc))
             return None
         ok = result.status is SendStatus.SEND_OK
-        (ip, port), _ = parse_offset_msg_id(result.offset_msg_id)
+        (ip, port), offset = parse_offset_msg_id(result.offset_msg_id)
         self.record(ident, "producer", Outcome.ACKED if ok else Outcome.WEAK, broker=f"{ip}:{port}", sent=sent,
-                    detail=f"{result.status.name} from {ip}:{port}")
+                    detail=f"{result.status.name} from {ip}:{port}", offset=offset)
         return result.status
 
     def report(self, reads: list[Read]):

@@ -92,7 +92,7 @@ class Ledger:
             self.acked_at.append(now)
             if isinstance(result, SendResult) and offset is not None:  # the store host answered it
                 (ip, port), _ = parse_offset_msg_id(result.offset_msg_id)
-                self.oks.append(SendOk(result.message_queue.broker_name, f"{ip}:{port}", sent, now, ident))
+                self.oks.append(SendOk(result.message_queue.broker_name, f"{ip}:{port}", sent, now, ident, None, offset))
 
     def read(self, msg: MessageExt, node: str = "group") -> Read:
         queue = f"{msg.topic}:{msg.queue_id}"

@@ -150,3 +150,21 @@ def test_a_send_ok_answered_inside_another_brokers_period_is_split_brain():
     assert send_ok_overlaps([ok("A", 0.0, 0.1, term=1), ok("B", 2.0, 2.1, term=2), ok("A", 3.0, 3.1, term=3)]) == []
     # another group's broker answering meanwhile is no overlap either
     assert send_ok_overlaps([ok("A", 0.0, 0.1), ok("B", 2.0, 2.1, group="h"), ok("A", 3.0, 3.1)]) == []
+
+
+def at(broker: str, sent: float, answered: float, offset: int) -> SendOk:
+    return SendOk("g", broker, sent, answered, f"{broker}@{offset}", None, offset)
+
+
+def test_with_offsets_a_failback_is_a_new_term_and_two_logs_written_at_once_are_found():
+    # A's first term (offsets 0, 100), B's (200, 300), A's again (400): one log, no overlap
+    failback = [at("A", 0.0, 0.1, 0), at("A", 1.0, 1.1, 100), at("B", 2.0, 2.1, 200), at("B", 3.0, 3.1, 300),
+                at("A", 4.0, 4.1, 400)]
+    assert send_ok_overlaps(failback) == []
+    # B was elected while A went on: both append after offset 100, so B's 200 is answered before A's 150 is sent
+    split = [at("A", 0.0, 0.1, 0), at("A", 1.0, 1.1, 100), at("B", 2.0, 2.1, 200), at("A", 2.5, 2.6, 150),
+             at("B", 3.0, 3.1, 250)]
+    found = send_ok_overlaps(split)
+    assert any("two logs written at once" in f and "A@150" in f for f in found), found
+    # the same offset acknowledged twice
+    assert any("2 SEND_OKs at offset 7" in f for f in send_ok_overlaps([at("A", 0, 0.1, 7), at("B", 1, 1.1, 7)]))

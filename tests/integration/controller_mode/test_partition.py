@@ -28,6 +28,7 @@ from harness.controller_mode import (
 from harness.netns_broker import write_netns_file
 from harness.waiting import async_wait_until
 from remoting.codes import ResponseCode
+from remoting.message_codec import parse_offset_msg_id
 from tests.integration.broker.rpc import BrokerClient, message
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -62,7 +63,8 @@ async def direct_sends(client: BrokerClient, broker: str, log: SendLog, stop: as
             await asyncio.sleep(0.05)
             continue
         if answer.code == ResponseCode.SUCCESS:
-            log.record(ident, "direct", Outcome.ACKED, broker=broker, sent=sent)
+            offset = parse_offset_msg_id((answer.ext or {})["msgId"])[1]
+            log.record(ident, "direct", Outcome.ACKED, broker=broker, sent=sent, offset=offset)
         else:
             remarks.append(f"{answer.code} {answer.remark}")
             log.record(ident, "direct", Outcome.WEAK if answer.code in WEAK else Outcome.FAILED,
