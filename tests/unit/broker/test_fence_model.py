@@ -51,6 +51,7 @@ class Node:
         self.held: list[tuple[int, str, float]] = []  # released, waiting for the fence's hold
         self.released_upto = 0
         self.streamed_until = -math.inf
+        self.last_read = -math.inf  # as slave: when it last read from its master
         self.inflight: list[int] = []  # as slave: reports sent, not yet delivered
 
     @property
@@ -98,7 +99,7 @@ class FenceModel(RuleBasedStateMachine):
     # the brokers' role switches -------------------------------------------------------------------------------
     def _stop_streaming(self, n: Node) -> None:
         if n.role is not None and n.role[0] == "S":
-            n.streamed_until = self.now
+            n.streamed_until = max(n.streamed_until, n.last_read)  # the hold counts from the last read
             n.inflight.clear()  # reset: what the kernel held is dropped
             old = self.nodes[n.role[1]]
             if self.ha_up[n.id]:
@@ -212,6 +213,7 @@ class FenceModel(RuleBasedStateMachine):
             return
         assert n.log == m.log[:len(n.log)], "a slave's log diverged from its master's"
         if len(n.log) < len(m.log):
+            n.last_read = self.now
             n.log.append(m.log[len(n.log)])
             n.inflight.append(len(n.log))
 
