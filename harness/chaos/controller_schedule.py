@@ -27,7 +27,7 @@ from pathlib import Path
 from client import AdminClient
 from common.errors import PyrmqError
 from remoting.errors import RemotingError
-from harness.chaos.schedule import LOAD_HELD_ACKS, QUEUES, RECOVERY_S, _bounded, _wait_for
+from harness.chaos.schedule import LOAD_HELD_ACKS, QUEUES, RECOVERY_S, bounded, wait_for_fact
 from harness.chaos.workload import Ledger, Readers, Writers
 from harness.checker import Mode, Report, check
 from harness.controller_mode import controller_broker, controller_namesrv, replica_info
@@ -135,13 +135,13 @@ class ControllerChaos:
 
     async def everyone_knows_topic(self, admin: AdminClient) -> bool:
         for b in self.brokers:
-            configs = await _bounded(admin.all_topic_configs(b.addr))
+            configs = await bounded(admin.all_topic_configs(b.addr))
             if configs is None or not any(t.topic_name == self.topic for t in configs.topic_configs):
                 return False
         return True
 
     async def require(self, predicate, timeout_s: float, what: str) -> None:
-        if await _wait_for(predicate, timeout_s) is None:
+        if await wait_for_fact(predicate, timeout_s) is None:
             raise TimeoutError(f"controller-mode schedule: {what} not within {timeout_s:.0f} s")
 
     # faults -----------------------------------------------------------------------------------------------
@@ -174,10 +174,10 @@ class ControllerChaos:
             await asyncio.to_thread(self.etcd.start)
         healed = time.monotonic()
         rec.acked_during = self.ledger.acked_since(start) - self.ledger.acked_since(healed)
-        rec.whole_after_s = await _wait_for(self.whole, RECOVERY_S)
+        rec.whole_after_s = await wait_for_fact(self.whole, RECOVERY_S)
         if rec.whole_after_s is None:
             self.notes.append(f"{fault.kind}: the group was not whole {RECOVERY_S:.0f} s after the heal")
-        rec.load_held_after_s = await _wait_for(lambda: self.ledger.acked_since(healed) >= LOAD_HELD_ACKS, RECOVERY_S)
+        rec.load_held_after_s = await wait_for_fact(lambda: self.ledger.acked_since(healed) >= LOAD_HELD_ACKS, RECOVERY_S)
         if rec.load_held_after_s is None:
             self.notes.append(f"{fault.kind}: fewer than {LOAD_HELD_ACKS} acked sends {RECOVERY_S:.0f} s after "
                               "the heal")
@@ -205,7 +205,7 @@ class ControllerChaos:
                 masters.append(now.addr if now else "none")
             await writers.stop()
             writers = None
-            if await _wait_for(lambda: not self.ledger.unread_acked(), drain_timeout_s) is None:
+            if await wait_for_fact(lambda: not self.ledger.unread_acked(), drain_timeout_s) is None:
                 self.notes.append(f"the group had not read every acked message {drain_timeout_s:.0f} s after the "
                                   "last heal")
         finally:

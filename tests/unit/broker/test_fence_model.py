@@ -24,7 +24,7 @@ import math
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from broker.controller_mode.fence import RoleLease, SendFence
 from broker.controller_mode.replicas_manager import SETTLED_REFUSALS
