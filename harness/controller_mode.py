@@ -24,9 +24,10 @@ BROKER_FAST = {
 }
 
 
-def controller_namesrv(workdir: Path, etcd_endpoint: str, **conf: object) -> Namesrv:
+def controller_namesrv(workdir: Path, etcd_endpoint: str, *, instance_id: str = "ns-controller",
+                       **conf: object) -> Namesrv:
     return Namesrv(workdir, enableControllerInNamesrv=True, controllerStoreEtcdEndpoints=etcd_endpoint,
-                   controllerInstanceId="ns-controller", **{**FAST, **conf})
+                   controllerInstanceId=instance_id, **{**FAST, **conf})
 
 
 def controller_broker(workdir: Path, ns: Namesrv, name: str, index: int, *, ns_addr: str = "", **conf: object

@@ -1,5 +1,6 @@
 """A controller-mode group on a 3-member etcd cluster (issue 23, item 3), judged by harness/checker.py: with one
-etcd member killed, a killed master is still replaced; with a majority killed, the brokers keep the roles they have,
+etcd member killed (and, with two nameservers running the controller, the active one), a killed master is still
+replaced; with a majority killed, the brokers keep the roles they have,
 SYNC sends to the master keep getting SEND_OK while its SyncStateSet holds (broker/controller_mode/fence.py, rule
 (b): every member acked, clean election), nothing is elected, and mqctl says that etcd lost its majority."""
 
@@ -11,6 +12,7 @@ import time
 import pytest
 
 from client import AdminClient, Producer, SendStatus
+from controller.client import ControllerClient
 from harness.checker import Mode
 from harness.controller_mode import SendLog, controller_broker, controller_namesrv, drain, replica_info
 from harness.controller_mode import sync_state_set_is
@@ -148,3 +150,54 @@ async def test_etcd_majority_lost_brokers_keep_their_roles_and_sync_sends_keep_s
         await producer.stop()
         for b in brokers:
             b.stop()
+
+
+async def test_one_etcd_member_and_the_active_nameserver_down_a_killed_master_is_still_replaced(tmp_path, etcd3):
+    with controller_namesrv(tmp_path / "ns1", etcd3.endpoints, instance_id="ns1") as ns1, \
+            controller_namesrv(tmp_path / "ns2", etcd3.endpoints, instance_id="ns2") as ns2:
+        both = f"{ns1.addr};{ns2.addr}"
+        brokers = [controller_broker(tmp_path, ns1, GROUP, i, ns_addr=both, haMaxTimeSlaveNotCatchup=60_000)
+                   for i in (1, 2, 3)]
+        producer = None
+        log = SendLog(GROUP, TOPIC)
+        try:
+            for b in brokers:
+                b.start()
+            await async_wait_until(sync_state_set_is(ns1, GROUP, {1, 2, 3}), 30, "the slaves join the SyncStateSet")
+            async with AdminClient(both) as admin:
+                await admin.update_topic(brokers[0].addr, TOPIC, read_queue_nums=2, write_queue_nums=2)
+            producer = await Producer("quorum-producer", both, send_timeout_s=8.0).start()
+            for i in range(20):
+                assert await log.produce(producer, f"before-{i}") is SendStatus.SEND_OK
+            client = ControllerClient([ns1.addr, ns2.addr])
+            try:
+                leaders = [(await client.metadata(ns.addr)).get("isLeader") == "true" for ns in (ns1, ns2)]
+            finally:
+                await client.close()
+            assert leaders.count(True) == 1, leaders
+            active, standby = (ns1, ns2) if leaders[0] else (ns2, ns1)
+            active.kill()
+            etcd3.members[0].kill()
+            brokers[0].kill()
+
+            async def replaced() -> bool:
+                try:
+                    return (await replica_info(standby, GROUP)).master_broker_id in (2, 3)
+                except Exception:  # noqa: BLE001 - the standby is not active yet (the lease of the dead one runs)
+                    return False
+
+            await async_wait_until(replaced, 40, "a new master elected by the standby controller", 0.2)
+
+            async def send_ok() -> bool:
+                return await log.produce(producer, f"after-{len(log.sends)}") is SendStatus.SEND_OK
+
+            await async_wait_until(send_ok, 40, lambda: f"a SEND_OK from the new master: {log.sends[-2:]}", 0.05)
+            for i in range(20):
+                assert await log.produce(producer, f"later-{i}") is SendStatus.SEND_OK
+            figures = judged(log, await drain(standby.addr, TOPIC, GROUP, 2))
+            assert figures["acked"] >= 41
+        finally:
+            if producer is not None:
+                await producer.stop()
+            for b in brokers:
+                b.stop()
