@@ -56,8 +56,18 @@ info read sent after that answer still names this broker master at its own maste
 - a new master answers SEND_OK only after its election, its role switch and its epoch entry, so later still.
 
 The broker also ends the lease when its end of the controller connection closes or a heartbeat fails, and is
-*deposed* (no SEND_OK by either rule) once the controller names another master or a newer masterEpoch. Pure: the
-clock is injected.
+*deposed* (no SEND_OK by either rule) once the controller names another master or a newer masterEpoch.
+
+**Assumptions.** Every controller instance runs with the same ``enableElectUncleanMaster``: the broker learns it
+from the answers it gets, so an instance switched to unclean election while a master serves under (b) could elect
+outside the set before the master hears of it (switch it with the group stopped). A set of one is left to the lease
+on purpose: under clean election nobody else could be elected from it either, but a lone master cut off from the
+controller must stop (issue 23, item 2), and its data would be on no other broker.
+
+**Checked by** ``tests/unit/broker/test_fence_model.py``: a Hypothesis model of three brokers with the real
+election, SyncStateSet and fence rules under partitions, late acks, lost answers, resets only the controller sees
+and etcd losing its majority (no SEND_OK lost from etcd's set, the local set a superset of etcd's, SEND_OKs never
+back to an older masterEpoch), with one scenario per guard that fails without it. Pure: the clock is injected.
 """
 
 from __future__ import annotations
