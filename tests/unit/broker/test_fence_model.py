@@ -347,7 +347,7 @@ class FenceModel(RuleBasedStateMachine):
         assert epochs == sorted(epochs), f"SEND_OK went back to an older masterEpoch: {self.oks[-6:]}"
 
 
-FenceModel.TestCase.settings = settings(max_examples=300, stateful_step_count=60, deadline=None,
+FenceModel.TestCase.settings = settings(max_examples=200, stateful_step_count=60, deadline=None,
                                         suppress_health_check=[HealthCheck.too_slow])
 test_fence_model = FenceModel.TestCase
 
