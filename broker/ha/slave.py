@@ -34,6 +34,8 @@ import contextlib
 import inspect
 import logging
 import os
+import socket
+import struct
 import time
 import ssl as ssl_module
 
@@ -308,7 +310,16 @@ class _SlaveConnection:
             if not task.done():
                 task.cancel()
         with contextlib.suppress(Exception):
-            self.transport.close()
+            if reason is CloseReason.SHUTDOWN:
+                # the broker stops streaming (a controller-mode slave about to become master): reset, so that acks
+                # still unacknowledged in the kernel are dropped, never delivered late to the old master after a
+                # partition heals (they could release a SEND_OK there after this broker's first one: fence.py)
+                sock = self.transport.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.transport.abort()
+            else:
+                self.transport.close()
         if reason not in (CloseReason.SHUTDOWN,):
             # A connection that streamed is news; one refused or closed during the handshake repeats with every retry.
             line = log if self.challenged.is_set() else self.owner.close_log
