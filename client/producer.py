@@ -38,6 +38,8 @@ Outcomes, per message (all messages of a batch share one):
 - a refusal RocketMQ's producer retries on another broker (TOPIC_NOT_EXIST, SERVICE_NOT_AVAILABLE, SYSTEM_ERROR,
   NO_PERMISSION, NO_BUYER_ID, NOT_IN_CURRENT_UNIT; spec §1.6 ``retryResponseCodes``) or SYSTEM_BUSY: retried the
   same way after a route refresh; other codes fail with BrokerError carrying the code and the broker's remark.
+  A stored-but-weak answer from a fenced controller-mode master ("fenced: " in its remark) refreshes the route at
+  once, so the next sends find the master elected in its place instead of waiting for the 30 s poll.
 
 The producer heartbeats (HEART_BEAT with its group) to the masters it sends to, at its first route and every
 ``heartbeat_interval_s``, and unregisters from them (UNREGISTER_CLIENT) when it stops.
@@ -80,6 +82,9 @@ from remoting.message_codec import MessageCodecError
 from remoting.message_headers import TIMEOUT_FIELD
 
 log = logging.getLogger(__name__)
+
+# A controller-mode master that may have been replaced says so in its answer's remark (broker/controller_mode/fence.py)
+FENCED = "fenced: "
 
 
 @dataclass(slots=True)
@@ -433,6 +438,8 @@ class Producer(Lifecycle):
             failed_addr = None
             status = SEND_STATUS_BY_CODE.get(resp.code)
             if status is not None:
+                if FENCED in (resp.remark or ""):
+                    self.routes.refresh_soon(mq.topic)  # the route may already name its successor: next sends go there
                 batch.complete(mq, resp.ext or {}, status)
                 return
             last_error = BrokerError(resp.code, resp.remark or "", addr, request=request, request_code=batch.code)
