@@ -4,6 +4,9 @@ in a full-size index file.
 - put: a store in this process takes ``--messages`` 1 KiB messages with KEYS and UNIQ_KEY in batches of 32, then
   waits until the index reached the end; the CPU time of the whole process over the messages, index on vs off,
   alternated ``--rounds`` times (medians). Goal of issue 24: on/off <= 1.2.
+- instructions (``--instructions``, where valgrind is installed): the same put run under ``valgrind --tool=cachegrind``
+  for two message counts, index on and off; instructions per message are the difference over the extra messages
+  (start-up cancels out). Unlike CPU time this does not move with the other load on the machine.
 - lookup: one IndexFile of RocketMQ's default size (5,000,000 slots) filled with ``--entries`` entries of
   distinct keys, then random lookups of present keys: p50 / p99 in microseconds, and the disk the file takes.
 """
@@ -14,7 +17,10 @@ import argparse
 import asyncio
 import os
 import random
+import re
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -48,6 +54,33 @@ async def put_run(root: Path, messages: int, index: bool) -> float:
         await store.stop()
 
 
+def _one_run(args) -> None:
+    """The child of ``--instructions``: one put run, nothing printed."""
+    asyncio.run(put_run(Path(args.root), args.one_run, args.index == "on"))
+
+
+def instructions(messages: tuple[int, int]) -> dict[str, float]:
+    """Instructions per message of the put path with the index off and on (cachegrind, see the docstring)."""
+    counts: dict[tuple[str, int], int] = {}
+    with tempfile.TemporaryDirectory(prefix="pyrmq-index-ir-") as tmp:
+        for index in ("off", "on"):
+            for n in messages:
+                proc = subprocess.run(
+                    ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+                     sys.executable, "-m", "bench.index_bench", "--one-run", str(n), "--index", index,
+                     "--root", str(Path(tmp) / f"{index}-{n}")],
+                    capture_output=True, text=True, check=True)
+                found = re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
+                if found is None:
+                    raise RuntimeError(f"no instruction count in valgrind's output:\n{proc.stderr[-2000:]}")
+                counts[(index, n)] = int(found.group(1).replace(",", ""))
+    low, high = messages
+    off = (counts[("off", high)] - counts[("off", low)]) / (high - low)
+    on = (counts[("on", high)] - counts[("on", low)]) / (high - low)
+    return {"instructions_per_msg_off": round(off), "instructions_per_msg_on": round(on),
+            "instructions_on_off_ratio": round(on / off, 3)}
+
+
 def lookup_run(path: Path, entries: int, lookups: int) -> tuple[float, float, float, float]:
     """(fill µs per entry, lookup p50 µs, lookup p99 µs, MiB on disk)."""
     f = IndexFile(path, 5_000_000, max(entries + 1, 2), create=True)
@@ -76,7 +109,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--entries", type=int, default=2_000_000)
     ap.add_argument("--lookups", type=int, default=20_000)
+    ap.add_argument("--instructions", action="store_true", help="also count instructions under valgrind")
+    ap.add_argument("--one-run", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--index", default="on", help=argparse.SUPPRESS)
+    ap.add_argument("--root", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.one_run:
+        _one_run(args)
+        return
     on, off = [], []
     with tempfile.TemporaryDirectory(prefix="pyrmq-index-bench-") as tmp:
         for r in range(args.rounds):
@@ -85,6 +125,12 @@ def main() -> None:
                 (on if index else off).append(us)
         fill_us, p50, p99, disk = lookup_run(Path(tmp) / "lookup", args.entries, args.lookups)
     ratio = median_of(on) / median_of(off)
+    counted = instructions((2_000, 6_000)) if args.instructions else {}
+    if counted:
+        print_table("message index: instructions per message (cachegrind, 4,000 messages past start-up)",
+                    ["index off", "index on", "on/off"],
+                    [[counted["instructions_per_msg_off"], counted["instructions_per_msg_on"],
+                      counted["instructions_on_off_ratio"]]])
     print_table("message index: store CPU per message (1 KiB, batches of 32, 2 keys + UNIQ_KEY)",
                 ["index", "CPU µs/msg (median)", "runs"],
                 [["off", median_of(off), len(off)], ["on", median_of(on), len(on)], ["on/off", ratio, ""]])
@@ -93,7 +139,7 @@ def main() -> None:
     write_json("index_bench", {
         "messages": args.messages, "put_cpu_us_per_msg_off": off, "put_cpu_us_per_msg_on": on, "on_off_ratio": ratio,
         "entries": args.entries, "fill_us_per_entry": fill_us, "lookup_p50_us": p50, "lookup_p99_us": p99,
-        "disk_mib": disk,
+        "disk_mib": disk, **counted,
     })
 
 

@@ -7,6 +7,12 @@ wakes the service, which indexes up to the commitlog end in rounds of about ``RO
 them, so sends and the HA link never wait behind a backlog. Files roll when full (``maxIndexNum`` entries) and are
 created only when the first record is indexed, sparse (``index_file``).
 
+The records are not parsed twice: the master's put path offers each batch it appended (``offer_put``: topic and
+properties it already holds) and a slave's dispatcher the records its scan parsed (``offer_scanned``); a round
+takes the offers that start where the index stands and reads the commitlog itself only where nothing was offered
+(a restart, a backlog past ``MAX_OFFERED`` records). A round's keys are hashed and written as one batch
+(``index_keys.hashes``, ``IndexFile.put_many``).
+
 Restart: indexing resumes at the newest file's ``endPhyOffset`` (records at or below it are skipped, so nothing is
 indexed twice). A newest file whose header and last entry disagree (a power loss) is deleted and rebuilt from the
 previous file's end. Entries pointing past the commitlog end (a truncated tail) or at expired files are harmless:
@@ -22,31 +28,23 @@ import asyncio
 import logging
 import os
 import time
+from collections import deque
 from pathlib import Path
 
 from broker.store.commitlog import CommitLog
 from broker.store.index_file import IndexFile, file_name
+from broker.store.index_keys import hashes, values_of
+from broker.store.put_prepare import E_COMMON, E_PROPS, E_TOPIC
 from common.log import RateLimitedLog
 from common.service import Service
-from remoting.message_codec import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, RecordStatus, check_record, property_value
+from remoting.message_codec import RecordStatus, check_record
 
 log = logging.getLogger(__name__)
 
 ROUND_BYTES = 256 << 10
+MAX_OFFERED = 65536  # records offered and waiting for the tail task; past it, the tail reads the commitlog instead
 TRANSACTION_TYPE_MASK = 0x3 << 2
 TRANSACTION_ROLLBACK = 0x3 << 2
-
-
-def keys_of(topic: str, properties: bytes) -> list[str]:
-    """The index keys of one record."""
-    out = []
-    uniq = property_value(properties, PROPERTY_UNIQ_KEY)
-    if uniq:
-        out.append(f"{topic}#{uniq}")
-    keys = property_value(properties, PROPERTY_KEYS)
-    if keys:
-        out.extend(f"{topic}#{k}" for k in keys.split(" ") if k)
-    return out
 
 
 class IndexService(Service):
@@ -60,6 +58,10 @@ class IndexService(Service):
         self.position = 0  # the next commitlog offset to look at
         self._skip_upto = -1  # records at or below this offset are already indexed
         self._wakeup = asyncio.Event()
+        # (start offset, end offset, records, their offsets or None, store timestamp): batches the put path and
+        # the dispatcher parsed, waiting for the tail task (``offer_put``, ``offer_scanned``)
+        self._offered: deque[tuple] = deque()
+        self._offered_records = 0
         self._failures = RateLimitedLog(log, 60.0)
 
     # loading (blocking: the store's disk executor, before start) ----------------------------------------------
@@ -108,12 +110,93 @@ class IndexService(Service):
             except TimeoutError:
                 pass
 
+    # what the writers already parsed -------------------------------------------------------------------
+    def offer_put(self, entries: list, phys: list[int], store_ts: int, end: int) -> None:
+        """A batch the put path just appended (its ``put_prepare`` entries and their offsets), indexed from what
+        the put path already holds instead of parsing the records again."""
+        self._offer((phys[0], end, entries, phys, store_ts))
+
+    def offer_scanned(self, start: int, end: int, records: list[tuple[int, str, bytes, int, int]]) -> None:
+        """Records the dispatcher parsed in ``[start, end)`` (a slave's replicated bytes, or recovery), as
+        ``(offset, topic, properties, store timestamp, sys flag)``."""
+        if records:
+            self._offer((start, end, records, None, 0))
+
+    def _offer(self, item: tuple) -> None:
+        if self._offered_records + len(item[2]) > MAX_OFFERED:  # far behind (recovery): read the commitlog
+            self._drop_offered()
+        self._offered.append(item)
+        self._offered_records += len(item[2])
+
+    def _drop_offered(self) -> None:
+        self._offered.clear()
+        self._offered_records = 0
+
+    # building --------------------------------------------------------------------------------------------
     def build(self, budget: int) -> bool:
-        """Index records from ``position`` for about ``budget`` bytes; True if it moved."""
+        """Index records from ``position`` for about ``budget`` bytes; True if it moved. The records come from
+        what the put path or the dispatcher offered where it starts at ``position``, else from the commitlog; their
+        keys are hashed and written as one batch (``index_keys``, ``IndexFile.put_many``)."""
         cl = self._commitlog
-        begin = offset = self.position = max(self.position, cl.min_offset)
-        end = min(cl.max_offset, begin + budget)
-        while offset < end:
+        begin = self.position = max(self.position, cl.min_offset)
+        stop = min(cl.max_offset, begin + budget)
+        offered = self._offered
+        batch: tuple[list, list, list, list] = ([], [], [], [])  # topics, values, offsets, store timestamps
+        try:
+            while self.position < stop:
+                while offered and offered[0][1] <= self.position:
+                    self._offered_records -= len(offered.popleft()[2])  # already indexed (a restart, a re-dispatch)
+                if offered and offered[0][0] <= self.position:
+                    item = offered.popleft()
+                    self._offered_records -= len(item[2])
+                    self._take(item, batch)
+                    continue
+                if not self._scan(min(stop, offered[0][0]) if offered else stop, batch):
+                    break
+            self._index(*batch)
+        except BaseException:
+            self.position = begin  # the next round collects the same records again, from the commitlog
+            self._drop_offered()
+            raise
+        if self.files:
+            self.files[-1].write_header()
+        return self.position > begin
+
+    def _take(self, item: tuple, batch: tuple[list, list, list, list]) -> None:
+        start, end, records, phys, store_ts = item
+        topics, values, offsets, stamps = batch
+        low = max(self.position, self._skip_upto + 1)
+        if phys is not None:  # the put path's entries
+            for entry, phy in zip(records, phys, strict=True):
+                if phy < low or entry[E_COMMON][0] & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK:
+                    continue
+                found = values_of(entry[E_PROPS])
+                if found:
+                    n = len(found)
+                    topics += [entry[E_TOPIC]] * n
+                    values += found
+                    offsets += [phy] * n
+                    stamps += [store_ts] * n
+        else:
+            for phy, topic, props, ts, sys_flag in records:
+                if phy < low or sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK:
+                    continue
+                found = values_of(props)
+                if found:
+                    n = len(found)
+                    topics += [topic] * n
+                    values += found
+                    offsets += [phy] * n
+                    stamps += [ts] * n
+        self.position = end
+
+    def _scan(self, limit: int, batch: tuple[list, list, list, list]) -> bool:
+        """Parse the commitlog from ``position`` up to ``limit`` (nobody offered these records: a restart, a
+        backlog); True if it moved."""
+        cl = self._commitlog
+        begin = offset = self.position
+        records = []
+        while offset < limit:
             found = cl.view_at(offset)
             if found is None:
                 break
@@ -125,19 +208,19 @@ class IndexService(Service):
             if res.status is not RecordStatus.VALID:
                 break  # an append in progress on a slave: the next wakeup goes on from here
             info = res.info
-            if offset > self._skip_upto and info.sys_flag & TRANSACTION_TYPE_MASK != TRANSACTION_ROLLBACK:
-                for key in keys_of(info.topic, info.properties):
-                    self._put(key, offset, info.store_timestamp)
+            records.append((offset, info.topic, info.properties, info.store_timestamp, info.sys_flag))
             offset += res.size
-        self.position = offset
-        if self.files:
-            self.files[-1].write_header()
+        self._take((begin, offset, records, None, 0), batch)
         return offset > begin
 
-    def _put(self, key: str, offset: int, store_ts: int) -> None:
-        if not self.files or not self.files[-1].put(key, offset, store_ts):
-            self._roll()
-            self.files[-1].put(key, offset, store_ts)
+    def _index(self, topics: list[str], values: list[bytes], offsets: list[int], stamps: list[int]) -> None:
+        hashed = hashes(topics, values)
+        done = 0
+        while done < len(hashed):
+            put = self.files[-1].put_many(hashed[done:], offsets[done:], stamps[done:]) if self.files else 0
+            if put == 0:
+                self._roll()
+            done += put
 
     def _roll(self) -> None:
         if self.files:
