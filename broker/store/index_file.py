@@ -38,6 +38,7 @@ from collections import deque
 from itertools import chain, repeat
 from pathlib import Path
 
+from broker.store.index_keys import native
 from remoting.message_codec import java_string_hash
 
 HEADER = struct.Struct(">qqqqii")
@@ -132,11 +133,12 @@ class IndexFile:
         self.end_phy, self.end_ts = phy_offset, store_ts
         return True
 
-    def put_many(self, hashes: list[int], phys: list[int], stamps: list[int]) -> int:
+    def put_many(self, hashes: list[int], phys: list[int], stamps: list[int], use_native: bool = True) -> int:
         """Index key hashes (``index_keys.hashes``) for the records at ``phys`` stored at ``stamps``, in order;
         how many fit (the rest go to the next file). All entries are one write; each slot is read and written
         once. The pages written get their blocks before any byte changes (``_reserve``), so a full disk raises
-        OSError with the file untouched."""
+        OSError with the file untouched. The C path (``index_keys.native``) writes the same bytes;
+        ``use_native=False`` forces the Python one (tests compare the two)."""
         n = min(len(hashes), self.max_entries - self.count)
         if n <= 0:
             return 0
@@ -149,6 +151,14 @@ class IndexFile:
         begin_ts = self.begin_ts
         if n < len(hashes):
             hashes, phys, stamps = hashes[:n], phys[:n], stamps[:n]
+        if native is not None and use_native:
+            for page in native.missing_pages(hashes, slots, self._slot_pages):
+                self._reserve_slot_page(page)
+            new_slots = native.write(m, slots, entries_at, count, begin_ts, hashes, phys, stamps)
+            self.slot_count += new_slots
+            self.count = count + n
+            self.end_phy, self.end_ts = phys[n - 1], stamps[n - 1]
+            return n
         # one C-level pass per step (map, comprehensions), not a Python loop per key
         ats = [HEADER_SIZE + h % slots * 4 for h in hashes]
         slot_pages = self._slot_pages

@@ -21,8 +21,15 @@ three keys of 20 to 40 characters. Here the work per batch is a few C calls over
 from __future__ import annotations
 
 from itertools import repeat
+from types import ModuleType
 
 from remoting.message_codec import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, java_string_hash
+
+native: ModuleType | None  # the C path (``index_native.c``, built by ``make``); None: pure Python
+try:
+    from broker.store import _index_native as native
+except ImportError:
+    native = None
 
 _DIGITS = b"0123456789abcdefghijklmnopqrstu"
 _SEP = 2  # \x02 ends a property value, so no value contains it: it joins the values of a batch
@@ -85,6 +92,37 @@ def values_of(props: bytes) -> list[bytes]:
     elif value:
         out.append(value)
     return out
+
+
+def record_keys(topics: list[str], props: list[bytes], phys: list[int], stamps: list[int],
+                use_native: bool = True) -> tuple[list[int], list[int], list[int]]:
+    """(hash, record offset, record store time) of every index key of the records ``topics[i]``/``props[i]``
+    (stored properties) at ``phys[i]``/``stamps[i]``, in record order: ``values_of`` and ``hashes`` in one C call
+    where the native module is built (``use_native=False`` forces the Python path: tests compare the two)."""
+    n = len(props)
+    if native is not None and use_native:
+        first = topics[0] if n else ""
+        if topics.count(first) == n:
+            prefixes = [_topic_prefix(first)] * n
+        else:
+            prefixes = list(map(_topic_prefix, topics))
+        hashed, offsets, times, fixups = native.keys(prefixes, props, phys, stamps)
+        for pos, rec, start, end in fixups:  # values that are not ASCII: Java hashes their UTF-16 code units
+            text = f"{topics[rec]}#{props[rec][start:end].decode('utf-8', 'replace')}"
+            hashed[pos] = key_hash_of(java_string_hash(text) & _MASK)
+        return hashed, offsets, times
+    key_topics: list[str] = []
+    values: list[bytes] = []
+    offsets, times = [], []
+    for topic, raw, phy, ts in zip(topics, props, phys, stamps, strict=True):
+        found = values_of(raw)
+        if found:
+            k = len(found)
+            key_topics += [topic] * k
+            values += found
+            offsets += [phy] * k
+            times += [ts] * k
+    return hashes(key_topics, values), offsets, times
 
 
 def hashes(topics: list[str], values: list[bytes]) -> list[int]:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from broker.store.commitlog import CommitLog
 from broker.store.index_file import IndexFile, file_name
-from broker.store.index_keys import hashes, values_of
+from broker.store.index_keys import record_keys
 from broker.store.put_prepare import E_COMMON, E_PROPS, E_TOPIC
 from common.log import RateLimitedLog
 from common.service import Service
@@ -141,7 +141,7 @@ class IndexService(Service):
         begin = self.position = max(self.position, cl.min_offset)
         stop = min(cl.max_offset, begin + budget)
         offered = self._offered
-        batch: tuple[list, list, list, list] = ([], [], [], [])  # topics, values, offsets, store timestamps
+        batch: tuple[list, list, list, list] = ([], [], [], [])  # records' topics, properties, offsets, store times
         try:
             while self.position < stop:
                 while offered and offered[0][1] <= self.position:
@@ -164,30 +164,22 @@ class IndexService(Service):
 
     def _take(self, item: tuple, batch: tuple[list, list, list, list]) -> None:
         start, end, records, phys, store_ts = item
-        topics, values, offsets, stamps = batch
+        topics, props, offsets, stamps = batch
         low = max(self.position, self._skip_upto + 1)
         if phys is not None:  # the put path's entries
             for entry, phy in zip(records, phys, strict=True):
-                if phy < low or entry[E_COMMON][0] & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK:
-                    continue
-                found = values_of(entry[E_PROPS])
-                if found:
-                    n = len(found)
-                    topics += [entry[E_TOPIC]] * n
-                    values += found
-                    offsets += [phy] * n
-                    stamps += [store_ts] * n
+                if phy >= low and entry[E_COMMON][0] & TRANSACTION_TYPE_MASK != TRANSACTION_ROLLBACK:
+                    topics.append(entry[E_TOPIC])
+                    props.append(entry[E_PROPS])
+                    offsets.append(phy)
+                    stamps.append(store_ts)
         else:
-            for phy, topic, props, ts, sys_flag in records:
-                if phy < low or sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK:
-                    continue
-                found = values_of(props)
-                if found:
-                    n = len(found)
-                    topics += [topic] * n
-                    values += found
-                    offsets += [phy] * n
-                    stamps += [ts] * n
+            for phy, topic, raw, ts, sys_flag in records:
+                if phy >= low and sys_flag & TRANSACTION_TYPE_MASK != TRANSACTION_ROLLBACK:
+                    topics.append(topic)
+                    props.append(raw)
+                    offsets.append(phy)
+                    stamps.append(ts)
         self.position = end
 
     def _scan(self, limit: int, batch: tuple[list, list, list, list]) -> bool:
@@ -213,8 +205,8 @@ class IndexService(Service):
         self._take((begin, offset, records, None, 0), batch)
         return offset > begin
 
-    def _index(self, topics: list[str], values: list[bytes], offsets: list[int], stamps: list[int]) -> None:
-        hashed = hashes(topics, values)
+    def _index(self, topics: list[str], props: list[bytes], phys: list[int], times: list[int]) -> None:
+        hashed, offsets, stamps = record_keys(topics, props, phys, times)
         done = 0
         while done < len(hashed):
             put = self.files[-1].put_many(hashed[done:], offsets[done:], stamps[done:]) if self.files else 0
