@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-# The message index's per-key work in C (broker/store/index_native.c -> broker/store/_index_native*.so), built in
+# The message index's per-key work in C (broker/store/index_native.c -> broker/store/index_native*.so), built in
 # place with this Python's compiler flags. Without a C compiler the build says so and the index keeps its
 # pure-Python path (tests/unit/store/test_index_native.py compares the two and skips without the module).
 NATIVE := broker/store/.native-stamp
@@ -64,4 +64,4 @@ bench: $(STAMP) $(NATIVE)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis bench/results $(NATIVE) broker/store/_index_native*.so
+	rm -rf $(VENV) .pytest_cache .hypothesis bench/results $(NATIVE) broker/store/index_native*.so

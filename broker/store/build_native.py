@@ -1,4 +1,4 @@
-"""Builds broker/store/_index_native (the message index's per-key work in C, ``index_native.c``) in place with the
+"""Builds broker/store/index_native (the message index's per-key work in C, ``index_native.c``) in place with the
 compiler and flags this Python was built with; ``make`` runs it. Without a compiler the index keeps its
 pure-Python path (``index_keys.native`` is None), so a failed build is reported and exits 1, never half-written.
 
@@ -19,7 +19,7 @@ SOURCE = HERE / "index_native.c"
 
 
 def target() -> Path:
-    return HERE / ("_index_native" + sysconfig.get_config_var("EXT_SUFFIX"))
+    return HERE / ("index_native" + sysconfig.get_config_var("EXT_SUFFIX"))
 
 
 def build() -> Path:

@@ -27,7 +27,7 @@ from remoting.message_codec import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, java_string
 
 native: ModuleType | None  # the C path (``index_native.c``, built by ``make``); None: pure Python
 try:
-    from broker.store import _index_native as native
+    from broker.store import index_native as native
 except ImportError:
     native = None
 

@@ -1,6 +1,6 @@
 /* The message index's per-key work in C: key values from stored properties, Java's String.hashCode, and the
  * writes of entries and slots into an index file's mapping. Built by `make` (python -m broker.store.build_native)
- * into broker/store/_index_native; broker/store/index_keys.py and index_file.py keep the pure-Python path, which
+ * into broker/store/index_native; broker/store/index_keys.py and index_file.py keep the pure-Python path, which
  * tests/unit/store/test_index_native.py checks this against (same hashes, same file bytes).
  *
  * keys(prefixes, props, phys, stamps) -> (hashes, key_phys, key_stamps, fixups)
@@ -230,6 +230,6 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_index_native", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "index_native", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__index_native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit_index_native(void) { return PyModule_Create(&module); }

@@ -12,7 +12,7 @@ from broker.store.index_file import IndexFile
 from remoting.message_codec import encode_properties
 
 pytestmark = pytest.mark.skipif(index_keys.native is None,
-                                reason="broker/store/_index_native is not built (no C compiler; `make` builds it)")
+                                reason="broker/store/index_native is not built (no C compiler; `make` builds it)")
 
 T0 = 1_700_000_000_000
 _text = st.text(alphabet=st.sampled_from("ab 1é\u4e2d\U0001f600"), max_size=10)
