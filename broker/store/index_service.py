@@ -29,6 +29,7 @@ import logging
 import os
 import time
 from collections import deque
+from operator import itemgetter
 from pathlib import Path
 
 from broker.store.commitlog import CommitLog
@@ -42,6 +43,7 @@ from remoting.message_codec import RecordStatus, check_record
 log = logging.getLogger(__name__)
 
 ROUND_BYTES = 256 << 10
+_TOPIC_OF, _PROPS_OF = itemgetter(E_TOPIC), itemgetter(E_PROPS)
 MAX_OFFERED = 65536  # records offered and waiting for the tail task; past it, the tail reads the commitlog instead
 TRANSACTION_TYPE_MASK = 0x3 << 2
 TRANSACTION_ROLLBACK = 0x3 << 2
@@ -58,8 +60,9 @@ class IndexService(Service):
         self.position = 0  # the next commitlog offset to look at
         self._skip_upto = -1  # records at or below this offset are already indexed
         self._wakeup = asyncio.Event()
-        # (start offset, end offset, records, their offsets or None, store timestamp): batches the put path and
-        # the dispatcher parsed, waiting for the tail task (``offer_put``, ``offer_scanned``)
+        # (start offset, end offset, records, their offsets or None, store timestamp, no transaction record among
+        # them): batches the put path and the dispatcher parsed, waiting for the tail task (``offer_put``,
+        # ``offer_scanned``)
         self._offered: deque[tuple] = deque()
         self._offered_records = 0
         self._failures = RateLimitedLog(log, 60.0)
@@ -111,16 +114,16 @@ class IndexService(Service):
                 pass
 
     # what the writers already parsed -------------------------------------------------------------------
-    def offer_put(self, entries: list, phys: list[int], store_ts: int, end: int) -> None:
+    def offer_put(self, entries: list, phys: list[int], store_ts: int, end: int, plain: bool) -> None:
         """A batch the put path just appended (its ``put_prepare`` entries and their offsets), indexed from what
-        the put path already holds instead of parsing the records again."""
-        self._offer((phys[0], end, entries, phys, store_ts))
+        the put path already holds instead of parsing the records again; ``plain``: no transaction record in it."""
+        self._offer((phys[0], end, entries, phys, store_ts, plain))
 
     def offer_scanned(self, start: int, end: int, records: list[tuple[int, str, bytes, int, int]]) -> None:
         """Records the dispatcher parsed in ``[start, end)`` (a slave's replicated bytes, or recovery), as
         ``(offset, topic, properties, store timestamp, sys flag)``."""
         if records:
-            self._offer((start, end, records, None, 0))
+            self._offer((start, end, records, None, 0, False))
 
     def _offer(self, item: tuple) -> None:
         if self._offered_records + len(item[2]) > MAX_OFFERED:  # far behind (recovery): read the commitlog
@@ -163,10 +166,15 @@ class IndexService(Service):
         return self.position > begin
 
     def _take(self, item: tuple, batch: tuple[list, list, list, list]) -> None:
-        start, end, records, phys, store_ts = item
+        start, end, records, phys, store_ts, plain = item
         topics, props, offsets, stamps = batch
         low = max(self.position, self._skip_upto + 1)
-        if phys is not None:  # the put path's entries
+        if plain and phys[0] >= low:  # a put batch without transaction records: every record, C-level passes
+            topics += map(_TOPIC_OF, records)
+            props += map(_PROPS_OF, records)
+            offsets += phys
+            stamps += [store_ts] * len(phys)
+        elif phys is not None:  # the put path's entries, some rolled back or already indexed
             for entry, phy in zip(records, phys, strict=True):
                 if phy >= low and entry[E_COMMON][0] & TRANSACTION_TYPE_MASK != TRANSACTION_ROLLBACK:
                     topics.append(entry[E_TOPIC])
@@ -202,7 +210,7 @@ class IndexService(Service):
             info = res.info
             records.append((offset, info.topic, info.properties, info.store_timestamp, info.sys_flag))
             offset += res.size
-        self._take((begin, offset, records, None, 0), batch)
+        self._take((begin, offset, records, None, 0, False), batch)
         return offset > begin
 
     def _index(self, topics: list[str], props: list[bytes], phys: list[int], times: list[int]) -> None:

@@ -172,7 +172,7 @@ class Appender:
         self.delay_levels_ms = delay_levels_ms
         self.stats = stats
         # the message index's offer_put: each appended batch, so the index never parses these records again
-        self.index_feed: Callable[[list, list[int], int, int], None] | None = None
+        self.index_feed: Callable[[list, list[int], int, int, bool], None] | None = None
 
     def _finish(self, prepared: Prepared, units_keys, qoff0: int, store_ts: int, phys: list[int]) -> PutResult:
         next_offset = self.commitlog.max_offset
@@ -186,7 +186,7 @@ class Appender:
             for topic, queue_id in units_keys:
                 state.notify_dispatch(topic, queue_id)
         if self.index_feed is not None:
-            self.index_feed(prepared.entries, phys, store_ts, next_offset)
+            self.index_feed(prepared.entries, phys, store_ts, next_offset, prepared.all_dispatched)
         if state.append_listeners:
             state.notify_append(next_offset)
         wrote_offset = phys[0]

@@ -251,6 +251,15 @@ class TransactionService(Service):
                           result.store_timestamp, [phy]) for i, phy in enumerate(phys)]
 
     # END_TRANSACTION -----------------------------------------------------------------------------------------
+    def open_half(self, queue_offset: int, commit_log_offset: int) -> StoredMessage | None:
+        """The half at ``commit_log_offset`` when it is the open copy at ``queue_offset`` that this service
+        stored (a producer's usual END_TRANSACTION): read without verifying again that a record starts there, the
+        ledger knows it does. None otherwise: the caller verifies the client's offset (``record_at``)."""
+        copy = self.ledger.open.get(queue_offset)
+        if copy is None or copy.commit_log_offset != commit_log_offset:
+            return None
+        return self.store.read_message(commit_log_offset)
+
     async def end(self, half: StoredMessage, commit: bool, from_check: bool) -> EndOutcome:
         """Resolve the transaction of ``half`` (a verified half record the caller read at the request's
         commitLogOffset): every open copy is closed by an op, after the real message for a commit. ENDs arriving
