@@ -50,6 +50,7 @@ async def put_run(root: Path, messages: int, index: bool, warmup: int = 0) -> fl
             batch = [MessageDraft(body, {"KEYS": f"order-{i} customer-{i % 1000}", "UNIQ_KEY": f"{i:032X}"},
                                   born_timestamp=1) for i in range(at, min(at + 32, last))]
             await store.put_messages("Orders", at // 32 % 4, batch)
+            await asyncio.sleep(0)  # as a broker's loop turns between requests: the index task runs alongside
         if index:
             while store.index.position < store.max_phy_offset:
                 await asyncio.sleep(0.005)

@@ -10,7 +10,7 @@ created only when the first record is indexed, sparse (``index_file``).
 The records are not parsed twice: the master's put path offers each batch it appended (``offer_put``: topic and
 properties it already holds) and a slave's dispatcher the records its scan parsed (``offer_scanned``); a round
 takes the offers that start where the index stands and reads the commitlog itself only where nothing was offered
-(a restart, a backlog past ``MAX_OFFERED`` records). A round's keys are hashed and written as one batch
+(a restart, a backlog past ``MAX_OFFERED_BYTES``). A round's keys are hashed and written as one batch
 (``index_keys.hashes``, ``IndexFile.put_many``).
 
 Restart: indexing resumes at the newest file's ``endPhyOffset`` (records at or below it are skipped, so nothing is
@@ -44,7 +44,10 @@ log = logging.getLogger(__name__)
 
 ROUND_BYTES = 256 << 10
 _TOPIC_OF, _PROPS_OF = itemgetter(E_TOPIC), itemgetter(E_PROPS)
-MAX_OFFERED = 65536  # records offered and waiting for the tail task; past it, the tail reads the commitlog instead
+# what offers may hold while they wait for the tail task (their properties' bytes, plus RECORD_WEIGHT per record);
+# past it the tail reads the commitlog instead
+MAX_OFFERED_BYTES = 16 << 20
+RECORD_WEIGHT = 128
 TRANSACTION_TYPE_MASK = 0x3 << 2
 TRANSACTION_ROLLBACK = 0x3 << 2
 
@@ -60,11 +63,12 @@ class IndexService(Service):
         self.position = 0  # the next commitlog offset to look at
         self._skip_upto = -1  # records at or below this offset are already indexed
         self._wakeup = asyncio.Event()
-        # (start offset, end offset, records, their offsets or None, store timestamp, no transaction record among
-        # them): batches the put path and the dispatcher parsed, waiting for the tail task (``offer_put``,
-        # ``offer_scanned``)
+        # (weight, (start offset, end offset, records, their offsets or None, store timestamp, no transaction record
+        # among them)): batches the put path and the dispatcher parsed, waiting for the tail task (``offer_put``,
+        # ``offer_scanned``); records are (topics, properties, sys flags or None) of a put batch, or the
+        # dispatcher's tuples
         self._offered: deque[tuple] = deque()
-        self._offered_records = 0
+        self._offered_bytes = 0
         self._failures = RateLimitedLog(log, 60.0)
 
     # loading (blocking: the store's disk executor, before start) ----------------------------------------------
@@ -116,24 +120,29 @@ class IndexService(Service):
     # what the writers already parsed -------------------------------------------------------------------
     def offer_put(self, entries: list, phys: list[int], store_ts: int, end: int, plain: bool) -> None:
         """A batch the put path just appended (its ``put_prepare`` entries and their offsets), indexed from what
-        the put path already holds instead of parsing the records again; ``plain``: no transaction record in it."""
-        self._offer((phys[0], end, entries, phys, store_ts, plain))
+        the put path already holds instead of parsing the records again; ``plain``: no transaction record in it.
+        Only the topics and properties are kept (two C-level passes), never the bodies."""
+        props = list(map(_PROPS_OF, entries))
+        flags = None if plain else [entry[E_COMMON][0] for entry in entries]
+        self._offer((phys[0], end, (list(map(_TOPIC_OF, entries)), props, flags), phys, store_ts, plain),
+                    sum(map(len, props)) + RECORD_WEIGHT * len(props))
 
     def offer_scanned(self, start: int, end: int, records: list[tuple[int, str, bytes, int, int]]) -> None:
         """Records the dispatcher parsed in ``[start, end)`` (a slave's replicated bytes, or recovery), as
         ``(offset, topic, properties, store timestamp, sys flag)``."""
         if records:
-            self._offer((start, end, records, None, 0, False))
+            self._offer((start, end, records, None, 0, False),
+                        sum(len(r[2]) for r in records) + RECORD_WEIGHT * len(records))
 
-    def _offer(self, item: tuple) -> None:
-        if self._offered_records + len(item[2]) > MAX_OFFERED:  # far behind (recovery): read the commitlog
+    def _offer(self, item: tuple, weight: int) -> None:
+        if self._offered_bytes + weight > MAX_OFFERED_BYTES:  # far behind (recovery): read the commitlog instead
             self._drop_offered()
-        self._offered.append(item)
-        self._offered_records += len(item[2])
+        self._offered.append((weight, item))
+        self._offered_bytes += weight
 
     def _drop_offered(self) -> None:
         self._offered.clear()
-        self._offered_records = 0
+        self._offered_bytes = 0
 
     # building --------------------------------------------------------------------------------------------
     def build(self, budget: int) -> bool:
@@ -147,14 +156,14 @@ class IndexService(Service):
         batch: tuple[list, list, list, list] = ([], [], [], [])  # records' topics, properties, offsets, store times
         try:
             while self.position < stop:
-                while offered and offered[0][1] <= self.position:
-                    self._offered_records -= len(offered.popleft()[2])  # already indexed (a restart, a re-dispatch)
-                if offered and offered[0][0] <= self.position:
-                    item = offered.popleft()
-                    self._offered_records -= len(item[2])
+                while offered and offered[0][1][1] <= self.position:
+                    self._offered_bytes -= offered.popleft()[0]  # already indexed (a restart, a re-dispatch)
+                if offered and offered[0][1][0] <= self.position:
+                    weight, item = offered.popleft()
+                    self._offered_bytes -= weight
                     self._take(item, batch)
                     continue
-                if not self._scan(min(stop, offered[0][0]) if offered else stop, batch):
+                if not self._scan(min(stop, offered[0][1][0]) if offered else stop, batch):
                     break
             self._index(*batch)
         except BaseException:
@@ -170,15 +179,16 @@ class IndexService(Service):
         topics, props, offsets, stamps = batch
         low = max(self.position, self._skip_upto + 1)
         if plain and phys[0] >= low:  # a put batch without transaction records: every record, C-level passes
-            topics += map(_TOPIC_OF, records)
-            props += map(_PROPS_OF, records)
+            topics += records[0]
+            props += records[1]
             offsets += phys
             stamps += [store_ts] * len(phys)
-        elif phys is not None:  # the put path's entries, some rolled back or already indexed
-            for entry, phy in zip(records, phys, strict=True):
-                if phy >= low and entry[E_COMMON][0] & TRANSACTION_TYPE_MASK != TRANSACTION_ROLLBACK:
-                    topics.append(entry[E_TOPIC])
-                    props.append(entry[E_PROPS])
+        elif phys is not None:  # a put batch with transaction records, or partly indexed already
+            flags = records[2] or [0] * len(phys)
+            for topic, raw, sys_flag, phy in zip(*records[:2], flags, phys, strict=True):
+                if phy >= low and sys_flag & TRANSACTION_TYPE_MASK != TRANSACTION_ROLLBACK:
+                    topics.append(topic)
+                    props.append(raw)
                     offsets.append(phy)
                     stamps.append(store_ts)
         else:
