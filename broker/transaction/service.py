@@ -109,6 +109,20 @@ class WriteGate:
                 self._cond.notify_all()
 
 
+def op_parts(chosen: dict[str, tuple[int, list[int]]]):
+    """``chosen`` in parts whose copies fit one op record (``records.MAX_OP_OFFSETS``, what a replay reads)."""
+    part: dict[str, tuple[int, list[int]]] = {}
+    size = 0
+    for tx_id, (i, copies) in chosen.items():
+        if part and size + len(copies) > tx.MAX_OP_OFFSETS:
+            yield part
+            part, size = {}, 0
+        part[tx_id] = (i, copies)
+        size += len(copies)
+    if part:
+        yield part
+
+
 def half_copy(msg: StoredMessage, timeout_ms: int) -> HalfCopy:
     return HalfCopy(
         queue_offset=msg.queue_offset,
@@ -268,7 +282,7 @@ class TransactionService(Service):
 
     async def _end_batch(self, items: list[tuple[StoredMessage, bool, bool]]) -> list[EndOutcome]:
         """Resolve many ENDs with one append per real queue and one op record per outcome (RocketMQ 5 batches its
-        op records too). The write order of each transaction is kept: its real message before the op that names
+        op records too; more when their copies exceed what one op lists, ``op_parts``). The write order of each transaction is kept: its real message before the op that names
         it, so a crash between them is the case ``_already_committed`` handles. Two ENDs of one transaction in a
         batch, or one whose transaction a check is handling: the later one is answered SYSTEM_BUSY."""
         out: list[EndOutcome | None] = [None] * len(items)
@@ -301,24 +315,27 @@ class TransactionService(Service):
                             [(items[i][0], tx_id) for tx_id, (i, _) in commits.items()])).items():
                         out[commits.pop(tx_id)[0]] = failed
                 for resolution, chosen in (("commit", commits), ("rollback", rollbacks)):
-                    if not chosen:
-                        continue
-                    copies = [q for _, qs in chosen.values() for q in qs]
-                    failed = await self._put_op(copies, list(chosen), resolution)
-                    for tx_id, (i, _) in chosen.items():
-                        if failed is not None:
-                            if resolution == "commit":
-                                self._unsure.add(tx_id)
-                            out[i] = failed
-                            continue
-                        out[i] = EndOutcome(ResponseCode.SUCCESS, "")
-                        if self.metrics is not None:
-                            self.metrics.on_transaction_end(resolution == "commit")
-                        log.debug("transaction %s: %s (%s)", tx_id, resolution,
-                                  "check answer" if items[i][2] else "producer")
+                    for part in op_parts(chosen):
+                        await self._resolve_part(part, resolution, items, out)
             finally:
                 self._resolving -= taken
         return out  # type: ignore[return-value]
+
+    async def _resolve_part(self, chosen: dict[str, tuple[int, list[int]]], resolution: str, items: list,
+                            out: list) -> None:
+        """One op record closing every copy of the transactions in ``chosen``, and their answers."""
+        copies = [q for _, qs in chosen.values() for q in qs]
+        failed = await self._put_op(copies, list(chosen), resolution)
+        for tx_id, (i, _) in chosen.items():
+            if failed is not None:
+                if resolution == "commit":
+                    self._unsure.add(tx_id)
+                out[i] = failed
+                continue
+            out[i] = EndOutcome(ResponseCode.SUCCESS, "")
+            if self.metrics is not None:
+                self.metrics.on_transaction_end(resolution == "commit")
+            log.debug("transaction %s: %s (%s)", tx_id, resolution, "check answer" if items[i][2] else "producer")
 
     async def _commit_reals(self, halves: list[tuple[StoredMessage, str]]) -> dict[str, EndOutcome]:
         """Store the real message of each committed half, one append per real queue; the transactions whose
