@@ -113,7 +113,8 @@ class IndexService(Service):
                     await asyncio.sleep(0)
                     continue
             try:
-                await asyncio.wait_for(self._wakeup.wait(), 1.0)
+                async with asyncio.timeout(1.0):  # no task per wait, as wait_for would make (one per put batch)
+                    await self._wakeup.wait()
             except TimeoutError:
                 pass
 
