@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 WORKERS ?= 2
 XDIST := -n $(WORKERS)
 
-.PHONY: test unit integration compat system images proto bench clean
+.PHONY: test unit integration compat system images proto bench clean native
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,21 +20,30 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
+# The message index's per-key work in C (broker/store/index_native.c -> broker/store/index_native*.so), built in
+# place with this Python's compiler flags. Without a C compiler the build says so and the index keeps its
+# pure-Python path (tests/unit/store/test_index_native.py compares the two and skips without the module).
+NATIVE := broker/store/.native-stamp
+$(NATIVE): broker/store/index_native.c broker/store/build_native.py $(STAMP)
+	@$(BIN)/python -m broker.store.build_native && touch $@ || true
+
+native: $(NATIVE)
+
 # With a Docker engine the images are built first (a failed build fails the run); without one the
 # system tier skips and says why.
-test: $(STAMP)
+test: $(STAMP) $(NATIVE)
 	@if docker info >/dev/null 2>&1; then deploy/images/build.sh; \
 	else echo "no Docker engine reachable: the system tests will be skipped"; fi
 	PYRMQ_SKIP_IMAGE_BUILD=1 $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
-unit: $(STAMP)
+unit: $(STAMP) $(NATIVE)
 	$(BIN)/python -m pytest $(XDIST) tests/unit $(PYTEST_ARGS)
 
-integration: $(STAMP)
+integration: $(STAMP) $(NATIVE)
 	$(BIN)/python -m pytest $(XDIST) tests/integration $(PYTEST_ARGS)
 
 # Apache's C++ client (PyPI rocketmq 0.4.4) against real processes; part of `make test` too.
-compat: $(STAMP)
+compat: $(STAMP) $(NATIVE)
 	$(BIN)/python -m pytest $(XDIST) tests/compat $(PYTEST_ARGS)
 
 # Container images (pyrmq-namesrv, pyrmq-broker): the base image is pulled, or built with debootstrap
@@ -42,7 +51,7 @@ compat: $(STAMP)
 images:
 	deploy/images/build.sh
 
-system: $(STAMP)
+system: $(STAMP) $(NATIVE)
 	deploy/images/build.sh
 	PYRMQ_SKIP_IMAGE_BUILD=1 $(BIN)/python -m pytest tests/system $(PYTEST_ARGS)
 
@@ -51,8 +60,8 @@ system: $(STAMP)
 proto: $(STAMP)
 	$(BIN)/python -m broker.grpc_v2.build_proto
 
-bench: $(STAMP)
+bench: $(STAMP) $(NATIVE)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis bench/results
+	rm -rf $(VENV) .pytest_cache .hypothesis bench/results $(NATIVE) broker/store/index_native*.so

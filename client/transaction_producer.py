@@ -34,7 +34,7 @@ from common.service import Service
 from remoting.codes import RequestCode
 from remoting.connection import Connection
 from remoting.frame_codec import RemotingCommand
-from remoting.message_codec import decode, parse_offset_msg_id, properties_to_string, string_to_properties
+from remoting.message_codec import decode, parse_offset_msg_id, properties_to_string
 from remoting.message_headers import SendHeader
 
 log = logging.getLogger(__name__)
@@ -119,6 +119,8 @@ class TransactionProducer:
         self._checks: set[asyncio.Task] = set()
         self._state = "created"
         self.checks_answered = 0
+        # what every half's properties end with (a group name with \x01 or \x02 is refused here, once)
+        self._half_marks = "\x02" + properties_to_string({"TRAN_MSG": "true", "PGROUP": group})
 
     # lifecycle ------------------------------------------------------------------------------------------------
     async def start(self) -> TransactionProducer:
@@ -207,12 +209,11 @@ class TransactionProducer:
             self._brokers.add(addr)
             await send_heartbeats(self.remoting, [addr], heartbeat_body(self.client_id, producer_groups=[self.group]),
                                   self.send_timeout_s)
-        props = string_to_properties(msg.wire_properties(int(time.time() * 1000)))
-        props["TRAN_MSG"] = "true"
-        props["PGROUP"] = self.group
+        # the broker parses properties with later names winning, so appending marks the half without a dict
+        properties = msg.wire_properties(int(time.time() * 1000)) + self._half_marks
         ext = SendHeader(
             producer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, sys_flag=PREPARED, flag=msg.flag,
-            properties=properties_to_string(props), default_topic_queue_nums=self.default_topic_queue_nums,
+            properties=properties, default_topic_queue_nums=self.default_topic_queue_nums,
             broker_name=mq.broker_name, timeout_millis=int(self.send_timeout_s * 1000),
         ).to_v2()
         request = command(RequestCode.SEND_MESSAGE_V2, ext, msg.body)

@@ -2,7 +2,8 @@
 EndTransactionProcessor; spec controller-and-features.md §2.1).
 
 The request names the half by ``commitLogOffset``; that offset comes from the client, so the record there is read
-with ``record_reader.record_at`` (a whole, intact record must start exactly there) and must be a half message of
+with ``record_reader.record_at`` (a whole, intact record must start exactly there) unless the transaction service
+holds an open half copy at exactly that offset and ``tranStateTableOffset`` (it stored it there) and must be a half message of
 the header's ``producerGroup`` at queue offset ``tranStateTableOffset`` (RocketMQ's checkPrepareMessage). The
 transaction service then resolves it (``broker.transaction.service``). Usually oneway; a request that asks for an
 answer gets a specific code and a remark:
@@ -41,11 +42,12 @@ async def end_transaction(ctx: BrokerContext, group: str, table_offset: int, phy
                                       " producer group again")
     if kind not in (tx.TRANSACTION_COMMIT_TYPE, tx.TRANSACTION_ROLLBACK_TYPE):
         return ResponseCode.INVALID_PARAMETER, f"commitOrRollback={kind}: send 8 (commit), 12 (rollback) or 0 (unknown)"
-    where = f"broker {ctx.broker_name}"
-    raw = record_at(ctx.store, phy, max_record_size(ctx.max_message_size), where)
-    if isinstance(raw, RecordRefusal):
-        return raw.code, f"Find prepared transaction message failed: {raw.remark}"
-    half = decode(raw)
+    half = service.open_half(table_offset, phy)
+    if half is None:  # not an open copy at that offset: what lies at the client's offset is checked first
+        raw = record_at(ctx.store, phy, max_record_size(ctx.max_message_size), f"broker {ctx.broker_name}")
+        if isinstance(raw, RecordRefusal):
+            return raw.code, f"Find prepared transaction message failed: {raw.remark}"
+        half = decode(raw)
     try:
         tx.committed_target(half)
     except ValueError as exc:

@@ -108,13 +108,16 @@ def scan(
     delay_ms: list[int],
     budget: int = 1 << 62,
     result: ScanResult | None = None,
+    index_records: list | None = None,
 ) -> ScanResult:
     """Parse records in ``buf[pos:limit]`` and build their consume-queue units.
 
     ``buf`` is anything with the buffer protocol, indexing and ``find(sub, start, end)`` (an ``mmap`` or
     ``bytes``). Stops at the limit, at the first record that is not VALID (its status, size and reason in the
     result, ``pos`` at its start), or at the first record boundary at or past ``pos + budget`` (so a round is
-    bounded in time but never cuts a large record). Pass ``result`` to keep adding to the same unit runs.
+    bounded in time but never cuts a large record). Pass ``result`` to keep adding to the same unit runs, and
+    ``index_records`` to get ``(offset, topic, properties, store timestamp, sys flag)`` of every record for the
+    message index (``IndexService.offer_scanned``), so it does not parse them again.
     """
     res = result if result is not None else ScanResult()
     units = res.units
@@ -202,6 +205,8 @@ def scan(
                     units.append(run)
             run[3] += pack_unit(phy, total, code)
             run[4] = qoff + 1
+        if index_records is not None:
+            index_records.append((phy, topic, buf[props_start:end], store_ts, sys_flag))
         last_ts = store_ts
         pos = end
         count += 1

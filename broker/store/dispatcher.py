@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from broker.store.commitlog import CommitLog
 from broker.store.consume_queue import UNIT, UNIT_SIZE
@@ -60,6 +61,8 @@ class Dispatcher(Service):
         self._corrupt_at = -1
         self._failure_log = RateLimitedLog(log, FAILURE_LOG_EVERY_S)
         self._failed = 0  # attempts failed since the last round that worked
+        # the message index's offer_scanned: the records each round parsed, so the index does not parse them again
+        self.index_feed: Callable[[int, int, list], None] | None = None
 
     def wakeup(self) -> None:
         self._wakeup.set()
@@ -127,6 +130,8 @@ class Dispatcher(Service):
         if offset > begin > 0:
             log.info("dispatch jumps from %d to the commitlog min offset %d", begin, offset)
         res = ScanResult()
+        start = offset
+        index_records: list | None = [] if self.index_feed is not None else None
         left = budget
         while offset < end and left > 0:
             mf = files.find(offset)
@@ -143,6 +148,7 @@ class Dispatcher(Service):
                 delay_ms=self._delay_levels_ms,
                 budget=left,
                 result=res,
+                index_records=index_records,
             )
             left -= res.pos - pos
             if res.pos > pos:
@@ -164,6 +170,8 @@ class Dispatcher(Service):
                 break  # a record split across appends: wait for the rest
             self._report_corrupt(offset, res.reason or status.value)
             break
+        if index_records:
+            self.index_feed(start, offset, index_records)
         queues, state = self._queues, self._state
         keys: dict = {}
         for topic, qid, first, units, _next in res.units:

@@ -29,12 +29,16 @@ task only.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import struct
 import time
+from collections import deque
+from itertools import chain, repeat
 from pathlib import Path
 
+from broker.store.index_keys import native
 from remoting.message_codec import java_string_hash
 
 HEADER = struct.Struct(">qqqqii")
@@ -44,7 +48,14 @@ ENTRY = struct.Struct(">iqii")
 ENTRY_SIZE = 20
 INT_MAX = 2**31 - 1
 PAGE = 4096
+PACK_ENTRIES = 256  # entries one struct call packs
 RESERVE_AHEAD = 256 << 10  # entry bytes given disk blocks ahead of the writes (about 13,000 entries)
+
+
+@functools.lru_cache(maxsize=PACK_ENTRIES)
+def _entries(n: int) -> struct.Struct:
+    """``n`` (at most PACK_ENTRIES) entries packed at once (``put_many``)."""
+    return struct.Struct(">" + "iqii" * n)
 
 
 def key_hash(key: str) -> int:
@@ -122,12 +133,71 @@ class IndexFile:
         self.end_phy, self.end_ts = phy_offset, store_ts
         return True
 
+    def put_many(self, hashes: list[int], phys: list[int], stamps: list[int], use_native: bool = True) -> int:
+        """Index key hashes (``index_keys.hashes``) for the records at ``phys`` stored at ``stamps``, in order;
+        how many fit (the rest go to the next file). All entries are one write; each slot is read and written
+        once. The pages written get their blocks before any byte changes (``_reserve``), so a full disk raises
+        OSError with the file untouched. The C path (``index_keys.native``) writes the same bytes;
+        ``use_native=False`` forces the Python one (tests compare the two)."""
+        n = min(len(hashes), self.max_entries - self.count)
+        if n <= 0:
+            return 0
+        m, slots, count = self._map, self.slots, self.count
+        entries_at = self._entries_at + count * ENTRY_SIZE
+        self._reserve(HEADER_SIZE, entries_at)
+        self._reserve(HEADER_SIZE, entries_at + (n - 1) * ENTRY_SIZE)
+        if self.empty:
+            self.begin_ts, self.begin_phy = stamps[0], phys[0]
+        begin_ts = self.begin_ts
+        if n < len(hashes):
+            hashes, phys, stamps = hashes[:n], phys[:n], stamps[:n]
+        if native is not None and use_native:
+            for page in native.missing_pages(hashes, slots, self._slot_pages):
+                self._reserve_slot_page(page)
+            new_slots = native.write(m, slots, entries_at, count, begin_ts, hashes, phys, stamps)
+            self.slot_count += new_slots
+            self.count = count + n
+            self.end_phy, self.end_ts = phys[n - 1], stamps[n - 1]
+            return n
+        # one C-level pass per step (map, comprehensions), not a Python loop per key
+        ats = [HEADER_SIZE + h % slots * 4 for h in hashes]
+        slot_pages = self._slot_pages
+        for page in {at >> 12 for at in ats}:
+            if not slot_pages[page]:
+                self._reserve_slot_page(page)
+        prevs = [p if 0 < p < count else 0 for p in chain.from_iterable(map(SLOT.unpack_from, repeat(m), ats))]
+        if len(set(ats)) == n:
+            new_slots = prevs.count(0)
+        else:  # keys sharing a slot in this batch: each links to the one before it
+            new_slots, newest = 0, {}
+            for i, at in enumerate(ats):
+                e = newest.get(at)
+                if e is None:
+                    new_slots += prevs[i] == 0
+                else:
+                    prevs[i] = e
+                newest[at] = count + i
+        diffs = {ts: min(max((ts - begin_ts) // 1000, 0), INT_MAX) for ts in set(stamps)}
+        flat = list(chain.from_iterable(zip(hashes, phys, map(diffs.__getitem__, stamps), prevs)))
+        for k in range(0, n, PACK_ENTRIES):
+            _entries(min(PACK_ENTRIES, n - k)).pack_into(m, entries_at + k * ENTRY_SIZE,
+                                                         *flat[k * 4 : (k + PACK_ENTRIES) * 4])
+        deque(map(SLOT.pack_into, repeat(m), ats, range(count, count + n)), maxlen=0)  # in order: the newest wins
+        self.slot_count += new_slots
+        self.count = count + n
+        self.end_phy, self.end_ts = phys[n - 1], stamps[n - 1]
+        return n
+
     def write_header(self) -> None:
         """Publish the puts so far: the index service calls it once per round of records, not per key. A header
         behind its entries is consistent (its newest entry is still the one it names); the records after it are
         indexed again after a crash, and slots naming entries past its count read as empty."""
         HEADER.pack_into(self._map, 0, self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
                          self.count)
+
+    def _reserve_slot_page(self, page: int) -> None:
+        os.posix_fallocate(self._fd, page * PAGE, min(PAGE, self.size - page * PAGE))
+        self._slot_pages[page] = 1
 
     def _reserve(self, slot_at: int, entry_at: int) -> None:
         """Give the pages this put writes their disk blocks first: a store to a hole of a shared mapping on a full

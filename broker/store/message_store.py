@@ -115,6 +115,8 @@ class MessageStore:
             self.index = IndexService(self.root, self._commitlog, slots=config.max_hash_slot_num,
                                       entries=config.max_index_num)
             self._state.append_listeners.append(self.index.on_append)
+            self._appender.index_feed = self.index.offer_put
+            self._dispatcher.index_feed = self.index.offer_scanned
             self._cleanup.commitlog_min_listeners.append(self.index.delete_below)
         self._group_commit: GroupCommitService | None = None
         self._services: list = []

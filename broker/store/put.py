@@ -153,7 +153,7 @@ class Appender:
     table, the dispatch state (advanced and its listeners told in the same step, so a master's queues never lag
     its commitlog) and the store's put counters (``stats``, shared with the facade)."""
 
-    __slots__ = ("commitlog", "delay_levels_ms", "queues", "state", "stats", "store_host")
+    __slots__ = ("commitlog", "delay_levels_ms", "index_feed", "queues", "state", "stats", "store_host")
 
     def __init__(
         self,
@@ -171,6 +171,8 @@ class Appender:
         self.store_host = store_host
         self.delay_levels_ms = delay_levels_ms
         self.stats = stats
+        # the message index's offer_put: each appended batch, so the index never parses these records again
+        self.index_feed: Callable[[list, list[int], int, int, bool], None] | None = None
 
     def _finish(self, prepared: Prepared, units_keys, qoff0: int, store_ts: int, phys: list[int]) -> PutResult:
         next_offset = self.commitlog.max_offset
@@ -183,6 +185,8 @@ class Appender:
         if state.dispatch_listeners:
             for topic, queue_id in units_keys:
                 state.notify_dispatch(topic, queue_id)
+        if self.index_feed is not None:
+            self.index_feed(prepared.entries, phys, store_ts, next_offset, prepared.all_dispatched)
         if state.append_listeners:
             state.notify_append(next_offset)
         wrote_offset = phys[0]

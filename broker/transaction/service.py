@@ -16,6 +16,10 @@ The ledger learns every half and op this service writes right after the store to
 pass a record that was appended but not yet told to the ledger, so writes hold the gate shared and ``advance``
 takes it exclusively (briefly, once per check round). Two END_TRANSACTIONs of one transaction never run at once
 (``_resolving``): the second is answered SYSTEM_BUSY.
+
+Requests that arrive together share their writes (``coalesce.Coalescer``): the halves of concurrent sends are one
+append to the half queue, and concurrent ENDs are one append per real queue followed by one op record per outcome
+naming all of their transactions, each transaction's real message still before its op.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 
 from broker.store.types import GetStatus, MessageDraft, PutResult
 from broker.transaction import records as tx
+from broker.transaction.coalesce import Coalescer
 from broker.transaction.ledger import HalfCopy, Ledger
 from common.perm import PERM_RW
 from common.service import Service
@@ -104,6 +109,20 @@ class WriteGate:
                 self._cond.notify_all()
 
 
+def op_parts(chosen: dict[str, tuple[int, list[int]]]):
+    """``chosen`` in parts whose copies fit one op record (``records.MAX_OP_OFFSETS``, what a replay reads)."""
+    part: dict[str, tuple[int, list[int]]] = {}
+    size = 0
+    for tx_id, (i, copies) in chosen.items():
+        if part and size + len(copies) > tx.MAX_OP_OFFSETS:
+            yield part
+            part, size = {}, 0
+        part[tx_id] = (i, copies)
+        size += len(copies)
+    if part:
+        yield part
+
+
 def half_copy(msg: StoredMessage, timeout_ms: int) -> HalfCopy:
     return HalfCopy(
         queue_offset=msg.queue_offset,
@@ -155,7 +174,8 @@ class TransactionService(Service):
         # transactions whose real message may already be stored without its op (replayed at start, or an op write
         # failed after the commit): only these ask the index before a commit puts the real message
         self._unsure: set[str] = set()
-        self._inflight: set[asyncio.Task] = set()
+        self._halves: Coalescer[tuple, PutResult] = Coalescer(self._put_halves)
+        self._ends: Coalescer[tuple[StoredMessage, bool, bool], EndOutcome] = Coalescer(self._end_batch)
         self.checks_sent = 0
 
     @property
@@ -168,8 +188,8 @@ class TransactionService(Service):
         self.spawn("check", self._check_loop())
 
     async def on_stop(self) -> None:
-        if self._inflight:
-            await asyncio.wait(list(self._inflight), timeout=5.0)
+        await self._halves.drained()
+        await self._ends.drained()
 
     def rebuild(self) -> None:
         """The ledger from the records: the half queue from the system group's half offset, the op queue from
@@ -207,84 +227,138 @@ class TransactionService(Service):
                 offset = msg.queue_offset + 1
 
     # half messages -------------------------------------------------------------------------------------------
-    def _shielded(self, coro):
-        """Run ``coro`` to its end even when the request that started it is cancelled (its connection closed): a
-        half stored but not in the ledger, or a commit without its op, is the crash these writes must not make."""
-        task = asyncio.ensure_future(coro)
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
-        return asyncio.shield(task)
-
     async def put_half(self, draft: MessageDraft, topic: str, queue_id: int, producer_group: str,
                        wait: bool, deadline: float | None) -> PutResult:
-        """Store a producer's half message in the half queue and open its transaction."""
-        return await self._shielded(self._put_half(draft, topic, queue_id, producer_group, wait, deadline))
+        """Store a producer's half message in the half queue and open its transaction. Halves arriving together
+        are stored by one append (``_put_halves``)."""
+        return await self._halves.submit((draft, topic, queue_id, producer_group, wait, deadline))
 
-    async def _put_half(self, draft: MessageDraft, topic: str, queue_id: int, producer_group: str,
-                        wait: bool, deadline: float | None) -> PutResult:
-        props = tx.half_properties(draft.properties, topic, queue_id, producer_group)
-        half = MessageDraft(draft.body, props, draft.flag, draft.born_timestamp, draft.born_host,
-                            draft.reconsume_times, draft.sys_flag & ~tx.TRANSACTION_MASK)
+    async def _put_halves(self, items: list[tuple]) -> list[PutResult]:
+        """One append of every half in ``items`` (all go to the half queue), then each copy into the ledger. The
+        append waits for the flush and the replica when any sender asked to, until the earliest deadline."""
+        drafts, groups, ids = [], [], []
+        wait, deadlines = False, []
+        for draft, topic, queue_id, producer_group, w, deadline in items:
+            props = tx.half_properties(draft.properties, topic, queue_id, producer_group)
+            drafts.append(MessageDraft(draft.body, props, draft.flag, draft.born_timestamp, draft.born_host,
+                                       draft.reconsume_times, draft.sys_flag & ~tx.TRANSACTION_MASK))
+            groups.append(producer_group)
+            ids.append(props.get(tx.PROPERTY_TRANSACTION_ID, ""))
+            if w:
+                wait = True
+                if deadline is not None:
+                    deadlines.append(deadline)
         async with self._gate.shared():
-            result = await self.store.put_messages(tx.HALF_TOPIC, 0, [half], wait=wait, deadline=deadline)
-            if result.status.stored:
-                self.ledger.on_half(HalfCopy(
-                    queue_offset=result.queue_offset, commit_log_offset=result.physical_offsets[0],
-                    tx_id=props.get(tx.PROPERTY_TRANSACTION_ID, ""), producer_group=producer_group,
-                    due_ms=result.store_timestamp + self.config.timeout_ms, check_times=0,
-                ))
-        return result
+            result = await self.store.put_messages(tx.HALF_TOPIC, 0, drafts, wait=wait,
+                                                   deadline=min(deadlines) if deadlines else None)
+            if not result.status.stored:
+                return [result] * len(items)
+            due = result.store_timestamp + self.config.timeout_ms
+            for i, phy in enumerate(result.physical_offsets):
+                self.ledger.on_half(HalfCopy(queue_offset=result.queue_offset + i, commit_log_offset=phy,
+                                             tx_id=ids[i], producer_group=groups[i], due_ms=due, check_times=0))
+        if len(items) == 1:
+            return [result]
+        phys = result.physical_offsets
+        ends = [*phys[1:], result.next_offset]
+        return [PutResult(result.status, result.remark, phy, ends[i] - phy, result.queue_offset + i, 1,
+                          result.store_timestamp, [phy]) for i, phy in enumerate(phys)]
 
     # END_TRANSACTION -----------------------------------------------------------------------------------------
+    def open_half(self, queue_offset: int, commit_log_offset: int) -> StoredMessage | None:
+        """The half at ``commit_log_offset`` when it is the open copy at ``queue_offset`` that this service
+        stored (a producer's usual END_TRANSACTION): read without verifying again that a record starts there, the
+        ledger knows it does. None otherwise: the caller verifies the client's offset (``record_at``)."""
+        copy = self.ledger.open.get(queue_offset)
+        if copy is None or copy.commit_log_offset != commit_log_offset:
+            return None
+        return self.store.read_message(commit_log_offset)
+
     async def end(self, half: StoredMessage, commit: bool, from_check: bool) -> EndOutcome:
         """Resolve the transaction of ``half`` (a verified half record the caller read at the request's
-        commitLogOffset): every open copy is closed by one op, after the real message for a commit."""
-        return await self._shielded(self._end(half, commit, from_check))
+        commitLogOffset): every open copy is closed by an op, after the real message for a commit. ENDs arriving
+        together are resolved at once (``_end_batch``)."""
+        return await self._ends.submit((half, commit, from_check))
 
-    async def _end(self, half: StoredMessage, commit: bool, from_check: bool) -> EndOutcome:
-        tx_id = tx.transaction_id(half)
-        verb = "commit" if commit else "rollback"
-        if tx_id in self._resolving:
-            return EndOutcome(ResponseCode.SYSTEM_BUSY, f"transaction {tx_id} is being resolved by another"
-                              " END_TRANSACTION right now; nothing was done for this one")
-        self._resolving.add(tx_id)
-        try:
-            async with self._gate.shared():
+    async def _end_batch(self, items: list[tuple[StoredMessage, bool, bool]]) -> list[EndOutcome]:
+        """Resolve many ENDs with one append per real queue and one op record per outcome (RocketMQ 5 batches its
+        op records too; more when their copies exceed what one op lists, ``op_parts``). The write order of each transaction is kept: its real message before the op that names
+        it, so a crash between them is the case ``_already_committed`` handles. Two ENDs of one transaction in a
+        batch, or one whose transaction a check is handling: the later one is answered SYSTEM_BUSY."""
+        out: list[EndOutcome | None] = [None] * len(items)
+        taken: set[str] = set()
+        # transaction id -> (item index, open copies) for the ones this batch resolves
+        commits: dict[str, tuple[int, list[int]]] = {}
+        rollbacks: dict[str, tuple[int, list[int]]] = {}
+        async with self._gate.shared():
+            for i, (half, commit, _) in enumerate(items):
+                tx_id = tx.transaction_id(half)
+                verb = "commit" if commit else "rollback"
+                if tx_id in self._resolving or tx_id in taken:
+                    out[i] = EndOutcome(ResponseCode.SYSTEM_BUSY, f"transaction {tx_id} is being resolved by another"
+                                        " END_TRANSACTION right now; nothing was done for this one")
+                    continue
                 decision, data = self.ledger.end(half.queue_offset, tx_id)
                 if decision == "already":
-                    return EndOutcome(ResponseCode.SYSTEM_ERROR, f"transaction {tx_id} was already resolved"
-                                      f" ({data[0]}); this {verb} changed nothing")
-                if decision != "resolve":
-                    return EndOutcome(ResponseCode.QUERY_NOT_FOUND, f"transaction {tx_id} has no open half message"
-                                      " on this broker (resolved long ago, or never a half here); nothing was done")
-                if commit:
-                    stored = await self._commit_real(half, tx_id)
-                    if stored is not None:
-                        return stored
-                failed = await self._put_op(data, [tx_id], verb)
-                if failed is not None:
-                    if commit:
-                        self._unsure.add(tx_id)
-                    return failed
-        finally:
-            self._resolving.discard(tx_id)
-        if self.metrics is not None:
-            self.metrics.on_transaction_end(commit)
-        log.debug("transaction %s: %s (%s)", tx_id, verb, "check answer" if from_check else "producer")
-        return EndOutcome(ResponseCode.SUCCESS, "")
+                    out[i] = EndOutcome(ResponseCode.SYSTEM_ERROR, f"transaction {tx_id} was already resolved"
+                                        f" ({data[0]}); this {verb} changed nothing")
+                elif decision != "resolve":
+                    out[i] = EndOutcome(ResponseCode.QUERY_NOT_FOUND, f"transaction {tx_id} has no open half message"
+                                        " on this broker (resolved long ago, or never a half here); nothing was done")
+                else:
+                    taken.add(tx_id)
+                    (commits if commit else rollbacks)[tx_id] = (i, data)
+            self._resolving |= taken
+            try:
+                if commits:
+                    for tx_id, failed in (await self._commit_reals(
+                            [(items[i][0], tx_id) for tx_id, (i, _) in commits.items()])).items():
+                        out[commits.pop(tx_id)[0]] = failed
+                for resolution, chosen in (("commit", commits), ("rollback", rollbacks)):
+                    for part in op_parts(chosen):
+                        await self._resolve_part(part, resolution, items, out)
+            finally:
+                self._resolving -= taken
+        return out  # type: ignore[return-value]
 
-    async def _commit_real(self, half: StoredMessage, tx_id: str) -> EndOutcome | None:
-        topic, queue_id, props = tx.committed_target(half)
-        if tx_id in self._unsure and self._already_committed(topic, tx_id):
-            return None  # a crash came between the real message and its op: write only the op
-        draft = MessageDraft(half.body, props, half.flag, half.born_timestamp, half.born_host,
-                             half.reconsume_times, (half.sys_flag & ~tx.TRANSACTION_MASK) | tx.TRANSACTION_COMMIT_TYPE)
-        result = await self.store.put_messages(topic, queue_id, [draft])
-        if not result.status.stored:
-            return EndOutcome(ResponseCode.SYSTEM_ERROR, f"storing the committed message of transaction {tx_id}"
-                              f" in {topic}/{queue_id} failed ({result.status.value}: {result.remark}); the transaction"
-                              " stays open and will be checked")
-        return None
+    async def _resolve_part(self, chosen: dict[str, tuple[int, list[int]]], resolution: str, items: list,
+                            out: list) -> None:
+        """One op record closing every copy of the transactions in ``chosen``, and their answers."""
+        copies = [q for _, qs in chosen.values() for q in qs]
+        failed = await self._put_op(copies, list(chosen), resolution)
+        for tx_id, (i, _) in chosen.items():
+            if failed is not None:
+                if resolution == "commit":
+                    self._unsure.add(tx_id)
+                out[i] = failed
+                continue
+            out[i] = EndOutcome(ResponseCode.SUCCESS, "")
+            if self.metrics is not None:
+                self.metrics.on_transaction_end(resolution == "commit")
+            log.debug("transaction %s: %s (%s)", tx_id, resolution, "check answer" if items[i][2] else "producer")
+
+    async def _commit_reals(self, halves: list[tuple[StoredMessage, str]]) -> dict[str, EndOutcome]:
+        """Store the real message of each committed half, one append per real queue; the transactions whose
+        message could not be stored, with their answer (they stay open and will be checked)."""
+        queues: dict[tuple[str, int], list[tuple[str, MessageDraft]]] = {}
+        for half, tx_id in halves:
+            topic, queue_id, props = tx.committed_target(half)
+            if tx_id in self._unsure and self._already_committed(topic, tx_id):
+                continue  # a crash came between the real message and its op: write only the op
+            draft = MessageDraft(half.body, props, half.flag, half.born_timestamp, half.born_host,
+                                 half.reconsume_times,
+                                 (half.sys_flag & ~tx.TRANSACTION_MASK) | tx.TRANSACTION_COMMIT_TYPE)
+            queues.setdefault((topic, queue_id), []).append((tx_id, draft))
+        failed: dict[str, EndOutcome] = {}
+        for (topic, queue_id), drafts in queues.items():
+            result = await self.store.put_messages(topic, queue_id, [d for _, d in drafts])
+            if not result.status.stored:
+                for tx_id, _ in drafts:
+                    failed[tx_id] = EndOutcome(
+                        ResponseCode.SYSTEM_ERROR, f"storing the committed message of transaction {tx_id} in"
+                        f" {topic}/{queue_id} failed ({result.status.value}: {result.remark}); the transaction stays"
+                        " open and will be checked")
+        return failed
 
     def _already_committed(self, topic: str, tx_id: str) -> bool:
         if not tx_id:

@@ -77,6 +77,24 @@ class LedgerMachine(RuleBasedStateMachine):
             self.put_real(tx)
         self.put_op(copies, [tx], outcome)
 
+    def end_batch(self, ends: list[tuple[int, str]]) -> None:
+        """ENDs that arrived together, as the service resolves them: each transaction once (a second END of it is
+        refused busy), every committed real message first, then one op per outcome naming all its transactions."""
+        chosen: dict[str, dict[str, list[int]]] = {"commit": {}, "rollback": {}}
+        for q, outcome in ends:
+            tx = self.rec.halves[q][0]
+            if tx in chosen["commit"] or tx in chosen["rollback"]:
+                continue
+            action, copies = self.ledger.end(q, tx)
+            if action == "resolve":
+                chosen[outcome][tx] = copies
+        for tx in chosen["commit"]:
+            if tx not in self.rec.committed:  # the index lookup of topic#tx
+                self.put_real(tx)
+        for outcome, txs in chosen.items():
+            if txs:
+                self.put_op([q for copies in txs.values() for q in copies], list(txs), outcome)
+
     def check_pass(self) -> None:
         for copy in self.ledger.due(self.now, 10):
             if not self.ledger.is_open(copy.queue_offset):
@@ -126,6 +144,21 @@ class LedgerMachine(RuleBasedStateMachine):
             self.decisions[tx] = outcome
         self.crash_after = crash
         self.run(lambda: self.end_transaction(q, self.decisions[tx]))
+        self.crash_after = None
+
+    @precondition(lambda self: self.rec.halves)
+    @rule(data=st.data(), crash=st.sampled_from([None, 0, 1, 2, 3, 4]))
+    def producers_end_together(self, data, crash):
+        picks = data.draw(st.lists(st.tuples(st.integers(0, len(self.rec.halves) - 1),
+                                             st.sampled_from(["commit", "rollback"])), min_size=2, max_size=5))
+        ends = []
+        for q, outcome in picks:
+            tx = self.rec.halves[q][0]
+            if self.decisions[tx] is None:
+                self.decisions[tx] = outcome
+            ends.append((q, self.decisions[tx]))
+        self.crash_after = crash
+        self.run(lambda: self.end_batch(ends))
         self.crash_after = None
 
     @rule(seconds=st.integers(0, 15), crash=st.sampled_from([None, 0, 1, 2, 3]))

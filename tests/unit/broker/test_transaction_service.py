@@ -7,7 +7,7 @@ import asyncio
 
 from broker.grpc_v2.transaction import parse_transaction_id, transaction_id
 from broker.transaction import records as tx
-from broker.transaction.service import WriteGate, check_request
+from broker.transaction.service import WriteGate, check_request, op_parts
 from remoting.codes import RequestCode
 from remoting.message_codec import StoredMessage, decode, offset_msg_id
 
@@ -50,3 +50,12 @@ def test_a_v2_transaction_id_names_the_half_copy_and_nothing_else_parses():
     assert parse_transaction_id(tid) == (123456, 42)
     for bad in ("", "nonsense", tid + "x", tid.replace(":", ""), "zz:1", tid.split(":")[0] + ":-1"):
         assert parse_transaction_id(bad) is None
+
+
+def test_ends_resolved_together_are_split_into_op_records_a_replay_reads_whole():
+    chosen = {f"T{i}": (i, list(range(i * 100, i * 100 + 1 + i % 3))) for i in range(5000)}
+    parts = list(op_parts(chosen))
+    assert len(parts) > 1
+    assert all(sum(len(c) for _, c in part.values()) <= tx.MAX_OP_OFFSETS for part in parts)
+    assert [tx_id for part in parts for tx_id in part] == list(chosen)  # every transaction once, in order
+    assert list(op_parts({})) == []

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.store.index_file import ENTRY_SIZE, HEADER, HEADER_SIZE, IndexFile, key_hash
+from broker.store.dispatch_scan import scan
 from broker.store.index_service import IndexService
 from harness import small_disk
 from harness.waiting import async_wait_until
@@ -67,6 +68,32 @@ def test_lookups_match_a_model_even_with_collisions(tmp_path_factory, puts, slot
         assert [o for o in again.lookup(f"T#{key}", 1000, 0, 2**62) if o in model.get(key, [])] == \
             list(reversed(model.get(key, [])))
     again.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d", "e", "f", "g"]), st.integers(0, 5_000)), max_size=60),
+       st.integers(1, 7), st.lists(st.integers(1, 9), min_size=1, max_size=10))
+def test_a_batch_put_writes_the_same_bytes_as_one_put_per_key(tmp_path_factory, puts, slots, chunks):
+    """``put_many`` (the index service's path: batches in any chunking, slots repeated inside a batch, a full file)
+    against ``put`` key by key: the same file, byte for byte."""
+    root = tmp_path_factory.mktemp("idx")
+    one = IndexFile(root / "one", slots=slots, entries=40, create=True)
+    many = IndexFile(root / "many", slots=slots, entries=40, create=True)
+    stamps = [T0 + sum(ms for _, ms in puts[: i + 1]) for i in range(len(puts))]
+    for i, (key, _) in enumerate(puts):
+        one.put(f"T#{key}", i * 100, stamps[i])
+    at, c = 0, 0
+    while at < len(puts):
+        n = chunks[c % len(chunks)]
+        c += 1
+        part = range(at, min(at + n, len(puts)))
+        done = many.put_many([key_hash(f"T#{puts[i][0]}") for i in part], [i * 100 for i in part],
+                             [stamps[i] for i in part])
+        assert done == min(len(part), 39 - at) if at < 39 else done == 0
+        at += len(part)
+    one.close()
+    many.close()
+    assert (root / "one").read_bytes() == (root / "many").read_bytes()
 
 
 def test_time_range_is_second_granular_and_never_misses(tmp_path):
@@ -217,6 +244,60 @@ def test_a_full_disk_is_an_error_not_a_sigbus(tmp_path):
         assert f.lookup("T#again", 5, 0, 2**62) == [7]
         if done:
             assert f.lookup("T#0", 5, 0, 2**62)[-1:] == [0]
+        disk.fill()
+        before = f.count
+        with pytest.raises(OSError) as err:
+            for i in range(0, 100_000, 50):
+                before = f.count
+                f.put_many([key_hash(f"T#b{j}") for j in range(i, i + 50)], list(range(i, i + 50)), [T0] * 50)
+        assert err.value.errno == errno.ENOSPC
+        assert f.count == before  # the refused batch changed nothing
+        disk.free()
+        assert f.put_many([key_hash("T#after")], [9], [T0]) == 1 and f.count == before + 1
+        assert f.lookup("T#after", 5, 0, 2**62) == [9]
         f.close()
     finally:
         disk.unmount()
+
+
+async def test_an_index_built_from_what_the_writers_parsed_is_the_one_built_from_the_commitlog(open_store, config,
+                                                                                              tmp_path):
+    """The master's index (fed by the put path), a slave's (fed by the dispatcher's scan) and one that parses the
+    commitlog itself hold the same entries, byte for byte: batches, many keys, non-ASCII keys, rolled-back records,
+    delayed messages, a commitlog file rolled mid-way."""
+    store = await open_store(replace(config, max_hash_slot_num=101, max_index_num=70))
+    n = 0
+    for i in range(40):
+        batch = [draft(b"x" * 1500, KEYS=f"k{j} shared é{j % 3}", UNIQ_KEY=f"{j:032X}")
+                 for j in range(n, n + 1 + i % 4)]
+        n += len(batch)
+        await store.put_messages("Orders" if i % 3 else "Ünïcode", i % 2, batch)
+        if i % 7 == 0:
+            await store.put_messages("Orders", 0, [dataclasses.replace(draft(b"r", KEYS="gone"), sys_flag=12),
+                                                   draft(b"d", KEYS="later", DELAY="2")])
+    assert len(store.commitlog.files.files) > 1
+    await async_wait_until(lambda: store.index.position == store.max_phy_offset, 10, "the index to catch up")
+    assert store.index_candidates("Orders", "gone", 64, 0, 2**62) == []
+    assert len(store.index_candidates("Orders", "shared", 64, 0, 2**62)) > 0
+
+    def built(root, feed_from_scan: bool) -> list[bytes]:
+        svc = IndexService(root, store.commitlog, slots=101, entries=70)
+        svc.load()
+        if feed_from_scan:  # what a slave's dispatcher offers, file by file
+            for mf in store.commitlog.files.files:
+                records: list = []
+                res = scan(mf.mapping, 0, mf.wrote_position, max_size=store.commitlog.max_record_size,
+                           delay_ms=[1000] * 18, index_records=records)
+                svc.offer_scanned(mf.start_offset, mf.start_offset + res.pos, records)
+        while svc.build(1 << 20):
+            pass
+        svc.flush()
+        out = [f.path.read_bytes() for f in svc.files]
+        svc.close()
+        return out
+
+    store.index.flush()
+    master = [f.path.read_bytes() for f in store.index.files]
+    assert len(master) > 1
+    assert built(tmp_path / "scanned", False) == master
+    assert built(tmp_path / "dispatched", True) == master
