@@ -127,7 +127,7 @@ class Connection(asyncio.Protocol):
         self._decoder = FrameDecoder(limits.max_frame)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._opaque = 0
-        self._serving: set[asyncio.Task] = set()
+        self._serving: set[asyncio.Task | asyncio.Future] = set()
         self._serving_bytes = 0
         self._pause_reasons: set[str] = set()
         self._stall_timer: asyncio.TimerHandle | None = None
@@ -492,7 +492,9 @@ class Connection(asyncio.Protocol):
                 result = response_to(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
         if result is None:
             return
-        if inspect.isawaitable(result):
+        if isinstance(result, asyncio.Future):  # answered by a callback: no task, no coroutine per request
+            self._serve_future(cmd, result, size)
+        elif inspect.isawaitable(result):
             self._serve_later(cmd, result, size)
         elif not cmd.flag & FLAG_ONEWAY:
             self.write(result)
@@ -504,6 +506,30 @@ class Connection(asyncio.Protocol):
         if len(self._serving) >= self.limits.max_requests or self._serving_bytes >= self.limits.max_request_bytes:
             self._pause("load")
         task.add_done_callback(self._served)
+
+    def _serve_future(self, cmd: RemotingCommand, fut: asyncio.Future, size: int) -> None:
+        """A processor that answers through a future (a grouped send): served like a task, answered by callback."""
+        self._serving.add(fut)  # type: ignore[arg-type]  (cancelled like the tasks when the connection closes)
+        self._serving_bytes += size
+        if len(self._serving) >= self.limits.max_requests or self._serving_bytes >= self.limits.max_request_bytes:
+            self._pause("load")
+        fut.add_done_callback(lambda f: self._future_done(cmd, f, size))
+
+    def _future_done(self, cmd: RemotingCommand, fut: asyncio.Future, size: int) -> None:
+        self._serving_bytes -= size
+        if not fut.cancelled():
+            exc = fut.exception()
+            if exc is None:
+                result = fut.result()
+            elif isinstance(exc, HeaderError):
+                result = response_to(cmd, exc.code, str(exc))
+            else:
+                failed_request_log.log(logging.ERROR, "%s: request code %d from %s failed", self.name, cmd.code,
+                                       self.peer, exc_info=exc)  # type: ignore[arg-type]
+                result = response_to(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            if result is not None and not cmd.flag & FLAG_ONEWAY:
+                self.write(result)
+        self._served(fut)  # type: ignore[arg-type]
 
     def _served(self, task: asyncio.Task) -> None:
         self._serving.discard(task)

@@ -32,6 +32,8 @@ a weaker promise: the remark says which), else the refusal's code.
 from __future__ import annotations
 
 import asyncio
+import inspect
+from collections.abc import Awaitable
 from operator import itemgetter
 
 from broker.context import BrokerContext
@@ -221,7 +223,32 @@ async def _inflates(ctx: BrokerContext, batch: _Batch, flag: int, indexed: bool)
     return None
 
 
+def dispatch_send(
+    ctx: BrokerContext, conn: Connection, request: RemotingCommand
+) -> RemotingCommand | asyncio.Future | Awaitable[RemotingCommand]:
+    """The send processor: the answer now (a refusal), a future of it (a plain single message, stored with the
+    other single sends of this event-loop pass: ``MessageStore.put_grouped``), or a coroutine (everything else)."""
+    checked = _checked(ctx, request)
+    if isinstance(checked, RemotingCommand):
+        return checked
+    h, deadline, admitted = checked
+    if (
+        not h.batch
+        and not h.sys_flag & validate.COMPRESSED_FLAG
+        and not (h.dedup and ctx.dedup is not None)
+        and not (ctx.transactions is not None and half_send(h))
+        and not ctx.topics.unsaved(admitted.topic)
+    ):
+        return _send_grouped(ctx, conn, request, h, admitted, deadline)
+    return _serve_checked(ctx, conn, request, h, admitted, deadline)
+
+
 async def serve_send(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    answer = dispatch_send(ctx, conn, request)
+    return await answer if inspect.isawaitable(answer) else answer
+
+
+def _checked(ctx: BrokerContext, request: RemotingCommand) -> RemotingCommand | tuple[SendHeader, float | None, Target]:
     h = SendHeader.parse(request.code, request.ext)
     deadline = answer_deadline(h.timeout_millis)
     ext = request.ext
@@ -234,6 +261,46 @@ async def serve_send(ctx: BrokerContext, conn: Connection, request: RemotingComm
     if isinstance(admitted, Refusal):
         _count(ctx, h.topic, 0 if h.batch else 1, admitted.code, None)
         return _refuse(request, admitted.code, admitted.remark, h.queue_id)
+    return h, deadline, admitted
+
+
+def _send_grouped(
+    ctx: BrokerContext, conn: Connection, request: RemotingCommand, h: SendHeader, target: Target,
+    deadline: float | None,
+) -> RemotingCommand | asyncio.Future:
+    batch = _single(ctx, conn, h, request.body_bytes(), target)
+    if isinstance(batch, str):
+        _count(ctx, target.topic, 1, ResponseCode.MESSAGE_ILLEGAL, None)
+        return _refuse(request, ResponseCode.MESSAGE_ILLEGAL, batch, target.queue_id)
+    put = ctx.store.put_grouped(target.topic, target.queue_id, batch.drafts[0], wait=batch.wait, deadline=deadline)
+    if not isinstance(put, asyncio.Future):
+        reply, status = _stored_reply(ctx, request, target, put, 1)
+        _count(ctx, target.topic, 1, status, batch.sizes)
+        return reply
+    answer = asyncio.get_running_loop().create_future()
+
+    def done(f: asyncio.Future) -> None:
+        if answer.done():  # the connection closed meanwhile: the message is stored, its answer has nowhere to go
+            return
+        if f.cancelled():
+            answer.cancel()
+            return
+        exc = f.exception()
+        if exc is not None:
+            answer.set_exception(exc)
+            return
+        reply, status = _stored_reply(ctx, request, target, f.result(), 1)
+        _count(ctx, target.topic, 1, status, batch.sizes)
+        answer.set_result(reply)
+
+    put.add_done_callback(done)
+    return answer
+
+
+async def _serve_checked(
+    ctx: BrokerContext, conn: Connection, request: RemotingCommand, h: SendHeader, admitted: Target,
+    deadline: float | None,
+) -> RemotingCommand:
     if ctx.topics.unsaved(admitted.topic):
         await ctx.topics.saved()  # a topic this send created is on disk before the message is acknowledged
     body = request.body_bytes()
@@ -253,16 +320,21 @@ async def serve_send(ctx: BrokerContext, conn: Connection, request: RemotingComm
     return reply
 
 
-async def _store(
-    ctx: BrokerContext, request: RemotingCommand, target: Target, batch: _Batch, deadline: float | None
+def _stored_reply(
+    ctx: BrokerContext, request: RemotingCommand, target: Target, result: PutResult, count: int
 ) -> tuple[RemotingCommand, PutStatus]:
-    result = await batch.put(ctx, target, deadline)
     code, remark = put_code(result.status, result.remark)
     if not result.status.stored:
         return _refuse(request, code, remark, target.queue_id), result.status
-    ctx.stats.put.add(len(batch.sizes))
+    ctx.stats.put.add(count)
     msg_ids = ctx.offset_msg_ids(result.physical_offsets)
     return _reply(request, code, remark, target.queue_id, result.queue_offset, msg_ids), result.status
+
+
+async def _store(
+    ctx: BrokerContext, request: RemotingCommand, target: Target, batch: _Batch, deadline: float | None
+) -> tuple[RemotingCommand, PutStatus]:
+    return _stored_reply(ctx, request, target, await batch.put(ctx, target, deadline), len(batch.sizes))
 
 
 async def _store_half(
@@ -347,7 +419,7 @@ def _count(ctx: BrokerContext, topic: str, count: int, status: PutStatus | str |
 
 def register(server, ctx: BrokerContext) -> None:
     def processor(conn: Connection, request: RemotingCommand):
-        return serve_send(ctx, conn, request)
+        return dispatch_send(ctx, conn, request)
 
     for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
         server.register(code, processor)

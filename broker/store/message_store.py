@@ -43,6 +43,7 @@ from broker.config import BrokerRole, MessageStoreConfig
 from broker.store import get as get_path
 from broker.store import put as put_path
 from broker.store import put_prepare
+from broker.store.put_group import PutGroup
 from broker.store.allocate import AllocateService
 from broker.store.checkpoint import AbortMarker, StoreCheckpoint, StoreLockedError, StoreLocks  # noqa: F401
 from broker.store.cleanup import CleanupService, DiskMonitor
@@ -119,6 +120,8 @@ class MessageStore:
         self._group_commit: GroupCommitService | None = None
         self._services: list = []
         self._gate: ConfirmGate | None = None  # controller mode's confirm-offset gate; None in classic mode
+        self._put_group = PutGroup(self._append_prepared, self._wait_stored,
+                                   replicated=lambda: self._replica_waiter is not None)
 
     # lifecycle -------------------------------------------------------------------------------------------
     def lock(self) -> None:
@@ -202,6 +205,7 @@ class MessageStore:
             return
         self._stopping = True
         loop = asyncio.get_running_loop()
+        self._put_group.flush_now()
         async with self._put_lock:
             self._running = False
         for svc in reversed(self._services):
@@ -344,6 +348,49 @@ class MessageStore:
         if isinstance(prepared, PutResult):
             return prepared
         return await self._put_prepared(prepared, deadline)
+
+    def put_grouped(
+        self, topic: str, queue_id: int, draft: MessageDraft, *, wait: bool, deadline: float | None = None
+    ) -> asyncio.Future[PutResult] | PutResult:
+        """One message, stored with the others submitted in the same event-loop pass: one append per queue and one
+        flush/replica wait for all of them (``put_group``). A refusal (store not writable, an illegal message)
+        comes back at once as a PutResult; otherwise a future of this message's own result."""
+        refused = self._refusal()
+        if refused is not None:
+            return refused
+        cfg = self.config
+        prepared = put_prepare.prepare_batch(
+            topic, queue_id, (draft,), max_message_size=cfg.max_message_size,
+            file_size=cfg.mapped_file_size_commit_log, max_delay_level=len(self._delay_levels_ms),
+        )
+        if isinstance(prepared, PutResult):
+            return prepared
+        if prepared.wait is not wait:
+            prepared = prepared._replace(wait=wait)
+        if not prepared.all_dispatched:  # a transaction record (no queue offset): on its own
+            return asyncio.ensure_future(self._put_prepared(prepared, deadline))
+        return self._put_group.submit(prepared, deadline)
+
+    async def _append_prepared(self, prepared: put_prepare.Prepared) -> PutResult:
+        """The writing half of a put, without the waits (the put group waits once for all its appends)."""
+        refused = self._refusal()
+        if refused is not None:
+            return refused
+        try:
+            if prepared.single_queue and prepared.all_dispatched and not self._put_lock.locked():
+                result = self._appender.append_simple(prepared)
+                if result is not None:
+                    return result
+            async with self._put_lock:
+                refused = self._refusal()
+                if refused is not None:
+                    return refused
+                return await self._appender.append_batch(prepared)
+        except OSError as exc:
+            return put_path.write_failed(exc, self.disk)
+
+    async def _wait_stored(self, result: PutResult, deadline: float | None) -> None:
+        await put_path.wait_stored(result, self._group_commit, self._replica_waiter, deadline)
 
     async def _put_prepared(self, prepared: put_prepare.Prepared, deadline: float | None = None) -> PutResult:
         result = None
