@@ -224,3 +224,28 @@ async def test_large_frames_decode_across_reads():
     raw = encode_bytes(RemotingCommand(ECHO, body=b"z" * 100_000))
     frames = [f for i in range(0, len(raw), 1000) for f in dec.feed(raw[i : i + 1000])]
     assert decode(frames[0]).body == b"z" * 100_000
+
+
+async def test_a_processor_may_answer_through_a_future_without_a_task(server, client):
+    """A grouped send answers by a future's callback: answered when it completes, counted as served until then,
+    and an exception set on it is answered SYSTEM_ERROR like a failing coroutine."""
+    futures: list[tuple[RemotingCommand, asyncio.Future]] = []
+
+    def later(conn, req):
+        fut = asyncio.get_running_loop().create_future()
+        futures.append((req, fut))
+        return fut
+
+    server.register(7, later)
+    first = asyncio.ensure_future(client.invoke(addr(server), RemotingCommand(7), 10))
+    second = asyncio.ensure_future(client.invoke(addr(server), RemotingCommand(7), 10))
+    await async_wait_until(lambda: len(futures) == 2, 5, "both requests reached the processor")
+    conn = next(iter(server.connections))
+    assert conn.serving == 2 and not first.done()
+    (req0, fut0), (_, fut1) = futures
+    fut0.set_result(response_to(req0, 0, remark="later"))
+    fut1.set_exception(ValueError("broken"))
+    answers = await asyncio.gather(first, second)
+    assert {a.code for a in answers} == {0, ResponseCode.SYSTEM_ERROR}
+    assert any("ValueError: broken" in (a.remark or "") for a in answers)
+    await async_wait_until(lambda: conn.serving == 0, 5, "the served futures were released")
