@@ -34,7 +34,6 @@ import itertools
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -52,6 +51,15 @@ BROKER_NAME = "broker-a"
 DRIVERS = ("json", "binary", "cpp")
 GOAL_MASTER_US, GOAL_X = 35.0, 2.5
 ISSUE = {"rocketmq4_client_msg_per_s": 10_000, "master_cpu_us_per_msg": 100.0}
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _sys_s(pid: int) -> float:
+    """System (kernel) CPU seconds of ``pid``: on loopback the sender's syscalls carry the TCP work of both ends."""
+    with open(f"/proc/{pid}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[12]) / _TICKS
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -225,11 +233,13 @@ async def _window(driver, pids: dict[str, int], warmup: float, seconds: float) -
     await driver.start()
     await asyncio.sleep(warmup)
     s0, c0 = driver.sent, {k: cpu_s(p) for k, p in pids.items()}
+    k0 = _sys_s(pids["master"])
     me0 = time.process_time()
     lat0 = len(driver.latencies)
     t0 = time.perf_counter()
     await asyncio.sleep(seconds)
     s1, c1 = driver.sent, {k: cpu_s(p) for k, p in pids.items()}
+    k1 = _sys_s(pids["master"])
     me1 = time.process_time()
     elapsed = time.perf_counter() - t0
     lat = driver.latencies[lat0:]
@@ -238,6 +248,7 @@ async def _window(driver, pids: dict[str, int], warmup: float, seconds: float) -
     row = {"msg_per_s": round((s1 - s0) / elapsed)}
     for k in pids:
         row[f"{k}_cpu_us_per_msg"] = round((c1[k] - c0[k]) / sent * 1e6, 1)
+    row["master_sys_us_per_msg"] = round((k1 - k0) / sent * 1e6, 1)
     row["driver_cpu_us_per_msg"] = round((me1 - me0) / sent * 1e6, 1)
     row["master_cores"] = round((c1["master"] - c0["master"]) / elapsed, 2)
     row["p50_ms"] = round(_percentile(lat, 0.5) * 1e3, 2)
@@ -276,6 +287,9 @@ async def run_once(tree, run: int, args, root: Path) -> list[dict]:
         await _create_topic(ns_addr, master_addr, topic, args.queues)
         await settle(master.pid, slave.pid)
         pids = {"master": master.pid, "slave": slave.pid}
+        idle0, t_idle = cpu_s(master.pid), time.perf_counter()
+        await asyncio.sleep(args.idle)
+        idle_cores = (cpu_s(master.pid) - idle0) / (time.perf_counter() - t_idle)
         for name in args.drivers:
             if name == "cpp":
                 why = cpp_load_error()
@@ -289,6 +303,10 @@ async def run_once(tree, run: int, args, root: Path) -> list[dict]:
                 driver = RemotingDriver(master_addr, topic, args.queues, binary=name == "binary",
                                         connections=args.connections, inflight=args.inflight, body=args.body)
             row = await _window(driver, pids, args.warmup, args.seconds)
+            # what the idle master burns anyway (timers, flush, metrics), spread over the window's messages
+            idle_us = idle_cores * args.seconds / max(1, row["msg_per_s"] * args.seconds) * 1e6
+            row["master_idle_cores"] = round(idle_cores, 3)
+            row["master_net_cpu_us_per_msg"] = round(row["master_cpu_us_per_msg"] - idle_us, 1)
             row = {"tree": tree.name, "run": run, "driver": name, **row}
             print(json.dumps(row), flush=True)
             rows.append(row)
@@ -302,21 +320,14 @@ async def run_once(tree, run: int, args, root: Path) -> list[dict]:
 
 
 COLUMNS = ["tree", "driver", "runs", "msg_per_s", "x_msg_per_s", "master_cpu_us_per_msg", "x_master_cpu",
+           "master_net_cpu_us_per_msg", "master_sys_us_per_msg",
            "slave_cpu_us_per_msg", "driver_cpu_us_per_msg", "master_cores", "p50_ms", "p99_ms"]
 
 
 def summarize(results: list[dict], trees) -> list[dict]:
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for r in results:
-        if "skipped" not in r:
-            groups.setdefault((r["tree"], r["driver"]), []).append(r)
-    rows = []
-    for (tree, driver), rs in groups.items():
-        row = {"tree": tree, "driver": driver, "runs": len(rs)}
-        for k in ("msg_per_s", "master_cpu_us_per_msg", "slave_cpu_us_per_msg", "driver_cpu_us_per_msg",
-                  "master_cores", "p50_ms", "p99_ms"):
-            row[k] = round(statistics.median(r[k] for r in rs), 2)
-        rows.append(row)
+    from bench.trees import median_rows
+
+    rows = median_rows([r for r in results if "skipped" not in r], ("tree", "driver"))
     by = {(r["tree"], r["driver"]): r for r in rows}
     for r in rows:
         base = by.get((trees[0].name, r["driver"]))
@@ -348,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=6.0, help="measured seconds per window")
     ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--idle", type=float, default=3.0, help="seconds of the idle master's CPU measured per run")
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--inflight", type=int, default=8, help="requests in flight per connection")
     ap.add_argument("--cpp-threads", type=int, default=32)

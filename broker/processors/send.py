@@ -12,6 +12,11 @@ property or the message). A DELAY above the highest level is clamped to it, as R
 the client's (plus, for a batch, the batch's own after each message's), with ``CLUSTER`` added and ``WAIT``
 dropped; ``WAIT=false`` still means "answer without waiting for the flush and the slave".
 
+A plain single message (no batch, not compressed, no transaction half, no dedup) is stored with the other single
+sends of the same event-loop pass (``MessageStore.put_grouped``: one append per queue, one flush/replica wait for
+all), and answered from a callback, with no task or coroutine per request: RocketMQ's clients send one message per
+request, and on a SYNC_MASTER each paid a whole put and wait of its own (issue 26).
+
 A batch without DELAY goes to the store as decoded (``MessageStore.put_batch``): no draft, dict or property text
 per message. A batch with a DELAY inside takes the draft path so each message is scheduled on its own.
 

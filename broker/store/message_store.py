@@ -23,6 +23,9 @@ offsets and the store time, encode the batch into one bytearray, one pwrite per 
 consume-queue write per queue, advance the dispatched offset, notify listeners; then outside the lock wait
 for the group commit (SYNC_FLUSH) and the replica waiter (SYNC_MASTER) unless every message says WAIT=false.
 
+``put_grouped`` (single-message sends): the puts of one event-loop pass share one append per queue and one flush and
+replica wait (``put_group.PutGroup``); each gets its own result.
+
 Slave path: ``append_replicated`` writes raw bytes at the commitlog end and wakes the dispatcher.
 
 Task-safety: one event loop. Blocking disk work runs on private executors: fdatasync, consume-queue file
