@@ -277,28 +277,21 @@ def _send_grouped(
     if isinstance(batch, str):
         _count(ctx, target.topic, 1, ResponseCode.MESSAGE_ILLEGAL, None)
         return _refuse(request, ResponseCode.MESSAGE_ILLEGAL, batch, target.queue_id)
-    put = ctx.store.put_grouped(target.topic, target.queue_id, batch.drafts[0], wait=batch.wait, deadline=deadline)
-    if not isinstance(put, asyncio.Future):
-        reply, status = _stored_reply(ctx, request, target, put, 1)
-        _count(ctx, target.topic, 1, status, batch.sizes)
-        return reply
     answer = asyncio.get_running_loop().create_future()
 
-    def done(f: asyncio.Future) -> None:
+    def done(result: PutResult) -> None:
         if answer.done():  # the connection closed meanwhile: the message is stored, its answer has nowhere to go
             return
-        if f.cancelled():
-            answer.cancel()
-            return
-        exc = f.exception()
-        if exc is not None:
-            answer.set_exception(exc)
-            return
-        reply, status = _stored_reply(ctx, request, target, f.result(), 1)
+        reply, status = _stored_reply(ctx, request, target, result, 1)
         _count(ctx, target.topic, 1, status, batch.sizes)
         answer.set_result(reply)
 
-    put.add_done_callback(done)
+    put = ctx.store.put_grouped(target.topic, target.queue_id, batch.drafts[0], wait=batch.wait, deadline=deadline,
+                                on_done=done)
+    if put is not None:  # refused at once
+        reply, status = _stored_reply(ctx, request, target, put, 1)
+        _count(ctx, target.topic, 1, status, batch.sizes)
+        return reply
     return answer
 
 

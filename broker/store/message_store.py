@@ -353,11 +353,13 @@ class MessageStore:
         return await self._put_prepared(prepared, deadline)
 
     def put_grouped(
-        self, topic: str, queue_id: int, draft: MessageDraft, *, wait: bool, deadline: float | None = None
-    ) -> asyncio.Future[PutResult] | PutResult:
+        self, topic: str, queue_id: int, draft: MessageDraft, *, wait: bool, deadline: float | None = None,
+        on_done: Callable[[PutResult], None] | None = None,
+    ) -> asyncio.Future[PutResult] | PutResult | None:
         """One message, stored with the others submitted in the same event-loop pass: one append per queue and one
         flush/replica wait for all of them (``put_group``). A refusal (store not writable, an illegal message)
-        comes back at once as a PutResult; otherwise a future of this message's own result."""
+        comes back at once as a PutResult; otherwise ``on_done(result)`` is called with this message's own result
+        as soon as it is known (and None returned), or without ``on_done`` a future of it is returned."""
         refused = self._refusal()
         if refused is not None:
             return refused
@@ -370,9 +372,17 @@ class MessageStore:
             return prepared
         if prepared.wait is not wait:
             prepared = prepared._replace(wait=wait)
+        fut = None
+        if on_done is None:
+            fut = asyncio.get_running_loop().create_future()
+            on_done = fut.set_result
         if not prepared.all_dispatched:  # a transaction record (no queue offset): on its own
-            return asyncio.ensure_future(self._put_prepared(prepared, deadline))
-        return self._put_group.submit(prepared, deadline)
+            task = asyncio.ensure_future(self._put_prepared(prepared, deadline))
+            task.add_done_callback(lambda t: on_done(t.result()) if not t.cancelled() and t.exception() is None
+                                   else on_done(PutResult(PutStatus.UNKNOWN_ERROR, remark="the put failed")))
+        else:
+            self._put_group.submit(prepared, deadline, on_done)
+        return fut
 
     async def _append_prepared(self, prepared: put_prepare.Prepared) -> PutResult:
         """The writing half of a put, without the waits (the put group waits once for all its appends)."""

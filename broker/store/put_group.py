@@ -5,8 +5,9 @@ batches. On a SYNC_MASTER each such put paid a whole put of its own: a record, t
 queue), the dispatch and append listeners (the HA writer's wakeup), a waiter in the replica heap, a chain of
 coroutines per request. Here the puts of one event-loop pass are gathered (``submit``) and flushed once, after every
 read of that pass was served (``call_soon``): one append per (topic, queue) with the messages in arrival order, then
-ONE ``wait_stored`` for the highest end offset, and each put's future gets its own ``PutResult`` (its physical
-offset, its queue offset, the group's status).
+ONE ``wait_stored`` for the highest end offset, and each put gets its own ``PutResult`` (its physical offset, its
+queue offset, the group's status). Members are told by a plain callback, called as soon as the result is known:
+a future's callbacks would each cost one more turn of the loop between the slave's ack and the answer.
 
 A put's own ``deadline`` (the sender's ``timeoutMillis``) is kept: the group waits until the latest deadline of
 its members (or slaveTimeout when one has none), and a member whose deadline comes earlier is answered
@@ -34,15 +35,28 @@ WaitStored = Callable[[PutResult, "float | None"], Awaitable[None]]
 MAX_GROUP = 4096
 
 
-class _Member:
-    __slots__ = ("deadline", "fut", "prepared", "result", "timer")
+OnDone = Callable[[PutResult], None]
 
-    def __init__(self, prepared: Prepared, deadline: float | None, fut: asyncio.Future) -> None:
+
+class _Member:
+    __slots__ = ("answered", "deadline", "on_done", "prepared", "result", "timer")
+
+    def __init__(self, prepared: Prepared, deadline: float | None, on_done: OnDone) -> None:
         self.prepared = prepared
         self.deadline = deadline
-        self.fut = fut
+        self.on_done = on_done
+        self.answered = False
         self.result: PutResult | None = None
         self.timer: asyncio.TimerHandle | None = None
+
+    def answer(self, result: PutResult) -> None:
+        if self.answered:
+            return
+        self.answered = True
+        try:
+            self.on_done(result)
+        except Exception:  # one member's callback must not cost the others their answers
+            log.exception("a grouped put's callback failed")
 
 
 class PutGroup:
@@ -59,17 +73,14 @@ class PutGroup:
         self.groups = 0  # flushes, for the bench and tests
         self.puts = 0
 
-    def submit(self, prepared: Prepared, deadline: float | None = None) -> asyncio.Future:
-        """The put's result, once its group was appended and (WAIT) flushed and replicated."""
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        self._pending.append(_Member(prepared, deadline, fut))
+    def submit(self, prepared: Prepared, deadline: float | None, on_done: OnDone) -> None:
+        """``on_done(result)`` once the put's group was appended and (WAIT) flushed and replicated."""
+        self._pending.append(_Member(prepared, deadline, on_done))
         if len(self._pending) >= MAX_GROUP:
             self._flush()
         elif not self._scheduled:
             self._scheduled = True
-            loop.call_soon(self._flush)
-        return fut
+            asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         self._scheduled = False
@@ -84,12 +95,9 @@ class PutGroup:
         try:
             await self._store(members)
         except BaseException as exc:  # an answer for everyone, whatever happened
+            failed = PutResult(PutStatus.UNKNOWN_ERROR, remark=f"the grouped put failed: {type(exc).__name__}: {exc}")
             for m in members:
-                if not m.fut.done():
-                    if isinstance(exc, asyncio.CancelledError):
-                        m.fut.cancel()
-                    else:
-                        m.fut.set_exception(exc)
+                m.answer(failed)
             if not isinstance(exc, Exception):
                 raise
             log.exception("a grouped put failed")
@@ -114,7 +122,7 @@ class PutGroup:
             result = await self._append(merged)
             if result.status is not PutStatus.PUT_OK:
                 for m in group:
-                    m.fut.set_result(PutResult(result.status, remark=result.remark))
+                    m.answer(PutResult(result.status, remark=result.remark))
                 continue
             phys = result.physical_offsets
             qoff, ts = result.queue_offset, result.store_timestamp
@@ -129,7 +137,7 @@ class PutGroup:
                 if m.prepared.wait:
                     waiting.append(m)
                 else:
-                    m.fut.set_result(m.result)
+                    m.answer(m.result)
             end = max(end, result.next_offset)
         if not waiting:
             return
@@ -144,12 +152,12 @@ class PutGroup:
         for m in waiting:
             if m.timer is not None:
                 m.timer.cancel()
-            if m.fut.done():
+            if m.answered:
                 continue
             r = m.result
             if cover.status is not PutStatus.PUT_OK:
                 r.status, r.remark = cover.status, cover.remark
-            m.fut.set_result(r)
+            m.answer(r)
 
     def flush_now(self) -> None:
         """Hand what was submitted to a group now (the store is stopping: its appends are then refused, and each
@@ -159,7 +167,7 @@ class PutGroup:
 
 def _expire(m: _Member, replicated: bool) -> None:
     """A member's own deadline came before its group's: it learns the timeout now (the message is stored)."""
-    if m.fut.done() or m.result is None:
+    if m.answered or m.result is None:
         return
     r = m.result
     if replicated:
@@ -169,4 +177,4 @@ def _expire(m: _Member, replicated: bool) -> None:
     else:
         r.status = PutStatus.FLUSH_DISK_TIMEOUT
         r.remark = "the flush did not complete before the sender's deadline; the message is in the page cache"
-    m.fut.set_result(r)
+    m.answer(r)
