@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections.abc import Awaitable
 from operator import itemgetter
 
@@ -48,7 +49,7 @@ from broker.processors.send_admit import Refusal, Target, admit, half_send
 from broker.processors.status_map import put_code
 from broker.store.types import MessageDraft, PutResult, PutStatus, RawBatch
 from remoting.codes import RequestCode, ResponseCode
-from remoting.connection import Connection
+from remoting.connection import Connection, DeferredAnswer, await_answer
 from remoting.frame_codec import RemotingCommand, response_to
 from remoting.headers import parse_host_port
 from remoting.message_codec import (
@@ -63,6 +64,8 @@ from remoting.message_codec import (
     string_to_properties,
 )
 from remoting.message_headers import SendHeader
+
+log = logging.getLogger(__name__)
 
 MSG_REGION = "DefaultRegion"  # RocketMQ's default regionId
 TRACE_ON = "true"
@@ -230,8 +233,8 @@ async def _inflates(ctx: BrokerContext, batch: _Batch, flag: int, indexed: bool)
 
 def dispatch_send(
     ctx: BrokerContext, conn: Connection, request: RemotingCommand
-) -> RemotingCommand | asyncio.Future | Awaitable[RemotingCommand]:
-    """The send processor: the answer now (a refusal), a future of it (a plain single message, stored with the
+) -> RemotingCommand | DeferredAnswer | Awaitable[RemotingCommand]:
+    """The send processor: the answer now (a refusal), a deferred answer (a plain single message, stored with the
     other single sends of this event-loop pass: ``MessageStore.put_grouped``), or a coroutine (everything else)."""
     checked = _checked(ctx, request)
     if isinstance(checked, RemotingCommand):
@@ -250,6 +253,8 @@ def dispatch_send(
 
 async def serve_send(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -> RemotingCommand:
     answer = dispatch_send(ctx, conn, request)
+    if isinstance(answer, DeferredAnswer):
+        return await await_answer(answer)
     return await answer if inspect.isawaitable(answer) else answer
 
 
@@ -272,19 +277,23 @@ def _checked(ctx: BrokerContext, request: RemotingCommand) -> RemotingCommand | 
 def _send_grouped(
     ctx: BrokerContext, conn: Connection, request: RemotingCommand, h: SendHeader, target: Target,
     deadline: float | None,
-) -> RemotingCommand | asyncio.Future:
+) -> RemotingCommand | DeferredAnswer:
     batch = _single(ctx, conn, h, request.body_bytes(), target)
     if isinstance(batch, str):
         _count(ctx, target.topic, 1, ResponseCode.MESSAGE_ILLEGAL, None)
         return _refuse(request, ResponseCode.MESSAGE_ILLEGAL, batch, target.queue_id)
-    answer = asyncio.get_running_loop().create_future()
+    answer = DeferredAnswer()
 
     def done(result: PutResult) -> None:
-        if answer.done():  # the connection closed meanwhile: the message is stored, its answer has nowhere to go
+        if answer.cancelled:  # the connection closed meanwhile: the message is stored, its answer has nowhere to go
             return
-        reply, status = _stored_reply(ctx, request, target, result, 1)
-        _count(ctx, target.topic, 1, status, batch.sizes)
-        answer.set_result(reply)
+        try:
+            reply, status = _stored_reply(ctx, request, target, result, 1)
+            _count(ctx, target.topic, 1, status, batch.sizes)
+        except Exception as exc:  # noqa: BLE001 - the sender gets an answer, the log the traceback
+            log.exception("answering a grouped send failed")
+            reply = response_to(request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        answer.resolve(reply)
 
     put = ctx.store.put_grouped(target.topic, target.queue_id, batch.drafts[0], wait=batch.wait, deadline=deadline,
                                 on_done=done)
