@@ -28,6 +28,7 @@ MODULES = [
     "bench.e2e_bench",
     "bench.rocketmq5_bench",
     "bench.deploy_bench",
+    "bench.single_send_bench",
     "bench.spark_bench",
     "bench.chaos",
     "bench.fuzz",

@@ -21,6 +21,12 @@ Per run (one tree x one role), everything fresh:
    to stop; after ``--warmup`` seconds the window of ``--seconds`` starts and ends with a mark: both clients
    report their counters and this process reads utime+stime of every process from /proc/<pid>/stat.
 
+Options: ``--senders`` (64) and ``--queues`` (8, the topic's queue count); ``--stages`` turns the master's Prometheus
+exporter on and adds where a send's time goes: the producer's mean send latency, the master's replica wait
+(append -> HA frame -> slave append -> report -> release, from ``rocketmq_ha_sync_wait_seconds``), the rest
+(SDK coalescing, the wire both ways, the master's work around the wait), messages per SEND request and per
+replica wait, the master's event-loop lag, total CPU per message of all processes and the cores they kept busy.
+
 Reported per run and as medians per (tree, role): msg/s sent (sends that returned a SendResult) and consumed
 in the window, send p50/p99 and end-to-end p50/p99 (born timestamp to listener), CPU µs per message sent of
 master, slave, producer, consumer and nameserver, send statuses and errors in the window, and the consumer's
@@ -172,6 +178,54 @@ class ClientProc:
         return out
 
 
+def scrape(port: int) -> dict[str, float]:
+    """The master's /metrics as {family: value summed over its labels} (only the families ``stages`` reads)."""
+    import urllib.request
+
+    wanted = ("rocketmq_ha_sync_wait_seconds_sum", "rocketmq_ha_sync_wait_seconds_count",
+              "rocketmq_send_requests_total", "rocketmq_send_results_total",
+              "rocketmq_event_loop_lag_seconds_sum", "rocketmq_event_loop_lag_seconds_count")
+    out = dict.fromkeys(wanted, 0.0)
+    try:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
+        with opener.open(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in out:
+            out[name] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def stages(p1: dict, m0: dict, m1: dict, sent: int, cpu0: dict, cpu1: dict) -> dict:
+    """Where a send's time goes, from outside: the producer's mean send latency; the master's wait for the slave's
+    ack of a batch (append -> HA frame -> slave append -> report -> release: ``rocketmq_ha_sync_wait_seconds``);
+    the rest (the SDK's coalescing, the request and answer on the wire, the master's work before the append and
+    after the release); messages per SEND request (the SDK's coalescing) and per replica wait; the master's event
+    loop lag (how late a timer ran: a busy loop delays every stage); total CPU per message of all processes."""
+    d = {k: m1.get(k, 0.0) - m0.get(k, 0.0) for k in m1}
+    waits = d.get("rocketmq_ha_sync_wait_seconds_count", 0.0)
+    requests = d.get("rocketmq_send_requests_total", 0.0)
+    lags = d.get("rocketmq_event_loop_lag_seconds_count", 0.0)
+    mean = p1.get("send_mean_ms", float("nan"))
+    wait_ms = d.get("rocketmq_ha_sync_wait_seconds_sum", 0.0) / waits * 1000 if waits else 0.0
+    total_cpu = sum(cpu1[k] - cpu0[k] for k in cpu1)
+    return {
+        "send_mean_ms": mean,
+        "stage_replica_wait_ms": round(wait_ms, 3),
+        "stage_outside_wait_ms": round(mean - wait_ms, 3) if waits else mean,
+        "msgs_per_request": round(d.get("rocketmq_send_results_total", 0.0) / requests, 1) if requests else None,
+        "msgs_per_replica_wait": round(sent / waits, 1) if waits else None,
+        "master_loop_lag_ms": round(d.get("rocketmq_event_loop_lag_seconds_sum", 0.0) / lags * 1000, 3) if lags else None,
+        "total_cpu_us_per_msg": round(total_cpu / max(1, sent) * 1e6, 1),
+        "cores_busy": None,
+    }
+
+
 def diff_counts(a: dict, b: dict) -> dict:
     return {k: b.get(k, 0) - a.get(k, 0) for k in sorted(set(a) | set(b)) if b.get(k, 0) - a.get(k, 0)}
 
@@ -214,7 +268,14 @@ async def run_once(tree, role: str, run: int, args, root: Path) -> dict:
                 **{key: value() for key, value in extra.items()},
             }
 
-        master = Server(tree, "broker", work / "master", "master", broker_conf(0, ROLES[role], "master"), BROKER_READY)
+        master_conf = broker_conf(0, ROLES[role], "master")
+        if args.stages:  # the master's /metrics give the replica wait and the loop lag (off by default, as in RocketMQ)
+            plain_conf = master_conf
+
+            def master_conf():
+                return {**plain_conf(), "metricsExporterType": "PROM"}
+
+        master = Server(tree, "broker", work / "master", "master", master_conf, BROKER_READY)
         servers.append(await master.start())
         slave = Server(tree, "broker", work / "slave", "slave", broker_conf(1, "SLAVE", "slave"), BROKER_READY)
         servers.append(await slave.start())
@@ -224,7 +285,7 @@ async def run_once(tree, role: str, run: int, args, root: Path) -> dict:
         topic = f"Deploy_{stamp}"
         producer = ClientProc(tree, work, "producer", "--namesrv", ns_addr, "--topic", topic,
                               "--group", f"DeployProducer_{stamp}", "--senders", str(args.senders),
-                              "--body", str(args.body))
+                              "--body", str(args.body), "--queues", str(args.queues))
         clients.append(producer)
         ready = await producer.start()
         if not ready["ready"]:
@@ -237,19 +298,21 @@ async def run_once(tree, role: str, run: int, args, root: Path) -> dict:
         pids = {"namesrv": ns.pid, "master": master.pid, "slave": slave.pid,
                 "producer": producer.pid, "consumer": consumer.pid}
 
-        async def mark() -> tuple[dict, dict, dict]:
+        metrics_port = master.conf["metricsPromExporterPort"]
+
+        async def mark() -> tuple[dict, dict, dict, dict]:
             cpu = {k: cpu_s(p) for k, p in pids.items()}
             producer.send("mark")
             consumer.send("mark")
             p, c = await producer.read(), await consumer.read()
             cpu = {k: (v + cpu_s(pids[k])) / 2 for k, v in cpu.items()}  # the middle of the marks' span
-            return p, c, cpu
+            return p, c, cpu, (await asyncio.to_thread(scrape, metrics_port) if args.stages else {})
 
         producer.send("start")
         await asyncio.sleep(args.warmup)
-        p0, c0, cpu0 = await mark()
+        p0, c0, cpu0, m0 = await mark()
         await asyncio.sleep(args.seconds)
-        p1, c1, cpu1 = await mark()
+        p1, c1, cpu1, m1 = await mark()
         sent = p1["sent"] - p0["sent"]
         elapsed = p1["t"] - p0["t"]
         consumed = c1["received"] - c0["received"]
@@ -273,6 +336,8 @@ async def run_once(tree, role: str, run: int, args, root: Path) -> dict:
             "settled_s": round(settled, 1),
             "topic_created_by": ready.get("topic_created_by"), "probes": ready.get("probes"),
         }
+        row.update(stages(p1, m0, m1, sent, cpu0, cpu1))
+        row["cores_busy"] = round(sum(cpu1[k] - cpu0[k] for k in cpu1) / elapsed, 2)
         ok = row["statuses"].get("SEND_OK", 0)
         row["send_ok_share"] = round(ok / max(1, sent), 4)
         return row
@@ -287,7 +352,11 @@ async def run_once(tree, role: str, run: int, args, root: Path) -> dict:
 
 COLUMNS = ["tree", "role", "runs", "sent_msg_per_s", "x_sent", "consumed_msg_per_s", "master_cpu_us_per_msg",
            "x_master_cpu", "slave_cpu_us_per_msg", "producer_cpu_us_per_msg", "consumer_cpu_us_per_msg",
-           "send_p50_ms", "send_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "send_ok_share", "backlog"]
+           "send_p50_ms", "send_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "send_ok_share", "backlog",
+           "total_cpu_us_per_msg", "cores_busy"]
+STAGE_COLUMNS = ["tree", "role", "send_mean_ms", "stage_replica_wait_ms", "stage_outside_wait_ms",
+                 "msgs_per_request", "msgs_per_replica_wait", "master_loop_lag_ms", "total_cpu_us_per_msg",
+                 "cores_busy"]
 
 
 async def main_async(args, trees) -> list[dict]:
@@ -346,6 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=3.0, help="seconds of unmeasured sending before the window")
     ap.add_argument("--senders", type=int, default=64)
     ap.add_argument("--body", type=int, default=1024)
+    ap.add_argument("--queues", type=int, default=8, help="queues of the topic (the producer creates it)")
+    ap.add_argument("--stages", action="store_true",
+                    help="turn the master's Prometheus exporter on (metricsExporterType=PROM) and report where a "
+                         "send's time goes (the exporter costs the master some CPU)")
     ap.add_argument("--workdir", default="", help="where the stores go (default: the system temp folder)")
     ap.add_argument("--keep", action="store_true", help="keep stores, confs and logs")
     ap.add_argument("--out", default="", help="JSON path (default bench/results/deploy_bench.json)")
@@ -363,10 +436,15 @@ def main(argv: list[str] | None = None) -> int:
     columns = [c for c in COLUMNS if all(c in r for r in rows)]
     print()
     print_table(
-        f"deploy: master+slave, {args.senders} senders x {args.body} B, {args.seconds:.0f} s windows, "
+        f"deploy: master+slave, {args.senders} senders x {args.body} B, {args.queues} queues, {args.seconds:.0f} s "
+        f"windows, "
         f"medians of {args.runs}; ratios against {trees[0].name}",
         columns, [[r[c] for c in columns] for r in rows],
     )
+    stage_cols = [c for c in STAGE_COLUMNS if any(c in r for r in rows)]
+    print()
+    print_table("where a send's time goes (means in the window; the replica wait is the master's, from its /metrics)",
+                stage_cols, [[r.get(c) for c in stage_cols] for r in rows])
     for r in rows:
         print(f"statuses {r['tree']}/{r['role']}: {r['statuses_all_runs']}")
     for e in per_tree:

@@ -70,7 +70,7 @@ async def serve_producer(a) -> None:
     created = "auto"
     try:  # as mqadmin updateTopic -c would; failing that, the first sends create it (autoCreateTopicEnable)
         async with client.AdminClient(a.namesrv) as admin:
-            await admin.create_topic_on_cluster(topic)
+            await admin.create_topic_on_cluster(topic, read_queue_nums=a.queues, write_queue_nums=a.queues)
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 try:
@@ -130,7 +130,8 @@ async def serve_producer(a) -> None:
             lat, latencies[:] = sorted(latencies), []
             emit({"t": time.monotonic(), "sent": sent, "stored": stored + sent, "statuses": dict(statuses),
                   "errors": dict(errors), "send_p50_ms": round(pct(lat, 0.5) * 1000, 2),
-                  "send_p99_ms": round(pct(lat, 0.99) * 1000, 2)})
+                  "send_p99_ms": round(pct(lat, 0.99) * 1000, 2),
+                  "send_mean_ms": round(sum(lat) / len(lat) * 1000, 3) if lat else float("nan")})
         elif cmd == "stop":
             break
     running = False
@@ -178,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group", required=True)
     ap.add_argument("--senders", type=int, default=64)
     ap.add_argument("--body", type=int, default=1024)
+    ap.add_argument("--queues", type=int, default=8, help="queues of the topic the producer creates")
     args = ap.parse_args(argv)
     run_loop(serve_producer(args) if args.role == "producer" else serve_consumer(args))
     return 0

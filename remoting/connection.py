@@ -4,7 +4,8 @@ A connection carries requests both ways (a broker calls its clients with NOTIFY_
 responses are matched to waiting callers by ``opaque``; requests go to the ``dispatch`` function the owner gave
 it. ``dispatch(conn, request)`` returns the response, ``None`` (nothing to answer) or an awaitable of either;
 an awaitable runs as its own task, so a held pull or a send waiting for its slave never delays the requests
-behind it, and answers are written in completion order. A oneway request (flag bit 1) is served and never
+behind it, and answers are written in completion order. A future is answered from its done-callback, and a
+``DeferredAnswer`` (a grouped single send) the moment it is resolved: neither costs a task per request. A oneway request (flag bit 1) is served and never
 answered. A header that does not parse (``HeaderError``) or extFields that are not flat scalars answer 29
 INVALID_PARAMETER without a log line; a processor that raises anything else answers 1 SYSTEM_ERROR and logs its
 traceback, at most one per 10 s (a peer can repeat the request at will).
@@ -102,6 +103,55 @@ unread_answers_log = RateLimitedLog(log)
 frame_timeout_log = RateLimitedLog(log)
 
 
+class DeferredAnswer:
+    """An answer a processor gives later with ``resolve(response)``: the connection writes it at once, in the same
+    turn of the loop (a future would cost a turn of its own between ``set_result`` and the write). ``bind`` names
+    who takes the answer (the connection, or ``await_answer``); a resolve before the bind waits for it. The
+    connection cancels it when it closes: a later resolve is then dropped (``cancelled`` says so)."""
+
+    __slots__ = ("_deliver", "_state", "_value")
+
+    _PENDING, _HELD, _DONE, _CANCELLED = range(4)
+
+    def __init__(self) -> None:
+        self._deliver: Callable[[Any], None] | None = None
+        self._state = self._PENDING
+        self._value: Any = None
+
+    def bind(self, deliver: Callable[[Any], None]) -> None:
+        if self._state == self._HELD:
+            self._state = self._DONE
+            value, self._value = self._value, None
+            deliver(value)
+        elif self._state == self._PENDING:
+            self._deliver = deliver
+
+    def resolve(self, value: Any) -> None:
+        if self._state != self._PENDING:
+            return
+        deliver = self._deliver
+        if deliver is None:
+            self._state, self._value = self._HELD, value
+            return
+        self._state, self._deliver = self._DONE, None
+        deliver(value)
+
+    def cancel(self) -> bool:
+        self._state, self._deliver, self._value = self._CANCELLED, None, None
+        return True
+
+    @property
+    def cancelled(self) -> bool:
+        return self._state == self._CANCELLED
+
+
+async def await_answer(answer: DeferredAnswer) -> Any:
+    """The value of ``answer`` for a caller outside a connection (tests, benchmarks)."""
+    fut = asyncio.get_running_loop().create_future()
+    answer.bind(fut.set_result)
+    return await fut
+
+
 class Connection(asyncio.Protocol):
     def __init__(
         self,
@@ -131,7 +181,7 @@ class Connection(asyncio.Protocol):
         self._decoder = FrameDecoder(limits.max_frame)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._opaque = 0
-        self._serving: set[asyncio.Task] = set()
+        self._serving: set[asyncio.Task | asyncio.Future | DeferredAnswer] = set()
         self._serving_bytes = 0
         self._pause_reasons: set[str] = set()
         self._stall_timer: asyncio.TimerHandle | None = None
@@ -498,7 +548,11 @@ class Connection(asyncio.Protocol):
                 result = response_to(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
         if result is None:
             return
-        if inspect.isawaitable(result):
+        if isinstance(result, DeferredAnswer):  # answered when resolved: no task, no coroutine, no extra turn
+            self._serve_deferred(cmd, result, size)
+        elif isinstance(result, asyncio.Future):  # answered by a callback: no task, no coroutine per request
+            self._serve_future(cmd, result, size)
+        elif inspect.isawaitable(result):
             self._serve_later(cmd, result, size)
         elif not cmd.flag & FLAG_ONEWAY:
             self.write(result)
@@ -510,6 +564,44 @@ class Connection(asyncio.Protocol):
         if len(self._serving) >= self.limits.max_requests or self._serving_bytes >= self.limits.max_request_bytes:
             self._pause("load")
         task.add_done_callback(self._served)
+
+    def _serve_deferred(self, cmd: RemotingCommand, answer: DeferredAnswer, size: int) -> None:
+        self._serving.add(answer)  # type: ignore[arg-type]  (cancelled like the tasks when the connection closes)
+        self._serving_bytes += size
+        if len(self._serving) >= self.limits.max_requests or self._serving_bytes >= self.limits.max_request_bytes:
+            self._pause("load")
+
+        def deliver(result: Any) -> None:
+            self._serving_bytes -= size
+            if result is not None and not cmd.flag & FLAG_ONEWAY:
+                self.write(result)
+            self._served(answer)  # type: ignore[arg-type]
+
+        answer.bind(deliver)
+
+    def _serve_future(self, cmd: RemotingCommand, fut: asyncio.Future, size: int) -> None:
+        """A processor that answers through a future (a grouped send): served like a task, answered by callback."""
+        self._serving.add(fut)  # type: ignore[arg-type]  (cancelled like the tasks when the connection closes)
+        self._serving_bytes += size
+        if len(self._serving) >= self.limits.max_requests or self._serving_bytes >= self.limits.max_request_bytes:
+            self._pause("load")
+        fut.add_done_callback(lambda f: self._future_done(cmd, f, size))
+
+    def _future_done(self, cmd: RemotingCommand, fut: asyncio.Future, size: int) -> None:
+        self._serving_bytes -= size
+        if not fut.cancelled():
+            exc = fut.exception()
+            if exc is None:
+                result = fut.result()
+            elif isinstance(exc, HeaderError):
+                result = response_to(cmd, exc.code, str(exc))
+            else:
+                failed_request_log.log(logging.ERROR, "%s: request code %d from %s failed", self.name, cmd.code,
+                                       self.peer, exc_info=exc)  # type: ignore[arg-type]
+                result = response_to(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            if result is not None and not cmd.flag & FLAG_ONEWAY:
+                self.write(result)
+        self._served(fut)  # type: ignore[arg-type]
 
     def _served(self, task: asyncio.Task) -> None:
         self._serving.discard(task)

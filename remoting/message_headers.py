@@ -78,6 +78,17 @@ class SendHeader:
 
     @classmethod
     def parse(cls, code: int, ext: dict[str, str] | None) -> SendHeader:
+        if ext is not None:
+            v2 = code != RequestCode.SEND_MESSAGE and "b" in ext
+            fast = _parse_plain(code, ext, _V2_NAMES if v2 else _V1_NAMES)
+            if fast is not None:
+                return fast
+        return cls.parse_fields(code, ext)
+
+    @classmethod
+    def parse_fields(cls, code: int, ext: dict[str, str] | None) -> SendHeader:
+        """The general reader (every field through ``Fields``: its errors name the field); ``parse`` takes a
+        shortcut for plain headers that gives the same result."""
         if code != RequestCode.SEND_MESSAGE and ext is not None and "b" in ext:
             ext = {V2_KEYS.get(k, k): v for k, v in ext.items()}
         f = Fields(ext, "send request")
@@ -123,6 +134,66 @@ class SendHeader:
         if self.timeout_millis is not None:
             ext[TIMEOUT_FIELD] = str(self.timeout_millis)
         return ext
+
+
+# The fields SendHeader.parse reads, in this order, under their V1 and V2 names.
+_FIELD_ORDER = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+                "bornTimestamp", "flag", "properties", "reconsumeTimes", "maxReconsumeTimes", "batch", "bname")
+_V1_NAMES = _FIELD_ORDER
+_V2_NAMES = tuple(V1_KEYS[n] for n in _FIELD_ORDER)
+_V1_SET = frozenset(_V1_NAMES)
+
+
+def _small(value: str | None, digits: int) -> int | None:
+    """An unsigned decimal of fewer than ``digits`` digits (always in range), 0 for absent/empty; None otherwise."""
+    if not value:
+        return 0
+    if len(value) < digits and value.isascii() and value.isdigit():
+        return int(value)
+    return None
+
+
+def _parse_plain(code: int, ext: dict[str, str], names: tuple[str, ...]) -> SendHeader | None:
+    """SendHeader.parse for the header every client sends (small unsigned numbers, plain booleans), without a
+    Fields call per field; None for anything else, which the general parse then reads (and names what is wrong).
+    The result is the general parse's for the same header."""
+    get = ext.get
+    group, topic, d_topic, d_nums, queue, sys_flag, born, flag, props, recon, max_recon, batch, bname = map(get, names)
+    if not group or not topic or not queue:
+        return None
+    if names is _V2_NAMES and not _V1_SET.isdisjoint(ext):  # V1 names inside a V2 header: the general rules
+        return None
+    d_nums_i, queue_i, sys_i, flag_i, recon_i = (_small(d_nums, 10), _small(queue, 10), _small(sys_flag, 10),
+                                                 _small(flag, 10), _small(recon, 10))
+    born_i = _small(born, 19)
+    if None in (d_nums_i, queue_i, sys_i, flag_i, recon_i, born_i):
+        return None
+    max_recon_i = None
+    if max_recon:
+        max_recon_i = _small(max_recon, 10)
+        if max_recon_i is None:
+            return None
+    timeout = get(TIMEOUT_FIELD)
+    timeout_i = None
+    if timeout:
+        timeout_i = _small(timeout, 19)
+        if timeout_i is None:
+            return None
+    flags = []
+    for value in (batch, get(DEDUP_FIELD)):
+        if not value or value == "false" or value == "0":
+            flags.append(False)
+        elif value == "true" or value == "1":
+            flags.append(True)
+        else:
+            return None
+    return SendHeader(
+        producer_group=group, topic=topic, default_topic=d_topic or DEFAULT_TOPIC,
+        default_topic_queue_nums=d_nums_i or 4, queue_id=queue_i, sys_flag=sys_i, born_timestamp=born_i,
+        flag=flag_i, properties=props or "", reconsume_times=recon_i, max_reconsume_times=max_recon_i,
+        batch=code == RequestCode.SEND_BATCH_MESSAGE or flags[0], broker_name=bname or None, dedup=flags[1],
+        timeout_millis=timeout_i,
+    )
 
 
 @dataclass(slots=True, kw_only=True)

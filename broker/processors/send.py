@@ -12,6 +12,11 @@ property or the message). A DELAY above the highest level is clamped to it, as R
 the client's (plus, for a batch, the batch's own after each message's), with ``CLUSTER`` added and ``WAIT``
 dropped; ``WAIT=false`` still means "answer without waiting for the flush and the slave".
 
+A plain single message (no batch, not compressed, no transaction half, no dedup) is stored with the other single
+sends of the same event-loop pass (``MessageStore.put_grouped``: one append per queue, one flush/replica wait for
+all), and answered from a callback, with no task or coroutine per request: RocketMQ's clients send one message per
+request, and on a SYNC_MASTER each paid a whole put and wait of its own (issue 26).
+
 A batch without DELAY goes to the store as decoded (``MessageStore.put_batch``): no draft, dict or property text
 per message. A batch with a DELAY inside takes the draft path so each message is scheduled on its own.
 
@@ -32,6 +37,9 @@ a weaker promise: the remark says which), else the refusal's code.
 from __future__ import annotations
 
 import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable
 from operator import itemgetter
 
 from broker.context import BrokerContext
@@ -41,7 +49,7 @@ from broker.processors.send_admit import Refusal, Target, admit, half_send
 from broker.processors.status_map import put_code
 from broker.store.types import MessageDraft, PutResult, PutStatus, RawBatch
 from remoting.codes import RequestCode, ResponseCode
-from remoting.connection import Connection
+from remoting.connection import Connection, DeferredAnswer, await_answer
 from remoting.frame_codec import RemotingCommand, response_to
 from remoting.headers import parse_host_port
 from remoting.message_codec import (
@@ -56,6 +64,8 @@ from remoting.message_codec import (
     string_to_properties,
 )
 from remoting.message_headers import SendHeader
+
+log = logging.getLogger(__name__)
 
 MSG_REGION = "DefaultRegion"  # RocketMQ's default regionId
 TRACE_ON = "true"
@@ -221,7 +231,34 @@ async def _inflates(ctx: BrokerContext, batch: _Batch, flag: int, indexed: bool)
     return None
 
 
+def dispatch_send(
+    ctx: BrokerContext, conn: Connection, request: RemotingCommand
+) -> RemotingCommand | DeferredAnswer | Awaitable[RemotingCommand]:
+    """The send processor: the answer now (a refusal), a deferred answer (a plain single message, stored with the
+    other single sends of this event-loop pass: ``MessageStore.put_grouped``), or a coroutine (everything else)."""
+    checked = _checked(ctx, request)
+    if isinstance(checked, RemotingCommand):
+        return checked
+    h, deadline, admitted = checked
+    if (
+        not h.batch
+        and not h.sys_flag & validate.COMPRESSED_FLAG
+        and not (h.dedup and ctx.dedup is not None)
+        and not (ctx.transactions is not None and half_send(h))
+        and not ctx.topics.unsaved(admitted.topic)
+    ):
+        return _send_grouped(ctx, conn, request, h, admitted, deadline)
+    return _serve_checked(ctx, conn, request, h, admitted, deadline)
+
+
 async def serve_send(ctx: BrokerContext, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    answer = dispatch_send(ctx, conn, request)
+    if isinstance(answer, DeferredAnswer):
+        return await await_answer(answer)
+    return await answer if inspect.isawaitable(answer) else answer
+
+
+def _checked(ctx: BrokerContext, request: RemotingCommand) -> RemotingCommand | tuple[SendHeader, float | None, Target]:
     h = SendHeader.parse(request.code, request.ext)
     deadline = answer_deadline(h.timeout_millis)
     ext = request.ext
@@ -234,6 +271,43 @@ async def serve_send(ctx: BrokerContext, conn: Connection, request: RemotingComm
     if isinstance(admitted, Refusal):
         _count(ctx, h.topic, 0 if h.batch else 1, admitted.code, None)
         return _refuse(request, admitted.code, admitted.remark, h.queue_id)
+    return h, deadline, admitted
+
+
+def _send_grouped(
+    ctx: BrokerContext, conn: Connection, request: RemotingCommand, h: SendHeader, target: Target,
+    deadline: float | None,
+) -> RemotingCommand | DeferredAnswer:
+    batch = _single(ctx, conn, h, request.body_bytes(), target)
+    if isinstance(batch, str):
+        _count(ctx, target.topic, 1, ResponseCode.MESSAGE_ILLEGAL, None)
+        return _refuse(request, ResponseCode.MESSAGE_ILLEGAL, batch, target.queue_id)
+    answer = DeferredAnswer()
+
+    def done(result: PutResult) -> None:
+        if answer.cancelled:  # the connection closed meanwhile: the message is stored, its answer has nowhere to go
+            return
+        try:
+            reply, status = _stored_reply(ctx, request, target, result, 1)
+            _count(ctx, target.topic, 1, status, batch.sizes)
+        except Exception as exc:  # noqa: BLE001 - the sender gets an answer, the log the traceback
+            log.exception("answering a grouped send failed")
+            reply = response_to(request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        answer.resolve(reply)
+
+    put = ctx.store.put_grouped(target.topic, target.queue_id, batch.drafts[0], wait=batch.wait, deadline=deadline,
+                                on_done=done)
+    if put is not None:  # refused at once
+        reply, status = _stored_reply(ctx, request, target, put, 1)
+        _count(ctx, target.topic, 1, status, batch.sizes)
+        return reply
+    return answer
+
+
+async def _serve_checked(
+    ctx: BrokerContext, conn: Connection, request: RemotingCommand, h: SendHeader, admitted: Target,
+    deadline: float | None,
+) -> RemotingCommand:
     if ctx.topics.unsaved(admitted.topic):
         await ctx.topics.saved()  # a topic this send created is on disk before the message is acknowledged
     body = request.body_bytes()
@@ -253,16 +327,21 @@ async def serve_send(ctx: BrokerContext, conn: Connection, request: RemotingComm
     return reply
 
 
-async def _store(
-    ctx: BrokerContext, request: RemotingCommand, target: Target, batch: _Batch, deadline: float | None
+def _stored_reply(
+    ctx: BrokerContext, request: RemotingCommand, target: Target, result: PutResult, count: int
 ) -> tuple[RemotingCommand, PutStatus]:
-    result = await batch.put(ctx, target, deadline)
     code, remark = put_code(result.status, result.remark)
     if not result.status.stored:
         return _refuse(request, code, remark, target.queue_id), result.status
-    ctx.stats.put.add(len(batch.sizes))
+    ctx.stats.put.add(count)
     msg_ids = ctx.offset_msg_ids(result.physical_offsets)
     return _reply(request, code, remark, target.queue_id, result.queue_offset, msg_ids), result.status
+
+
+async def _store(
+    ctx: BrokerContext, request: RemotingCommand, target: Target, batch: _Batch, deadline: float | None
+) -> tuple[RemotingCommand, PutStatus]:
+    return _stored_reply(ctx, request, target, await batch.put(ctx, target, deadline), len(batch.sizes))
 
 
 async def _store_half(
@@ -347,7 +426,7 @@ def _count(ctx: BrokerContext, topic: str, count: int, status: PutStatus | str |
 
 def register(server, ctx: BrokerContext) -> None:
     def processor(conn: Connection, request: RemotingCommand):
-        return serve_send(ctx, conn, request)
+        return dispatch_send(ctx, conn, request)
 
     for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
         server.register(code, processor)

@@ -40,8 +40,23 @@ def topic_name(topic: str, code: ResponseCode = ResponseCode.INVALID_PARAMETER) 
     return None
 
 
+_sendable: set[str] = set()  # names send_topic accepted (a pure check of the name; bounded)
+
+
 def send_topic(topic: str) -> Rejection | None:
-    """A producer's target topic: a valid name that is neither a system topic nor a retry/DLQ topic."""
+    """A producer's target topic: a valid name that is neither a system topic nor a retry/DLQ topic. An accepted
+    name is remembered, so a stream of sends checks its topic once."""
+    if topic in _sendable:
+        return None
+    bad = _send_topic(topic)
+    if bad is None:
+        if len(_sendable) > 100_000:
+            _sendable.clear()
+        _sendable.add(topic)
+    return bad
+
+
+def _send_topic(topic: str) -> Rejection | None:
     bad = topic_name(topic, ResponseCode.MESSAGE_ILLEGAL)
     if bad:
         return bad

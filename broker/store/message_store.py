@@ -23,6 +23,9 @@ offsets and the store time, encode the batch into one bytearray, one pwrite per 
 consume-queue write per queue, advance the dispatched offset, notify listeners; then outside the lock wait
 for the group commit (SYNC_FLUSH) and the replica waiter (SYNC_MASTER) unless every message says WAIT=false.
 
+``put_grouped`` (single-message sends): the puts of one event-loop pass share one append per queue and one flush and
+replica wait (``put_group.PutGroup``); each gets its own result.
+
 Slave path: ``append_replicated`` writes raw bytes at the commitlog end and wakes the dispatcher.
 
 Task-safety: one event loop. Blocking disk work runs on private executors: fdatasync, consume-queue file
@@ -43,6 +46,7 @@ from broker.config import BrokerRole, MessageStoreConfig
 from broker.store import get as get_path
 from broker.store import put as put_path
 from broker.store import put_prepare
+from broker.store.put_group import PutGroup
 from broker.store.allocate import AllocateService
 from broker.store.checkpoint import AbortMarker, StoreCheckpoint, StoreLockedError, StoreLocks  # noqa: F401
 from broker.store.cleanup import CleanupService, DiskMonitor
@@ -121,6 +125,8 @@ class MessageStore:
         self._group_commit: GroupCommitService | None = None
         self._services: list = []
         self._gate: ConfirmGate | None = None  # controller mode's confirm-offset gate; None in classic mode
+        self._put_group = PutGroup(self._append_prepared, self._wait_stored,
+                                   replicated=lambda: self._replica_waiter is not None)
 
     # lifecycle -------------------------------------------------------------------------------------------
     def lock(self) -> None:
@@ -204,6 +210,7 @@ class MessageStore:
             return
         self._stopping = True
         loop = asyncio.get_running_loop()
+        self._put_group.flush_now()
         async with self._put_lock:
             self._running = False
         for svc in reversed(self._services):
@@ -346,6 +353,59 @@ class MessageStore:
         if isinstance(prepared, PutResult):
             return prepared
         return await self._put_prepared(prepared, deadline)
+
+    def put_grouped(
+        self, topic: str, queue_id: int, draft: MessageDraft, *, wait: bool, deadline: float | None = None,
+        on_done: Callable[[PutResult], None] | None = None,
+    ) -> asyncio.Future[PutResult] | PutResult | None:
+        """One message, stored with the others submitted in the same event-loop pass: one append per queue and one
+        flush/replica wait for all of them (``put_group``). A refusal (store not writable, an illegal message)
+        comes back at once as a PutResult; otherwise ``on_done(result)`` is called with this message's own result
+        as soon as it is known (and None returned), or without ``on_done`` a future of it is returned."""
+        refused = self._refusal()
+        if refused is not None:
+            return refused
+        cfg = self.config
+        prepared = put_prepare.prepare_batch(
+            topic, queue_id, (draft,), max_message_size=cfg.max_message_size,
+            file_size=cfg.mapped_file_size_commit_log, max_delay_level=len(self._delay_levels_ms),
+        )
+        if isinstance(prepared, PutResult):
+            return prepared
+        if prepared.wait is not wait:
+            prepared = prepared._replace(wait=wait)
+        fut = None
+        if on_done is None:
+            fut = asyncio.get_running_loop().create_future()
+            on_done = fut.set_result
+        if not prepared.all_dispatched:  # a transaction record (no queue offset): on its own
+            task = asyncio.ensure_future(self._put_prepared(prepared, deadline))
+            task.add_done_callback(lambda t: on_done(t.result()) if not t.cancelled() and t.exception() is None
+                                   else on_done(PutResult(PutStatus.UNKNOWN_ERROR, remark="the put failed")))
+        else:
+            self._put_group.submit(prepared, deadline, on_done)
+        return fut
+
+    async def _append_prepared(self, prepared: put_prepare.Prepared) -> PutResult:
+        """The writing half of a put, without the waits (the put group waits once for all its appends)."""
+        refused = self._refusal()
+        if refused is not None:
+            return refused
+        try:
+            if prepared.single_queue and prepared.all_dispatched and not self._put_lock.locked():
+                result = self._appender.append_simple(prepared)
+                if result is not None:
+                    return result
+            async with self._put_lock:
+                refused = self._refusal()
+                if refused is not None:
+                    return refused
+                return await self._appender.append_batch(prepared)
+        except OSError as exc:
+            return put_path.write_failed(exc, self.disk)
+
+    async def _wait_stored(self, result: PutResult, deadline: float | None) -> None:
+        await put_path.wait_stored(result, self._group_commit, self._replica_waiter, deadline)
 
     async def _put_prepared(self, prepared: put_prepare.Prepared, deadline: float | None = None) -> PutResult:
         result = None

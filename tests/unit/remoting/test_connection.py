@@ -224,3 +224,69 @@ async def test_large_frames_decode_across_reads():
     raw = encode_bytes(RemotingCommand(ECHO, body=b"z" * 100_000))
     frames = [f for i in range(0, len(raw), 1000) for f in dec.feed(raw[i : i + 1000])]
     assert decode(frames[0]).body == b"z" * 100_000
+
+
+async def test_a_processor_may_answer_through_a_future_without_a_task(server, client):
+    """A grouped send answers by a future's callback: answered when it completes, counted as served until then,
+    and an exception set on it is answered SYSTEM_ERROR like a failing coroutine."""
+    futures: list[tuple[RemotingCommand, asyncio.Future]] = []
+
+    def later(conn, req):
+        fut = asyncio.get_running_loop().create_future()
+        futures.append((req, fut))
+        return fut
+
+    server.register(7, later)
+    first = asyncio.ensure_future(client.invoke(addr(server), RemotingCommand(7), 10))
+    second = asyncio.ensure_future(client.invoke(addr(server), RemotingCommand(7), 10))
+    await async_wait_until(lambda: len(futures) == 2, 5, "both requests reached the processor")
+    conn = next(iter(server.connections))
+    assert conn.serving == 2 and not first.done()
+    (req0, fut0), (_, fut1) = futures
+    fut0.set_result(response_to(req0, 0, remark="later"))
+    fut1.set_exception(ValueError("broken"))
+    answers = await asyncio.gather(first, second)
+    assert {a.code for a in answers} == {0, ResponseCode.SYSTEM_ERROR}
+    assert any("ValueError: broken" in (a.remark or "") for a in answers)
+    await async_wait_until(lambda: conn.serving == 0, 5, "the served futures were released")
+
+
+async def test_a_deferred_answer_is_written_when_resolved_and_dropped_after_the_close(server, client):
+    """A grouped single send answers through a DeferredAnswer: written as soon as it is resolved, counted as
+    served until then; one resolved after its connection closed is dropped."""
+    from remoting.connection import DeferredAnswer
+
+    pending: list[tuple[RemotingCommand, DeferredAnswer]] = []
+
+    def deferred(conn, req):
+        answer = DeferredAnswer()
+        pending.append((req, answer))
+        return answer
+
+    server.register(8, deferred)
+    call = asyncio.ensure_future(client.invoke(addr(server), RemotingCommand(8), 10))
+    await async_wait_until(lambda: len(pending) == 1, 5, "the request reached the processor")
+    conn = next(iter(server.connections))
+    assert conn.serving == 1 and not call.done()
+    req, answer = pending[0]
+    answer.resolve(response_to(req, 0, remark="deferred"))
+    assert (await call).remark == "deferred"
+    await async_wait_until(lambda: conn.serving == 0, 5, "the answered request was released")
+    stuck = asyncio.ensure_future(client.invoke(addr(server), RemotingCommand(8), 10))
+    await async_wait_until(lambda: len(pending) == 2, 5, "the second request reached the processor")
+    await client.close()
+    await async_wait_until(lambda: pending[1][1].cancelled, 5, "the close cancelled the deferred answer")
+    pending[1][1].resolve(response_to(pending[1][0], 0))  # nowhere to go: dropped, nothing raised
+    with pytest.raises(RemotingClosedError):
+        await stuck
+
+
+def test_a_deferred_answer_resolved_before_it_is_taken_is_delivered_on_bind():
+    from remoting.connection import DeferredAnswer
+
+    got = []
+    answer = DeferredAnswer()
+    answer.resolve("early")
+    answer.resolve("twice")  # only the first counts
+    answer.bind(got.append)
+    assert got == ["early"]

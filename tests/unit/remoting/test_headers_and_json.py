@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from remoting import fastjson
 from remoting.codes import ResponseCode
 from remoting.headers import Fields, HeaderError
-from remoting.message_headers import PullHeader, SendHeader
+from remoting.message_headers import V1_KEYS, PullHeader, SendHeader
 
 
 @pytest.mark.parametrize("text", ["١٢", "1.5", " 1", "1e3", "", "0x10", "9" * 21, "2147483648"])
@@ -123,3 +123,41 @@ def test_fastjson_still_reads_bean_keys_and_long_numbers_within_the_limit():
     (key,) = value
     assert key.dict() == {"brokerName": "b", "queueId": 0, "topic": "T"}
     assert value[key]["n"] == int("9" * 4000)
+
+
+_SEND_VALUES = st.one_of(
+    st.none(), st.sampled_from(["", "0", "1", "7", "-1", "+3", "true", "false", "TRUE", "0x10", "١", " 5",
+                                "2147483647", "2147483648", "999999999", "1700000000000", "9223372036854775807",
+                                "99999999999999999999", "T", "TBW102", "pg"]),
+    st.text(max_size=6),
+)
+_SEND_NAMES = ["producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+               "bornTimestamp", "flag", "properties", "reconsumeTimes", "maxReconsumeTimes", "batch", "bname",
+               "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "dedup", "timeoutMillis"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(code=st.sampled_from([10, 310, 320]),
+       ext=st.dictionaries(st.sampled_from(_SEND_NAMES), _SEND_VALUES, max_size=14).map(
+           lambda d: {k: v for k, v in d.items() if v is not None}))
+def test_send_header_shortcut_reads_what_the_general_reader_reads(code, ext):
+    """``SendHeader.parse`` takes a shortcut for plain headers (issue 26): same header or same error as the
+    general reader, for V1 and V2 names, mixed, odd numbers and booleans."""
+    try:
+        expected = SendHeader.parse_fields(code, ext)
+    except HeaderError as exc:
+        with pytest.raises(HeaderError) as got:
+            SendHeader.parse(code, ext)
+        assert str(got.value) == str(exc)
+        return
+    assert SendHeader.parse(code, ext) == expected
+
+
+@pytest.mark.parametrize("code", [10, 310])
+def test_send_header_shortcut_on_the_common_headers(code):
+    v1 = {"producerGroup": "pg", "topic": "T", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+          "queueId": "3", "sysFlag": "0", "bornTimestamp": "1700000000000", "flag": "0",
+          "properties": "UNIQ_KEY\x01A\x02WAIT\x01true", "reconsumeTimes": "0", "unitMode": "false", "batch": "false"}
+    ext = v1 if code == 10 else {V1_KEYS.get(k, k): v for k, v in v1.items()}
+    assert SendHeader.parse(code, ext) == SendHeader.parse_fields(code, ext)
+    assert SendHeader.parse(code, ext).born_timestamp == 1700000000000
