@@ -35,7 +35,7 @@ BODY = 1024
 PULL = 128
 
 
-async def _context(root: Path):
+async def broker_context(root: Path):
     from broker.client_manager import ClientManager
     from broker.config import BrokerConfig, BrokerSettings, MessageStoreConfig
     from broker.context import BrokerContext
@@ -221,7 +221,7 @@ def _pull_sample(ctx, frames: list[bytes]) -> tuple[float, int]:
 async def run(requests: int, runs: int) -> dict:
     root = Path(tempfile.mkdtemp(prefix="broker-path-"))
     try:
-        ctx = await _context(root)
+        ctx = await broker_context(root)
         send_us: dict[str, list[float]] = {"drafts": [], "raw": [], "processor": [], "processor single": []}
         seq = 0
         for _ in range(runs):

@@ -78,12 +78,18 @@ class SendHeader:
 
     @classmethod
     def parse(cls, code: int, ext: dict[str, str] | None) -> SendHeader:
+        return cls.parse_plain(code, ext)[0]
+
+    @classmethod
+    def parse_plain(cls, code: int, ext: dict[str, str] | None) -> tuple[SendHeader, bool]:
+        """``parse``, and whether the header was plain: every number it carries is unsigned decimal digits of a
+        size in range (a broker then need not look for signs again)."""
         if ext is not None:
             v2 = code != RequestCode.SEND_MESSAGE and "b" in ext
             fast = _parse_plain(code, ext, _V2_NAMES if v2 else _V1_NAMES)
             if fast is not None:
-                return fast
-        return cls.parse_fields(code, ext)
+                return fast, True
+        return cls.parse_fields(code, ext), False
 
     @classmethod
     def parse_fields(cls, code: int, ext: dict[str, str] | None) -> SendHeader:

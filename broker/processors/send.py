@@ -50,7 +50,7 @@ from broker.processors.status_map import put_code
 from broker.store.types import MessageDraft, PutResult, PutStatus, RawBatch
 from remoting.codes import RequestCode, ResponseCode
 from remoting.connection import Connection, DeferredAnswer, await_answer
-from remoting.frame_codec import RemotingCommand, response_to
+from remoting.frame_codec import FLAG_RESPONSE, RemotingCommand, response_to
 from remoting.headers import parse_host_port
 from remoting.message_codec import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -259,9 +259,9 @@ async def serve_send(ctx: BrokerContext, conn: Connection, request: RemotingComm
 
 
 def _checked(ctx: BrokerContext, request: RemotingCommand) -> RemotingCommand | tuple[SendHeader, float | None, Target]:
-    h = SendHeader.parse(request.code, request.ext)
-    deadline = answer_deadline(h.timeout_millis)
-    ext = request.ext
+    h, plain = SendHeader.parse_plain(request.code, request.ext)
+    deadline = answer_deadline(h.timeout_millis) if h.timeout_millis is not None else None
+    ext = None if plain else request.ext  # a plain header's numbers are digits only: no sign to look for
     bad = validate.send_header(ext, request.code != RequestCode.SEND_MESSAGE and bool(ext) and "b" in ext,
                                h.sys_flag, h.born_timestamp)
     if bad:
@@ -283,13 +283,25 @@ def _send_grouped(
         _count(ctx, target.topic, 1, ResponseCode.MESSAGE_ILLEGAL, None)
         return _refuse(request, ResponseCode.MESSAGE_ILLEGAL, batch, target.queue_id)
     answer = DeferredAnswer()
+    queue_text = str(target.queue_id)
 
     def done(result: PutResult) -> None:
         if answer.cancelled:  # the connection closed meanwhile: the message is stored, its answer has nowhere to go
             return
         try:
-            reply, status = _stored_reply(ctx, request, target, result, 1)
-            _count(ctx, target.topic, 1, status, batch.sizes)
+            if result.status is PutStatus.PUT_OK and not result.remark:  # nearly every answer: no lookups, no lists
+                ctx.stats.put.add(1)
+                reply = RemotingCommand(
+                    ResponseCode.SUCCESS, opaque=request.opaque, flag=FLAG_RESPONSE,
+                    serialize_type=request.serialize_type,
+                    ext={"msgId": f"{ctx.offset_msg_id_prefix}{result.physical_offsets[0]:016X}",
+                         "queueId": queue_text, "queueOffset": str(result.queue_offset), "MSG_REGION": MSG_REGION,
+                         "TRACE_ON": TRACE_ON},
+                )
+                _count(ctx, target.topic, 1, PutStatus.PUT_OK, batch.sizes)
+            else:
+                reply, status = _stored_reply(ctx, request, target, result, 1)
+                _count(ctx, target.topic, 1, status, batch.sizes)
         except Exception as exc:  # noqa: BLE001 - the sender gets an answer, the log the traceback
             log.exception("answering a grouped send failed")
             reply = response_to(request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
