@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import re
 import shutil
@@ -99,6 +100,7 @@ async def run(requests: int, binary: bool, inflight: int) -> None:
         server = RemotingServer("broker", "127.0.0.1", 0)
         send.register(server, ctx)
         port = await server.start()
+        gc.freeze()  # as common.process does once a broker has started
         sock = socket.create_connection(("127.0.0.1", port))
         sock.setblocking(False)
         frames = _frames(binary, 512, 0)  # encoded once: the driver's per-request work is a join and a send

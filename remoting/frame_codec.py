@@ -274,10 +274,13 @@ def _decode_json_header(raw: bytes) -> RemotingCommand:
     if raw_ext is not None:
         if not isinstance(raw_ext, dict):
             problem = f"extFields is a {type(raw_ext).__name__}; send an object of header fields with scalar values"
-        elif all(type(v) is str for v in raw_ext.values()):
-            ext = raw_ext
-        else:  # the C++ client sends numbers; nested values are refused
-            ext, problem = _scalar_texts(raw_ext)
+        else:
+            for v in raw_ext.values():  # a loop, not all() over a generator: this runs for every request
+                if type(v) is not str:  # the C++ client sends numbers; nested values are refused
+                    ext, problem = _scalar_texts(raw_ext)
+                    break
+            else:
+                ext = raw_ext
     cmd = RemotingCommand(code, opaque=opaque, flag=flag, remark=remark, ext=ext, language=lang, version=version)
     cmd.problem = problem
     return cmd
