@@ -298,8 +298,8 @@ def _send_grouped(
                          "queueId": queue_text, "queueOffset": str(result.queue_offset), "MSG_REGION": MSG_REGION,
                          "TRACE_ON": TRACE_ON},
                 )
-                if ctx.metrics is not None:  # one message: its size alone, no list
-                    ctx.metrics.on_send(target.topic, 1, batch.sizes[0], PutStatus.PUT_OK)
+                if ctx.metrics is not None:
+                    ctx.metrics.on_single_stored(target.topic, batch.sizes[0])
             else:
                 reply, status = _stored_reply(ctx, request, target, result, 1)
                 _count(ctx, target.topic, 1, status, batch.sizes)
