@@ -35,7 +35,7 @@ BODY = 1024
 PULL = 128
 
 
-async def broker_context(root: Path):
+async def broker_context(root: Path, **store_options):
     from broker.client_manager import ClientManager
     from broker.config import BrokerConfig, BrokerSettings, MessageStoreConfig
     from broker.context import BrokerContext
@@ -53,6 +53,7 @@ async def broker_context(root: Path):
         mapped_file_size_commit_log=256 * 1024 * 1024,
         max_transfer_count_on_message_in_memory=PULL,
         max_transfer_bytes_on_message_in_memory=1024 * 1024,
+        **store_options,
     )
     broker_cfg = BrokerConfig(broker_name="bench", broker_ip1="127.0.0.1", listen_port=10911)
     settings = BrokerSettings(broker=broker_cfg, store=store_cfg)

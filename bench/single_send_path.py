@@ -86,7 +86,7 @@ def _check(frame: bytes) -> None:
         raise RuntimeError(f"the send was refused: {cmd.code} {cmd.remark}")
 
 
-async def run(requests: int, binary: bool, inflight: int) -> None:
+async def run(requests: int, binary: bool, inflight: int, index: bool = True) -> None:
     from bench import broker_path_bench
 
     broker_context = getattr(broker_path_bench, "broker_context", None) or broker_path_bench._context  # older trees
@@ -95,7 +95,7 @@ async def run(requests: int, binary: bool, inflight: int) -> None:
 
     root = Path(tempfile.mkdtemp(prefix="single-path-"))
     try:
-        ctx = await broker_context(root)
+        ctx = await broker_context(root, **({} if index else {"message_index_enable": False}))
         ctx.topics.create_if_absent(TOPIC, QUEUES)
         server = RemotingServer("broker", "127.0.0.1", 0)
         send.register(server, ctx)
@@ -113,10 +113,12 @@ async def run(requests: int, binary: bool, inflight: int) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _callgrind(tree: Path, requests: int, header: str, inflight: int) -> int:
+def _callgrind(tree: Path, requests: int, header: str, inflight: int, index: bool) -> int:
     out = tempfile.mktemp(prefix="cg-", suffix=".out")
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m",
            "bench.single_send_path", "--requests", str(requests), "--header", header, "--inflight", str(inflight)]
+    if not index:
+        cmd.append("--no-index")
     env = dict(os.environ, PYTHONPATH=str(tree))
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
     if proc.returncode:
@@ -132,20 +134,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--header", choices=("json", "binary"), default="json")
     ap.add_argument("--inflight", type=int, default=64, help="requests per round trip")
     ap.add_argument("--callgrind", action="store_true", help="instructions per request (two runs, the difference)")
+    ap.add_argument("--no-index", action="store_true", help="messageIndexEnable=false (what the index costs)")
     ap.add_argument("--tree", default=str(HERE.parent), help="checkout to measure (with --callgrind)")
     args = ap.parse_args(argv)
     if not args.callgrind:
         from common.event_loop import run as run_loop
 
-        run_loop(run(args.requests, args.header == "binary", args.inflight))
+        run_loop(run(args.requests, args.header == "binary", args.inflight, not args.no_index))
         return 0
     tree = Path(args.tree).resolve()
     if not (tree / "bench" / "single_send_path.py").exists():  # an older tree: this harness, that tree's broker
         shutil.copy(HERE / "single_send_path.py", tree / "bench" / "single_send_path.py")
-    small = _callgrind(tree, args.requests, args.header, args.inflight)
-    large = _callgrind(tree, 2 * args.requests, args.header, args.inflight)
+    small = _callgrind(tree, args.requests, args.header, args.inflight, not args.no_index)
+    large = _callgrind(tree, 2 * args.requests, args.header, args.inflight, not args.no_index)
     per = (large - small) / args.requests
-    print(f"{tree} {args.header}: {per:,.0f} instructions per request ({args.requests} requests, {args.inflight} in flight)")
+    print(f"{tree} {args.header}{' no index' if args.no_index else ''}: {per:,.0f} instructions per request ({args.requests} requests, {args.inflight} in flight)")
     return 0
 
 
