@@ -135,3 +135,36 @@ def _persisted_offset(broker: Broker, key: str, queue_id: int) -> int | None:
     if not path.exists():
         return None
     return json.loads(path.read_text()).get("offsetTable", {}).get(key, {}).get(str(queue_id))
+
+
+async def test_topics_groups_and_offsets_reach_the_slave_by_push_not_by_the_periodic_round(pair):
+    """The slave's periodic round is 10 minutes away: only the master's NOTIFY_METADATA_CHANGED can bring them."""
+    m, s, mc, sc = pair("broker-push", "SYNC_MASTER", slave_conf={"slaveSynchronizeInterval": 600_000})
+    assert (await mc.create_topic("TPush0", 1)).code == 0
+    # the slave's first round runs when it learns its master (registration), and subscribes
+    await async_wait_until(lambda: _knows_topic(sc, "TPush0"), 20, "TPush0 on the slave after its first round", 0.05)
+
+    created = await mc.create_topic("TPush", 2)
+    assert created.code == 0 and "on 1 slave(s)" in created.remark, created.remark
+    assert await _knows_topic(sc, "TPush")  # updateTopic answered once the slave held it
+    grouped = await mc.create_group(group_config("GPush"))
+    assert grouped.code == 0 and "on 1 slave(s)" in grouped.remark, grouped.remark
+    assert (await sc.commit_offset("GPush", "TPush", 0, 0)).code == 0  # the slave knows the group
+
+    assert (await mc.send("TPush", 0, [message(b"%d" % i) for i in range(6)])).code == 0  # SYNC: on the slave too
+    assert (await mc.commit_offset("GPush", "TPush", 0, 4)).code == 0
+    await async_wait_until(lambda: _offset(sc, "GPush", "TPush", 0, 4), 5, "offset 4 pushed to the slave", 0.02)
+    assert (await mc.commit_offset("GPush", "TPush", 0, 6)).code == 0
+    await async_wait_until(lambda: _offset(sc, "GPush", "TPush", 0, 6), 5, "offset 6 pushed to the slave", 0.02)
+
+    deleted = await mc.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TPush0"})
+    assert deleted.code == 0, deleted.remark
+    await async_wait_until(lambda: _gone(sc, "TPush0"), 5, "TPush0 deleted on the slave too", 0.02)
+
+
+async def _knows_topic(client: BrokerClient, topic: str) -> bool:
+    return topic in await client.topic_configs()
+
+
+async def _gone(client: BrokerClient, topic: str) -> bool:
+    return not await _knows_topic(client, topic)
