@@ -148,6 +148,9 @@ class SlaveNotifier(Service):
     async def on_start(self) -> None:
         self.spawn("notify", self._loop())
 
+    async def on_stop(self) -> None:
+        self._wake.set()  # the loop sees ``stopping``
+
     async def _loop(self) -> None:
         while not self.stopping:
             await self._wake.wait()

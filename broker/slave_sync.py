@@ -217,6 +217,7 @@ class SlaveSynchronize(Service):
             RESUBSCRIBE_DELAY_S, self._want, "all"))
 
     async def on_stop(self) -> None:
+        self._wake.set()  # the pushed rounds' loop sees ``stopping``
         await self.client.close()
 
     async def sync_all(self) -> bool:
