@@ -4,7 +4,8 @@ One run, real processes on 127.0.0.1, both groups up at once so they share the m
 
 - classic: a nameserver, a SYNC_MASTER and its SLAVE (SEND_OK once the slave acked);
 - controller: one etcd, a nameserver running the controller, two controller-mode brokers whose SyncStateSet is
-  both (``allAckInSyncStateSet=true``: SEND_OK once the other member acked). The same two replicas, the same wait.
+  both (``allAckInSyncStateSet=true``: SEND_OK once the other member acked). The same two replicas, the same wait,
+  the brokers' default timings (heartbeat every 1 s, slave metadata round every 10 s).
 
 Rounds are interleaved (classic, controller, then controller, classic, ...) so a neighbour's load spreads over
 both; each round sends ``--concurrency`` SDK sends of ``--body`` bytes in a loop for ``--seconds`` and counts
@@ -34,6 +35,11 @@ from harness.procs import Broker, Namesrv
 
 TOPIC = "ThroughputBench"
 FILE = 64 * 1024 * 1024
+# the brokers' own defaults: harness.controller_mode's fast test timings (heartbeats every 200 ms, a slave metadata
+# round every 500 ms) would charge controller mode for traffic a deployment does not have
+DEFAULT_TIMINGS = {"controllerHeartBeatTimeoutMills": 10_000, "brokerHeartbeatInterval": 1000,
+                   "checkSyncStateSetPeriod": 5000, "controllerFenceMarginMills": 1000,
+                   "slaveSynchronizeInterval": 10_000, "slaveTimeout": 3000}
 
 
 async def _wait(condition, timeout_s: float, what: str) -> None:
@@ -79,7 +85,7 @@ async def main_async(args: argparse.Namespace) -> dict:
             cm = Broker(root / "classic-m", name="broker-classic", namesrv_addr=ns.addr, role="SYNC_MASTER", **common)
             cs = Broker(root / "classic-s", name="broker-classic", namesrv_addr=ns.addr, role="SLAVE", broker_id=1,
                         haMasterAddress=cm.ha_addr, **common)
-            ctl = [controller_broker(root, cns, "broker-ctl", i, **common) for i in (1, 2)]
+            ctl = [controller_broker(root, cns, "broker-ctl", i, **common, **DEFAULT_TIMINGS) for i in (1, 2)]
             procs = [cm, cs, *ctl]
             admin = await AdminClient(ns.addr).start()
             cadmin = await AdminClient(cns.addr).start()

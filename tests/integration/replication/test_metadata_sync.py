@@ -6,11 +6,14 @@ slaveSynchronizeInterval=1000 (first round after 3 s). The in-process versions: 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from client import AdminClient
-from remoting.codes import RequestCode
+from remoting import fastjson
+from remoting.codes import RequestCode, ResponseCode
+from tests.integration.broker.test_metadata_storm import metric, pull_storm
 from tests.integration.broker.rpc import BrokerClient, group_config, message
 from tests.integration.replication.helpers import master, slave, wait_sync_rounds
 from harness.procs import Broker
@@ -168,3 +171,31 @@ async def _knows_topic(client: BrokerClient, topic: str) -> bool:
 
 async def _gone(client: BrokerClient, topic: str) -> bool:
     return not await _knows_topic(client, topic)
+
+
+async def test_a_storm_of_new_groups_reaches_the_slave_in_coalesced_pulls(pair):
+    """5,000 pulls naming new groups: the slave gets them all, pulling the group table at most once per 50 ms
+    (the master's notification interval), not once per group."""
+    m, s, mc, sc = pair("broker-storm", "ASYNC_MASTER", slave_conf={"slaveSynchronizeInterval": 600_000})
+    assert (await mc.create_topic("TStorm", 1)).code == 0
+    await async_wait_until(lambda: _knows_topic(sc, "TStorm"), 20, "TStorm on the slave (first round)", 0.05)
+    runs_before = _group_pulls(s)
+
+    groups = [f"storm-{i}" for i in range(5000)]
+    started = time.monotonic()
+    replies = await pull_storm(mc, groups, "TStorm")
+    assert all(r.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST for r in replies)
+
+    async def all_on_slave() -> bool:
+        resp = await sc.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        table = fastjson.loads(resp.body_bytes())["subscriptionGroupTable"]
+        return all(g in table for g in groups)
+
+    await async_wait_until(all_on_slave, 30, "the 5,000 groups on the slave", 0.1)
+    elapsed = time.monotonic() - started
+    pulls = _group_pulls(s) - runs_before
+    assert 1 <= pulls <= elapsed / 0.05 + 2, (pulls, elapsed)
+
+
+def _group_pulls(broker: Broker) -> float:
+    return metric(broker, "rocketmq_slave_sync_runs_total", step="subscription_groups", outcome="success") or 0.0
