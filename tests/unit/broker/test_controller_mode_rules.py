@@ -152,3 +152,23 @@ def test_epoch_cache_answer_round_trip_and_a_slave_refuses():
     assert refused.code != ResponseCode.SUCCESS and "not the master" in refused.remark
     with pytest.raises(ValueError, match="does not parse"):
         epoch_cache.parse(RemotingCommand(ResponseCode.SUCCESS, body=b'{"epochList": [{"epoch": -1}]}'))
+
+
+async def test_the_waiter_counts_a_proposed_member_once_told_and_shares_one_timeout_timer():
+    clock = Clock()
+    lease = RoleLease(1500, 500, clock=clock)
+    lease.renew(clock.now)
+    view = SyncStateSetView(master_id=1, members=frozenset({1, 2}), epoch=1, epoch_start=0)
+    acks: dict[int, int] = {2: 100, 3: 0}
+    waiter = SyncStateSetWaiter(view=lambda: view, acks=lambda: acks, master_max=lambda: 150, lease=lease,
+                                slave_timeout_ms=50, all_ack=True)
+    assert waiter.covered() == 100 and (await waiter.wait(100))[0] is PutStatus.PUT_OK
+    view.proposed = frozenset({1, 2, 3})  # growth in flight: acks count against both sets (RocketMQ #5663)
+    waiter.on_ack()  # what replicas_manager calls as it proposes
+    assert waiter.covered() == 0
+    many = [asyncio.ensure_future(waiter.wait(100 + i)) for i in range(50)]
+    results = await asyncio.gather(*many)
+    assert all(status is PutStatus.FLUSH_SLAVE_TIMEOUT and "3]" in remark for status, remark in results)
+    acks.update({2: 150, 3: 150})
+    waiter.on_ack()
+    assert waiter.covered() == 150 and (await waiter.wait(150))[0] is PutStatus.PUT_OK
