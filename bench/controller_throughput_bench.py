@@ -32,6 +32,7 @@ from client import AdminClient, Message, Producer, SendStatus
 from harness.controller_mode import controller_broker, controller_namesrv, replica_info
 from harness.etcd import EtcdServer, ensure_etcd
 from harness.procs import Broker, Namesrv
+from harness.waiting import async_wait_until
 
 TOPIC = "ThroughputBench"
 FILE = 64 * 1024 * 1024
@@ -40,14 +41,6 @@ FILE = 64 * 1024 * 1024
 DEFAULT_TIMINGS = {"controllerHeartBeatTimeoutMills": 10_000, "brokerHeartbeatInterval": 1000,
                    "checkSyncStateSetPeriod": 5000, "controllerFenceMarginMills": 1000,
                    "slaveSynchronizeInterval": 10_000, "slaveTimeout": 3000}
-
-
-async def _wait(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"after {timeout_s:.0f} s: {what}")
-        await asyncio.sleep(0.1)
 
 
 async def _round(producer: Producer, body: bytes, concurrency: int, seconds: float, master_pid: int) -> dict:
@@ -98,7 +91,7 @@ async def main_async(args: argparse.Namespace) -> dict:
                 async def whole_set() -> bool:
                     return (await replica_info(cns, "broker-ctl")).sync_state_set == {1, 2}
 
-                await _wait(whole_set, 60, "the controller group's SyncStateSet to hold both brokers")
+                await async_wait_until(whole_set, 60, "the controller group's SyncStateSet to hold both brokers")
                 info = await replica_info(cns, "broker-ctl")
                 master = next(b for b in ctl if b.addr == info.master_address)
                 await admin.update_topic(cm.addr, TOPIC, read_queue_nums=4, write_queue_nums=4)
@@ -106,7 +99,7 @@ async def main_async(args: argparse.Namespace) -> dict:
                 body = b"x" * args.body
                 pids = {"classic": cm.pid, "controller": master.pid}
                 for name, producer in producers.items():  # warm up: routes, connections, slave links
-                    await _wait(lambda p=producer: _sends(p, body), 60, f"a SEND_OK from the {name} group")
+                    await async_wait_until(lambda p=producer: _sends(p, body), 60, f"a SEND_OK from the {name} group")
                     await _round(producer, body, args.concurrency, 1.0, pids[name])
                 await settle(*(p.pid for p in procs), limit_s=20)
                 rounds: dict[str, list[dict]] = {"classic": [], "controller": []}

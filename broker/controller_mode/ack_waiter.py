@@ -58,9 +58,11 @@ class SyncStateSetWaiter:
             self._acked = max(acks.get(i, -1) for i in counted)
 
     def covered(self) -> int:
-        """The offset every counted member acked (RocketMQ's confirm offset), at most the master's max offset."""
-        acked, master_max = self._acked, self._master_max()
-        return master_max if acked is None or acked > master_max else acked
+        """The offset every counted member acked (RocketMQ's confirm offset); the master's max offset when the set
+        is the master alone. An ack never exceeds the master's max offset (the HA master closes a link that acks
+        beyond it), so the common case is one attribute read."""
+        acked = self._acked
+        return self._master_max() if acked is None else acked
 
     def _answer(self) -> tuple[PutStatus, str]:
         if self.lease.valid():
