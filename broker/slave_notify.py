@@ -58,9 +58,9 @@ async def slaves_hold(notifier: SlaveNotifier | None, kind: str, counter: int) -
         return ""
     behind = await notifier.replicated(kind, counter, REPLICATED_WAIT_S)
     if not behind:
-        return f"; on {len(notifier.subscribers)} slave(s)" if notifier.subscribers else ""
-    return (f"; slave(s) {', '.join(behind)} did not take it within {REPLICATED_WAIT_S:g} s (they get it at their next"
-            " sync round)")
+        return f", held by {len(notifier.subscribers)} slave(s)" if notifier.subscribers else ""
+    return (f", not yet held by slave(s) {', '.join(behind)} after {REPLICATED_WAIT_S:g} s (they take it at their"
+            " next sync round)")
 
 
 class SlaveNotifier(Service):

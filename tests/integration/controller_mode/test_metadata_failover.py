@@ -40,9 +40,9 @@ async def test_a_topic_group_and_offset_created_just_before_the_master_is_killed
         await async_wait_until(lambda: _knows_topic(sc, "TWarm"), 20, "TWarm on the slave", 0.05)
 
         created = await mc.create_topic("TJustBefore", 2)
-        assert created.code == 0 and "on 1 slave(s)" in created.remark, created.remark
+        assert created.code == 0 and "held by 1 slave(s)" in created.remark, created.remark
         grouped = await mc.create_group(group_config("GJustBefore"))
-        assert grouped.code == 0 and "on 1 slave(s)" in grouped.remark, grouped.remark
+        assert grouped.code == 0 and "held by 1 slave(s)" in grouped.remark, grouped.remark
         assert (await mc.send("TJustBefore", 0, [message(b"%d" % i) for i in range(5)])).code == 0
         assert (await mc.commit_offset("GJustBefore", "TJustBefore", 0, 3)).code == 0
 

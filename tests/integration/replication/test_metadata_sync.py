@@ -148,10 +148,10 @@ async def test_topics_groups_and_offsets_reach_the_slave_by_push_not_by_the_peri
     await async_wait_until(lambda: _knows_topic(sc, "TPush0"), 20, "TPush0 on the slave after its first round", 0.05)
 
     created = await mc.create_topic("TPush", 2)
-    assert created.code == 0 and "on 1 slave(s)" in created.remark, created.remark
+    assert created.code == 0 and "held by 1 slave(s)" in created.remark, created.remark
     assert await _knows_topic(sc, "TPush")  # updateTopic answered once the slave held it
     grouped = await mc.create_group(group_config("GPush"))
-    assert grouped.code == 0 and "on 1 slave(s)" in grouped.remark, grouped.remark
+    assert grouped.code == 0 and "held by 1 slave(s)" in grouped.remark, grouped.remark
     assert (await sc.commit_offset("GPush", "TPush", 0, 0)).code == 0  # the slave knows the group
 
     assert (await mc.send("TPush", 0, [message(b"%d" % i) for i in range(6)])).code == 0  # SYNC: on the slave too
