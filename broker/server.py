@@ -50,6 +50,7 @@ from broker.rebalance_lock import RebalanceLockManager
 from broker.registration import RegistrationService
 from broker.retry import RetryService
 from broker.schedule import ScheduleService
+from broker.slave_notify import SlaveNotifier
 from broker.transaction.service import transaction_service
 from broker.slave_sync import (
     SlaveSynchronize,
@@ -232,6 +233,11 @@ class BrokerServer(Service):
         store.add_dispatch_listener(hold.notify, confirmed=True)
         self._services = [hold, clients, LoopLagProbe(metrics.loop_lag)]
         if settings.role.is_master:
+            ctx.slave_notifier = notifier = SlaveNotifier(topics=topics, groups=groups, offsets=offsets)
+            topics.change_listeners.append(notifier.on_tables_changed)
+            groups.change_listeners.append(notifier.on_tables_changed)
+            offsets.change_listeners.append(notifier.on_offsets_changed)
+            self._services.append(notifier)
             self.schedule = ScheduleService(
                 store, delay_offsets, levels, flush_interval_ms=store_cfg.flush_delay_offset_interval
             )

@@ -376,11 +376,11 @@ class ReplicasManager(Service):
                 view=lambda: self.view, acks=lambda: {i: c.link.ack_offset for i, c in ha_master.connections.items()},
                 master_max=lambda: store.max_phy_offset, fence=self.fence,
                 slave_timeout_ms=settings.store.slave_timeout, all_ack=self.cfg.all_ack_in_sync_state_set)
+            ha_master.ack_observers.append(waiter.on_ack)  # first: it reads the acks the gate's refresh uses
             gate = store.confirm_gate
             if gate is not None:
                 gate.confirm = waiter.covered if self.cfg.all_ack_in_sync_state_set else lambda: store.max_phy_offset
                 ha_master.ack_observers.append(gate.refresh)
-            ha_master.ack_observers.append(waiter.on_ack)
             wait = waiter.wait if s.metrics is None else s.metrics.timed_replica_waiter(waiter.wait)
             store.set_replica_waiter(wait)
             self.waiter = waiter
@@ -483,6 +483,7 @@ class ReplicasManager(Service):
             if proposal is None:
                 return
             view.proposed = proposal  # counted from now on: before the controller can accept it
+            self._set_changed()  # the waiter reads the acks against both sets at once
         self._asking = True
         try:
             members, epoch = await self.controller.alter_sync_state_set(

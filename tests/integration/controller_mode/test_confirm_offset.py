@@ -208,3 +208,61 @@ async def test_a_v2_receive_gets_a_message_only_once_every_member_holds_it(tmp_p
         for b in brokers:
             b.resume()
             b.stop()
+
+
+async def test_a_new_master_shows_what_it_held_at_takeover_at_once_and_gates_what_comes_after(tmp_path, cns):
+    """The elected member's confirm limit starts at its store end (``replicas_manager``: the new SyncStateSet is that
+    member alone, so everything it holds is on every member), before any new send moves it; later records wait for
+    the new set as on any master."""
+    brokers = [controller_broker(tmp_path, cns, GROUP, i, slaveTimeout=1000, haMaxTimeSlaveNotCatchup=60_000)
+               for i in (1, 2, 3)]
+    client = BrokerClient(brokers[0].addr)
+    new = BrokerClient(brokers[1].addr)
+    try:
+        for b in brokers:
+            b.start()
+        await async_wait_until(sync_state_set_is(cns, GROUP, {1, 2, 3}), 20, "the slaves join the SyncStateSet")
+        assert (await replica_info(cns, GROUP)).master_broker_id == 1
+        assert (await client.create_topic(TOPIC, queues=1)).code == ResponseCode.SUCCESS
+        assert (await client.send(TOPIC, 0, [message(b"confirmed")])).code == ResponseCode.SUCCESS
+        brokers[2].pause()
+        late = await client.send(TOPIC, 0, [message(b"held-by-2")])  # broker 2 acked it, broker 3 could not
+        assert late.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (late.code, late.remark)
+        assert await bodies(new, 0) == (ResponseCode.SUCCESS, [b"confirmed"])  # as a slave it hides it
+
+        brokers[0].kill()
+
+        async def elected() -> bool:
+            info = await replica_info(cns, GROUP)
+            return info.master_broker_id == 2 and info.sync_state_set == {2}
+
+        await async_wait_until(elected, 30, "broker 2 (the longest log) elected alone in the set", 0.05)
+
+        async def serves_as_master() -> bool:
+            try:  # the switch restarts its server; GET_MAX_OFFSET answers from the store either way
+                return (await new.create_topic("TakeoverProbe", queues=1)).code == ResponseCode.SUCCESS
+            except Exception:  # noqa: BLE001 - the connection closed by the switch
+                return False
+
+        await async_wait_until(serves_as_master, 30, "broker 2 serving as master", 0.05)
+        # no send since the takeover: what it held is visible at once, both messages
+        assert await bodies(new, 0) == (ResponseCode.SUCCESS, [b"confirmed", b"held-by-2"])
+
+        brokers[2].resume()
+        await async_wait_until(sync_state_set_is(cns, GROUP, {2, 3}), 40, "broker 3 rejoins the new master's set")
+        brokers[2].pause()
+        after = await new.send(TOPIC, 0, [message(b"after")])
+        assert after.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (after.code, after.remark)
+        assert await bodies(new, 2) == (ResponseCode.PULL_NOT_FOUND, [])  # gated: broker 3 lacks it
+        brokers[2].resume()
+
+        async def visible() -> bool:
+            return await bodies(new, 2) == (ResponseCode.SUCCESS, [b"after"])
+
+        await async_wait_until(visible, 20, "the later message visible once broker 3 holds it")
+    finally:
+        await new.close()
+        await client.close()
+        for b in brokers:
+            b.resume()
+            b.stop()
