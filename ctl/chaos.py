@@ -21,8 +21,8 @@ group, whose roles the controller decides, so ``master -b broker-a`` is the cont
 ``BROKER_IP1``, or its address on the compose network) is the master's in the active controller's records, and
 ``slave -b broker-a`` the first running other member; the controllers are the label ``pyrmq.controllerAddr`` (the
 nameservers running it, as the host reaches them), which also stands in for ``-n`` when neither ``-n`` nor
-``NAMESRV_ADDR`` is given. Restart a killed member by its service name (``mqctl start broker-a-1``): by then the
-controller names another master.
+``NAMESRV_ADDR`` is given. ``start``/``unpause master -b broker-a`` in controller mode act on the member of
+the group that is down/paused, whatever the controller now names master (it rejoins as a slave).
 """
 
 from __future__ import annotations
@@ -137,6 +137,16 @@ class Project:
                    and (f"{s}-s" in self.services or (s.startswith("broker") and not s.endswith("-s")))}
         return sorted(classic | set(groups))
 
+    def member_down(self, broker_name: str, action: str) -> str | None:
+        """For ``start``/``unpause master|slave -b`` in controller mode: the group's member that is down (exited) or
+        paused. By then the controller names another master, so the role would point at a running broker; the one
+        that was killed or paused is what the operator means (it comes back as a slave)."""
+        wanted = {"start": ("exited", "created", "dead"), "unpause": ("paused",)}.get(action)
+        for service in self.controller_groups().get(broker_name, []) if wanted else []:
+            if self.services[service][0].status in wanted:
+                return service
+        return None
+
     def member_by_role(self, target: str, broker_name: str) -> str:
         """The service of a controller-mode group's master (or first running slave), by the controller's word."""
         from ctl.controller import group_roles
@@ -221,7 +231,8 @@ def _lifecycle(action: str):
             dev_lifecycle(action, dev_dir, target, broker_name, settle_s, json)
             return
         proj = Project(project)
-        service = proj.service(target, broker_name)
+        down = proj.member_down(broker_name, action) if target in ("master", "slave") and broker_name else None
+        service = down or proj.service(target, broker_name)
         did = []
         for container in proj.containers(service):
             if action == "kill":
