@@ -221,6 +221,12 @@ async def test_kill_master_elects_a_sync_state_set_member_and_the_old_master_rej
     # `start master -b` in controller mode starts the member that is down (the controller names another master)
     await _rejoins(cluster, ctl, "broker-a", out["killed"], out["killed_id"], out["after"].master_broker_id,
                    "master", "-b", "broker-a")
+    # clusterList from the host shows what the controller decided: brokerId 0 is the new master, epoch and set
+    listing = json.loads((await amqctl("clusterList", "-n", ctl.namesrv, "--json")).stdout)
+    group = listing["controller"]["groups"]["broker-a"]
+    assert listing["controller"]["active"] in ctl.addrs, listing["controller"]
+    assert (group["masterAddress"], group["masterEpoch"], sorted(group["syncStateSet"])) == (
+        out["after"].master_address, out["after"].master_epoch, [1, 2, 3]), group
     print("\n" + "\n".join(notes))
 
 
