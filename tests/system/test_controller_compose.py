@@ -253,3 +253,41 @@ async def test_failover_survives_the_loss_of_one_etcd_member_and_one_nameserver(
         for service in ("etcd-2", namesrv):
             await amqctl("start", service, "-n", ctl.namesrv, project=cluster.project)
     print("\n" + "\n".join(notes))
+
+
+def test_prometheus_scrapes_every_server_and_the_dashboards_controller_row_has_series(ccluster):
+    """deploy/prometheus/prometheus-controller.yml: every nameserver and broker is scraped, and each query of the
+    dashboard's "Controller mode" row returns series (after this module's failovers: elections, role changes)."""
+    import urllib.parse
+    import urllib.request
+
+    import tests.integration.metrics.conftest as metrics_conftest
+    from harness.waiting import wait_until
+
+    _, ctl = ccluster
+    prometheus = f"http://{ctl.prefix}.10:9090"
+
+    def query(promql: str) -> list[dict]:
+        url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return json.load(resp)["data"]["result"]
+
+    want = {f"{s}:5557": 1.0 for s in OCTETS}
+
+    def up() -> dict[str, float]:
+        return {r["metric"]["instance"]: float(r["value"][1]) for r in query('up{job=~"pyrmq-.*"}')}
+
+    wait_until(lambda: up() == want, 90, lambda: f"Prometheus scrapes both nameservers and six brokers; up = {up()}",
+               interval_s=1.0)
+    with pytest.MonkeyPatch.context() as mp:  # 5 s scrapes: windows of a minute hold enough samples
+        mp.setattr(metrics_conftest, "GRAFANA_VARS", {"$__rate_interval": "1m", "$__interval": "5s", "$__range": "5m"})
+        every = metrics_conftest.dashboard_queries()
+        classic = metrics_conftest.dashboard_queries(skip_rows=(metrics_conftest.CONTROLLER_ROW,))
+    row = [q for q in every if q not in classic]
+    assert row, "the dashboard has no Controller mode row"
+
+    def missing() -> list[str]:
+        return [f"{title}: {expr}" for title, expr in row if not query(expr)]
+
+    wait_until(lambda: not missing(), 60, lambda: f"controller-mode panels without series: {missing()}",
+               interval_s=2.0)
