@@ -22,13 +22,11 @@ from client import AdminClient, Message, Producer, PullConsumer, SendStatus
 from harness.controller_compose import (
     COMPOSE_FILE,
     DEFAULT_PREFIX,
-    GROUPS,
     REPO_ROOT,
     ControllerCompose,
     compose_command,
     free_net_prefix,
 )
-from harness.waiting import async_wait_until
 
 TOPIC = "ControllerFailoverComposeBench"
 GROUP = "broker-a"
@@ -46,15 +44,7 @@ def _compose(compose: list[str], project: str, env: dict[str, str], *args: str, 
 async def _topic_everywhere(ctl: ControllerCompose, admin: AdminClient) -> None:
     info = await ctl.info(GROUP)
     await admin.update_topic(info.master_address, TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
-
-    async def known() -> bool:
-        for service in GROUPS[GROUP]:
-            configs = await admin.all_topic_configs(ctl.address[service])
-            if TOPIC not in {c.topic_name for c in configs.topic_configs}:
-                return False
-        return True
-
-    await async_wait_until(known, 60, f"every member of {GROUP} knows {TOPIC}", 0.5)
+    await ctl.await_topic_everywhere(admin, GROUP, TOPIC, 60)
 
 
 async def _cluster_side(ctl: ControllerCompose, admin: AdminClient, before, killed_at: float) -> dict:

@@ -111,3 +111,15 @@ class ControllerCompose:
 
         return await async_wait_until(done, timeout_s,
                                       lambda: f"{group} has a master and 3 in its SyncStateSet; last {last[0]}", 0.5)
+
+    async def await_topic_everywhere(self, admin, group: str, topic: str, timeout_s: float) -> None:
+        """Until every member of ``group`` has ``topic`` (so whichever is elected can take its sends)."""
+
+        async def known() -> bool:
+            for service in GROUPS[group]:
+                configs = await admin.all_topic_configs(self.address[service])
+                if topic not in {c.topic_name for c in configs.topic_configs}:
+                    return False
+            return True
+
+        await async_wait_until(known, timeout_s, f"every member of {group} knows topic {topic}", 0.5)

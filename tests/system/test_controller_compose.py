@@ -40,7 +40,7 @@ from harness.controller_compose import (
 )
 from harness.waiting import async_wait_until
 from tests.system.cluster import ClusterError, ComposeCluster, docker_engine_reachable
-from tests.system.harness import WEAK, BackgroundProducer, Delivery, RecordingConsumer, amqctl, unique
+from tests.system.harness import WEAK, BackgroundProducer, Delivery, RecordingConsumer, amqctl, drain, unique
 
 RATE = 40  # SYNC sends a second to the group under test
 QUEUES = 4
@@ -108,14 +108,7 @@ async def _topic_on(ctl: ControllerCompose, group: str) -> str:
     await amqctl("updateTopic", "-n", ctl.namesrv, "-b", info.master_address, "-t", topic, "-r", str(QUEUES),
                  "-w", str(QUEUES))
     async with AdminClient(ctl.namesrv, timeout_s=3.0) as admin:
-        async def everywhere() -> bool:
-            for service in GROUPS[group]:
-                configs = await admin.all_topic_configs(ctl.address[service])
-                if topic not in {t.topic_name for t in configs.topic_configs}:
-                    return False
-            return True
-
-        await async_wait_until(everywhere, 40, f"every member of {group} knows topic {topic}", 0.5)
+        await ctl.await_topic_everywhere(admin, group, topic, 40)
     return topic
 
 
@@ -178,7 +171,7 @@ async def _kill_master_and_check(cluster: ComposeCluster, ctl: ControllerCompose
                      f"{t_shown - t_kill:.2f}s (it shows clusterList after the kill), the route named the new master "
                      f"{t_routed - t_kill:.2f}s after it started; sends {producer.status_counts()}")
         await producer.stop()
-        await _drain(producer, deliveries, 60)
+        await drain(producer, deliveries, 60, what=f"{group} after the failover: ")
     finally:
         await producer.stop()
         await consumer.stop()
@@ -187,17 +180,6 @@ async def _kill_master_and_check(cluster: ComposeCluster, ctl: ControllerCompose
     assert not report.problems(Mode.SYNC), (report.problems(Mode.SYNC), notes)
     assert report.acked >= 3 * RATE, notes
     return {"killed": old_master, "killed_id": before.master_broker_id, "after": after, "topic": topic}
-
-
-async def _drain(producer: BackgroundProducer, deliveries: list[Delivery], timeout_s: float) -> None:
-    """Until every SEND_OK was delivered (bounded); the checker then judges the whole history."""
-
-    def missing() -> set[str]:
-        seen = {d.id for d in deliveries}
-        return {k for k, s in producer.sends.items() if s.status is SendStatus.SEND_OK and k not in seen}
-
-    await async_wait_until(lambda: not missing(), timeout_s,
-                           lambda: f"every SEND_OK consumed; missing {len(missing())}: {sorted(missing())[:5]}", 0.25)
 
 
 async def _rejoins(cluster: ComposeCluster, ctl: ControllerCompose, group: str, killed: str, killed_id: int,

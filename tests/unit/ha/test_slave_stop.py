@@ -6,51 +6,29 @@ switch, and so its route, for that long (seen on docker-compose.controller.yml).
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 
 from broker.config import MessageStoreConfig
 from broker.ha.slave import CONNECT_TIMEOUT_S, HASlave
+from harness.hanging_port import hanging_port, syn_sent_to
 from harness.waiting import async_wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def syn_sent_to(port: int) -> int:
-    """How many sockets of this host are in SYN_SENT towards 127.0.0.1:``port`` (their connects are pending)."""
-    with open("/proc/net/tcp") as fh:
-        rows = [line.split() for line in fh.readlines()[1:]]
-    return sum(1 for r in rows if int(r[2].split(":")[1], 16) == port and r[3] == "02")
-
-
 async def test_stop_cuts_a_connect_to_a_master_that_does_not_answer_short():
-    # A listener whose accept queue is full drops further SYNs: connects to it hang like those to a vanished address.
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(0)
-    port = server.getsockname()[1]
-    fill = []
-    for _ in range(3):
-        s = socket.socket()
-        s.setblocking(False)
+    with hanging_port() as port:
+        slave = HASlave(store=None, store_config=MessageStoreConfig(), cluster="c", broker_name="b", broker_id=1,
+                        master_addr=f"127.0.0.1:{port}")
         try:
-            s.connect(("127.0.0.1", port))
-        except BlockingIOError:
-            pass
-        fill.append(s)
-    slave = HASlave(store=None, store_config=MessageStoreConfig(), cluster="c", broker_name="b", broker_id=1,
-                    master_addr=f"127.0.0.1:{port}")
-    try:
-        await async_wait_until(lambda: syn_sent_to(port) >= 1, 10, "a filler connection hangs (accept queue full)",
-                               0.02)
-        fillers = syn_sent_to(port)
-        await slave.start()
-        await async_wait_until(lambda: syn_sent_to(port) > fillers, 10, "the HA client's connect is pending", 0.02)
-        await asyncio.wait_for(slave.stop(), timeout=CONNECT_TIMEOUT_S / 2)
-        assert slave.counters.connects == 0 and not slave.connected
-    finally:
-        await slave.stop()
-        for s in fill:
-            s.close()
-        server.close()
+            await async_wait_until(lambda: syn_sent_to(port) >= 1, 10, "a filler connect hangs (accept queue full)",
+                                   0.02)
+            fillers = syn_sent_to(port)
+            await slave.start()
+            await async_wait_until(lambda: syn_sent_to(port) > fillers, 10, "the HA client's connect is pending",
+                                   0.02)
+            await asyncio.wait_for(slave.stop(), timeout=CONNECT_TIMEOUT_S / 2)
+            assert slave.counters.connects == 0 and not slave.connected
+        finally:
+            await slave.stop()
