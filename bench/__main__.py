@@ -32,6 +32,7 @@ MODULES = [
     "bench.chaos",
     "bench.fuzz",
     "bench.attack_memory",
+    "bench.tls_bench",
 ]
 
 

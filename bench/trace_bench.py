@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import time
 
+from bench.closed_loop import send_closed_loop
 from bench.cpu import cpu_s, settle
 from bench.report import median_of, print_table, write_json
 from client import AdminClient, Message, Producer
@@ -26,16 +27,8 @@ async def run(namesrv: str, broker_pid: int, topic: str, messages: int, senders:
     if trace:
         await producer.send(Message(topic, body))
     await settle(broker_pid)
-    left = messages
-
-    async def sender() -> None:
-        nonlocal left
-        while left > 0:
-            left -= 1
-            await producer.send(Message(topic, body, keys="order-1"))
-
     c0, b0, t0 = cpu_s(), cpu_s(broker_pid), time.perf_counter()
-    await asyncio.gather(*(sender() for _ in range(senders)))
+    await send_closed_loop(producer, lambda: Message(topic, body, keys="order-1"), messages, senders)
     wall = time.perf_counter() - t0
     await producer.stop()  # includes the last trace flush
     client_us, broker_us = (cpu_s() - c0) / messages * 1e6, (cpu_s(broker_pid) - b0) / messages * 1e6

@@ -12,6 +12,7 @@ import sys
 
 from broker.config import BrokerSettings, load_broker_settings
 from common import conf, process
+from remoting.tls import set_inner_client_context
 
 
 def boot_line(server) -> str:
@@ -25,6 +26,8 @@ def boot_line(server) -> str:
 
 
 def _make_server(settings: BrokerSettings):
+    # tls.enable: every client this process opens (registration, metadata sync, HA, v2 route lookups) speaks TLS
+    set_inner_client_context(settings.tls.client_context())
     if settings.controller.enable_controller_mode:
         from broker.controller_mode.replicas_manager import ReplicasManager
 
@@ -38,7 +41,7 @@ def render(settings: BrokerSettings) -> list[tuple[str, str]]:
     """Every effective key for --print-config; secrets (haAuthSecret, haAuthSecretFile) read ``<set>``
     (``common.conf.render``)."""
     return (conf.render(settings.broker) + conf.render(settings.store) + conf.render(settings.controller)
-            + conf.render(settings.auth))
+            + conf.render(settings.auth) + conf.render(settings.tls))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from broker.auth.config import AuthConfig
+from remoting.tls import TlsConfig
 from broker.controller_mode.config import ControllerModeConfig
 from common import conf
 from common.errors import ConfigError
@@ -360,6 +361,7 @@ class BrokerSettings:
     source: str = "<defaults>"
     controller: ControllerModeConfig = field(default_factory=ControllerModeConfig)  # enableControllerMode ...
     auth: AuthConfig = field(default_factory=AuthConfig)  # ACL 2.0: authenticationEnabled ... (broker.auth)
+    tls: TlsConfig = field(default_factory=TlsConfig)  # tls.server.mode ... (remoting.tls)
 
     @property
     def role(self) -> BrokerRole:
@@ -416,16 +418,17 @@ def load_broker_settings(path: str | Path | None, environ: dict[str, str] | None
     """Load broker.conf strictly and apply RocketMQ's startup rules (role vs. brokerId)."""
     source = str(path) if path else "<defaults>"
     overrides = conf.env_overrides(environ if environ is not None else dict(os.environ), ENV_OVERRIDES)
-    broker, store, controller, auth = conf.load((BrokerConfig, MessageStoreConfig, ControllerModeConfig, AuthConfig),
-                                                path, overrides=overrides)
+    broker, store, controller, auth, tls = conf.load(
+        (BrokerConfig, MessageStoreConfig, ControllerModeConfig, AuthConfig, TlsConfig), path, overrides=overrides)
     auth.check(source)
+    tls.check(source)
     if controller.enable_controller_mode:
         # RocketMQ ignores brokerRole and brokerId in controller mode: the controller assigns both. Any broker of
         # the group may become a SYNC_MASTER, so the HA secret is required as for one.
         store = replace(store, broker_role=BrokerRole.SYNC_MASTER)
         broker = replace(broker, broker_id=0)
         check_ha_auth(store, source)
-        return BrokerSettings(broker=broker, store=store, source=source, controller=controller, auth=auth)
+        return BrokerSettings(broker=broker, store=store, source=source, controller=controller, auth=auth, tls=tls)
     if store.broker_role.is_master and broker.broker_id != 0:
         # RocketMQ forces masters to id 0; say so instead of doing it silently.
         raise ConfigError(
@@ -443,7 +446,7 @@ def load_broker_settings(path: str | Path | None, environ: dict[str, str] | None
         )
     check_ha_auth(store, source)
     check_store_paths(store, source)
-    settings = BrokerSettings(broker=broker, store=store, source=source, auth=auth)
+    settings = BrokerSettings(broker=broker, store=store, source=source, auth=auth, tls=tls)
     check_port_clashes(settings)
     return settings
 

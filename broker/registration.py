@@ -4,8 +4,10 @@ spec rocketmq-replication.md §2.3, remoting.md §2.1 and §5.5).
 - REGISTER_BROKER (103) at start, then every ``registerNameServerPeriod`` clamped to [10 s, 60 s] (RocketMQ's
   bounds), and at once when a topic is created or changed (``register_now``). Header: clusterName, brokerName,
   brokerAddr, haServerAddr, brokerId, ``compressed=false``, bodyCrc32 (RocketMQ's masked CRC-32 of the body). Body:
-  RegisterBrokerBody JSON, the full topic table with its DataVersion (``stateVersion`` 0); when the broker is not
-  read-write, every topic's perm is replaced by the broker's, as RocketMQ does.
+  RegisterBrokerBody JSON, the full topic table with its DataVersion; when the broker is not read-write, every
+  topic's perm is replaced by the broker's, as RocketMQ does. The DataVersion's ``stateVersion`` is the broker's
+  masterEpoch in controller mode (0 otherwise), as RocketMQ 5 sets it: a nameserver keeps brokerId 0 for the
+  registration with the higher one, so an old master that still registers cannot take the route back.
 - ``register_now`` answers a future that resolves, with the ``RoundOutcome``, when the first round that *starts*
   after the call ends: that round's body was built after the change, so once a nameserver accepted it, a route read
   there shows the change. UPDATE_AND_CREATE_TOPIC waits (bounded) for it before answering, as RocketMQ's broker
@@ -64,7 +66,7 @@ def register_period_ms(configured_ms: int) -> int:
     return max(PERIOD_MIN_MS, min(configured_ms, PERIOD_MAX_MS))
 
 
-def register_body(topics: TopicConfigManager, broker_permission: int) -> bytes:
+def register_body(topics: TopicConfigManager, broker_permission: int, state_version: int = 0) -> bytes:
     """RegisterBrokerBody JSON (spec §5.5) of the whole topic table."""
     configs, version = topics.snapshot()
     table = {}
@@ -73,7 +75,7 @@ def register_body(topics: TopicConfigManager, broker_permission: int) -> bytes:
         if broker_permission != PERM_RW:
             entry["perm"] = broker_permission
         table[cfg.topic_name] = entry
-    data_version = {**version.to_json(), "stateVersion": 0}
+    data_version = {**version.to_json(), "stateVersion": state_version}
     return fastjson.dumps({
         "filterServerList": [],
         "topicConfigSerializeWrapper": {"dataVersion": data_version, "topicConfigTable": table},
@@ -93,9 +95,11 @@ class RegistrationService(Service):
         on_result: Callable[[str, str], None],
         *,
         client: RemotingClient | None = None,
+        state_version: int = 0,
     ) -> None:
         super().__init__("registration")
         self.settings = settings
+        self.state_version = state_version
         self.topics = topics
         self.on_result = on_result
         self.namesrv_addrs = settings.broker.namesrv_list
@@ -168,7 +172,7 @@ class RegistrationService(Service):
         }
 
     def _request(self) -> RemotingCommand:
-        body = register_body(self.topics, self.settings.broker.broker_permission)
+        body = register_body(self.topics, self.settings.broker.broker_permission, self.state_version)
         ext = {
             **self._header(),
             "haServerAddr": self.settings.ha_server_addr,

@@ -36,6 +36,7 @@ from broker.client_manager import ClientManager
 from broker.config import BrokerSettings
 from broker.context import BrokerContext, MasterAddrs
 from broker.dedup import SendDedupWindow, restore_from_store
+from broker.grpc_v2.auth import V2Auth
 from broker.grpc_v2.endpoint import GrpcEndpoint
 from broker.ha.service import HAService
 from broker.long_polling import PullRequestHoldService
@@ -109,6 +110,7 @@ class BrokerServer(Service):
         self.store: MessageStore | None = None
         self.ctx: BrokerContext | None = None
         self.registration: RegistrationService | None = None
+        self.state_version = 0  # RocketMQ 5's stateVersion in registrations: the masterEpoch in controller mode
         self.schedule: ScheduleService | None = None
         self.remoting: RemotingServer | None = None
         self.fast_remoting: RemotingServer | None = None
@@ -240,9 +242,10 @@ class BrokerServer(Service):
                 self._services.append(ctx.transactions)
         # HA: a restarting master first takes the offsets its slaves accepted while it was down (DESIGN §4)
         if settings.role.is_master and broker.namesrv_list:
-            slave_addrs = await fetch_slave_addrs(broker.namesrv_list, broker.broker_name)
+            inner = auth_setup.inner_signer(settings.auth)  # the nameserver and the slaves may check ACL 2.0
+            slave_addrs = await fetch_slave_addrs(broker.namesrv_list, broker.broker_name, signer=inner)
             if slave_addrs:
-                await pull_offsets_from_slaves(offsets, slave_addrs)
+                await pull_offsets_from_slaves(offsets, slave_addrs, signer=inner)
         self.ha = ctx.ha = HAService(settings, store, wrap_waiter=metrics.timed_replica_waiter)
         await self.ha.start()  # a SYNC_MASTER installs its (timed) replica waiter here, once
         metrics.attach(ha=self.ha)
@@ -260,30 +263,36 @@ class BrokerServer(Service):
             self.slave_sync.metrics = metrics
             self._services.append(self.slave_sync)
             self.registration_listeners.append(self._on_master_learned)
-        self.registration = RegistrationService(settings, topics, self.on_registration_result)
+        self.registration = RegistrationService(settings, topics, self.on_registration_result,
+                                                state_version=self.state_version)
         ctx.register_now = self.registration.register_now
 
         # one cap over the listen and fast ports' connections together
         held = HeldBytes(broker.server_max_held_bytes, name="broker")
         limits = Limits(frame_timeout_s=broker.server_frame_timeout_millis / 1000)
         metrics.registry.register(held_bytes_collector(held.snapshot))
-        self.remoting = RemotingServer("broker", LISTEN_HOST, broker.listen_port, limits=limits, held_bytes=held)
+        tls = settings.tls
+        self.remoting = RemotingServer("broker", LISTEN_HOST, broker.listen_port, limits=limits, held_bytes=held,
+                                       tls=tls)
         if broker.fast_listen_port:
             self.fast_remoting = RemotingServer("broker-fast", LISTEN_HOST, broker.fast_listen_port, limits=limits,
-                                                held_bytes=held)
+                                                held_bytes=held, tls=tls)
         processors.register_all(_Ports(self.remoting, self.fast_remoting), ctx)
         self.auth_gate = auth_setup.install(settings.auth, store_cfg.config_dir, [self.remoting, self.fast_remoting])
         # innerClientAuthenticationCredentials sign what the broker asks of the nameserver and its master
         self.registration.client.signer = auth_setup.inner_signer(settings.auth)
         if self.slave_sync is not None:
             self.slave_sync.client.signer = auth_setup.inner_signer(settings.auth)
+            self.slave_sync.auth_store = None if self.auth_gate is None else self.auth_gate.store
         for service in self._services:
             await service.start()
         await self.remoting.start()
         if self.fast_remoting is not None:
             await self.fast_remoting.start()
         if broker.grpc_server_port:
-            self.grpc_v2 = GrpcEndpoint(ctx, LISTEN_HOST, broker.grpc_server_port)
+            v2_auth = None if self.auth_gate is None else V2Auth(
+                self.auth_gate, settings.auth.authentication_date_time_skew_millis)
+            self.grpc_v2 = GrpcEndpoint(ctx, LISTEN_HOST, broker.grpc_server_port, auth=v2_auth)
             await self.grpc_v2.start()
         await self.registration.start()
         log.info(

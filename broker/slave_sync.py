@@ -8,7 +8,11 @@ group-internal by ``group_internal_addr``), in RocketMQ's order, no request head
    a newer reset version, pyrmq's ``resetVersion`` field) so a master that came back stale never rolls consumers
    back (RocketMQ #1094);
 3. GET_ALL_DELAY_OFFSET (45): replaced;
-4. GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): replaced when the DataVersion differs.
+4. GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): replaced when the DataVersion differs;
+5. with ACL 2.0 on here (pyrmq; RocketMQ copies no users): AUTH_LIST_USER (3005, ``withPassword=true``, which the
+   master serves only to the inner credentials) and AUTH_LIST_ACL (3010): the slave's users and ACLs become the
+   master's when they differ, persisted at once, so a slave that missed an ``mqctl createUser -c`` catches up within
+   one interval and checks requests as its master does.
 Bodies are parsed with ``remoting.fastjson`` (a Java master's bare numeric keys read too; ``stateVersion`` is
 ignored: DataVersion equality is timestamp and counter, as in RocketMQ 4). Each step catches and logs its own
 error; the round is skipped while no master address is known or it is our own. Changed managers are persisted at
@@ -17,8 +21,8 @@ master may run without.
 
 Master direction (DESIGN §4): ``pull_offsets_from_slaves`` is called once by a master at start, before it
 registers, with its slaves' addresses (``fetch_slave_addrs``: GET_BROKER_CLUSTER_INFO (106) from the
-nameservers): it sends GET_ALL_CONSUMER_OFFSET to each slave and merges with ``merge_from_slave``, so commits the
-slave accepted while the master was down survive the master's return.
+nameservers): it sends GET_ALL_CONSUMER_OFFSET to each slave (both signed with the inner credentials) and merges
+with ``merge_from_slave``, so commits the slave accepted while the master was down survive the master's return.
 
 Task-safety: event loop only. One ``RemotingClient`` per SlaveSynchronize (one connection to the master), closed
 at stop; a connection to an address no longer in use is dropped.
@@ -31,6 +35,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from broker.auth.model import Acl, AuthError, User
+from broker.auth.processors import WITH_PASSWORD
 from broker.metadata.subscription_groups import SubscriptionGroupConfig
 from common.service import Service
 from remoting import fastjson
@@ -51,18 +57,19 @@ class SyncError(Exception):
     """One sync request that failed: transport, a non-success code, or a body of the wrong shape."""
 
 
-async def fetch(client: RemotingClient, addr: str, code: RequestCode, timeout_s: float) -> dict[str, Any]:
-    """Send ``code`` (no header) to ``addr`` and return the body as a JSON object."""
-    resp = await client.invoke(addr, RemotingCommand(int(code)), timeout_s)
+async def fetch(client: RemotingClient, addr: str, code: RequestCode, timeout_s: float,
+                ext: dict[str, str] | None = None, shape: type = dict) -> Any:
+    """Send ``code`` (no header but ``ext``) to ``addr`` and return the body as a JSON object (or ``shape``)."""
+    resp = await client.invoke(addr, RemotingCommand(int(code), ext=dict(ext) if ext else None), timeout_s)
     if resp.code != ResponseCode.SUCCESS:
         raise SyncError(f"{code.name} from {addr} answered {describe(resp.code)}: {resp.remark or '(no remark)'}")
     body = resp.body_bytes()
     try:
-        obj = fastjson.loads(body) if body else {}
+        obj = fastjson.loads(body) if body else shape()
     except (fastjson.JsonBodyError, UnicodeDecodeError) as exc:
         raise SyncError(f"{code.name} from {addr}: the body is not JSON ({exc})") from None
-    if not isinstance(obj, dict):
-        raise SyncError(f"{code.name} from {addr}: the body is a JSON {type(obj).__name__}, not an object")
+    if not isinstance(obj, shape):
+        raise SyncError(f"{code.name} from {addr}: the body is a JSON {type(obj).__name__}, not a {shape.__name__}")
     return obj
 
 
@@ -120,6 +127,7 @@ class SlaveSynchronize(Service):
         self.failures = 0
         self.last_sync_ms = 0
         self.metrics = None  # broker.metrics.BrokerMetrics, set by the server
+        self.auth_store = None  # broker.auth.store.AuthStore when ACL 2.0 is on here: users and ACLs are copied too
 
     def update_master_addr(self, addr: str) -> None:
         """The registration reply's ``masterAddr`` (empty when the nameserver knows no master: sync pauses)."""
@@ -143,7 +151,8 @@ class SlaveSynchronize(Service):
         ok = True
         for name, step in (("topic config", self.sync_topic_config), ("consumer offsets", self.sync_consumer_offset),
                            ("delay offsets", self.sync_delay_offset),
-                           ("subscription groups", self.sync_subscription_group_config)):
+                           ("subscription groups", self.sync_subscription_group_config),
+                           ("users and ACLs", self.sync_auth)):
             try:
                 await step(addr)
                 if self.metrics is not None:
@@ -191,6 +200,28 @@ class SlaveSynchronize(Service):
             await self.groups.persist()
 
 
+    async def sync_auth(self, addr: str) -> None:
+        """The master's users (with passwords: asked with the inner credentials) and ACLs replace ours when they
+        differ. Skipped while ACL 2.0 is off here; a master with it off serves no AUTH_* code: nothing to copy."""
+        if self.auth_store is None:
+            return
+        try:
+            raw_users = await fetch(self.client, addr, RequestCode.AUTH_LIST_USER, self.rpc_timeout_s,
+                                    {WITH_PASSWORD: "true"}, list)
+        except SyncError as exc:
+            if describe(ResponseCode.REQUEST_CODE_NOT_SUPPORTED) in str(exc):
+                return
+            raise
+        raw_acls = await fetch(self.client, addr, RequestCode.AUTH_LIST_ACL, self.rpc_timeout_s, shape=list)
+        try:
+            users = [User.from_json(u) for u in raw_users]
+            acls = [Acl.from_json(a) for a in raw_acls]
+        except AuthError as exc:
+            raise SyncError(f"a user or ACL of master {addr} cannot be read: {exc}") from None
+        if await self.auth_store.replace_all(users, acls):
+            log.info("slave sync: took %d users and %d ACLs from master %s", len(users), len(acls), addr)
+
+
 def _describe(exc: BaseException) -> str:
     return str(exc) or repr(exc)
 
@@ -228,7 +259,7 @@ def slave_addrs_from_cluster_info(info: Mapping[str, Any], broker_name: str) -> 
 
 
 async def pull_offsets_from_slaves(offsets, slave_addrs: Iterable[str], *, timeout_s: float = RPC_TIMEOUT_S,
-                                   client: RemotingClient | None = None) -> dict[str, int]:
+                                   client: RemotingClient | None = None, signer=None) -> dict[str, int]:
     """A restarting master takes the offsets its slaves accepted while it was down (``merge_from_slave``).
 
     Returns ``{slave_addr: keys changed}``, -1 for a slave that could not be asked (logged; the master starts
@@ -236,6 +267,8 @@ async def pull_offsets_from_slaves(offsets, slave_addrs: Iterable[str], *, timeo
     """
     own = client is None
     client = client or RemotingClient(connect_timeout_s=timeout_s, name="offset-pull")
+    if own:
+        client.signer = signer  # innerClientAuthenticationCredentials: a slave with ACL on checks this pull too
     result: dict[str, int] = {}
     try:
         for addr in slave_addrs:
@@ -260,10 +293,12 @@ async def pull_offsets_from_slaves(offsets, slave_addrs: Iterable[str], *, timeo
 
 
 async def fetch_slave_addrs(namesrv_addrs: Iterable[str], broker_name: str, *, timeout_s: float = RPC_TIMEOUT_S,
-                            client: RemotingClient | None = None) -> list[str]:
+                            client: RemotingClient | None = None, signer=None) -> list[str]:
     """Ask the nameservers (first that answers) for the slave addresses of ``broker_name`` (GET_BROKER_CLUSTER_INFO)."""
     own = client is None
     client = client or RemotingClient(connect_timeout_s=timeout_s, name="cluster-info")
+    if own:
+        client.signer = signer
     try:
         for ns in namesrv_addrs:
             try:

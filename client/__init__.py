@@ -22,6 +22,7 @@ from client.offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
 from client.producer import Producer
 from client.pull_api import PullResult, PullStatus
 from client.pull_consumer import PullConsumer
+from client.rpc import tls_context
 from client.push_consumer import ConsumeFromWhere, MessageModel, PushConsumer
 from client.selector import MessageSelector
 
@@ -52,6 +53,7 @@ __all__ = [
     "RequestTimeout",
     "SendResult",
     "SendStatus",
+    "tls_context",
 ]
 
 

@@ -11,6 +11,7 @@ are answered as such, e.g. ``query_consumer_offset`` -> -1); a server that does 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -65,9 +66,10 @@ class QueueRange:
 
 class AdminClient(Lifecycle):
     def __init__(self, namesrv_addr: str, *, timeout_s: float = 5.0,
-                 credentials: tuple[str, str] | None = None) -> None:
+                 credentials: tuple[str, str] | None = None, tls: bool | ssl.SSLContext = False,
+                 tls_ca: str = "") -> None:
         self.timeout_s = timeout_s
-        self.remoting = ClientRemoting(name="pyrmq-admin", credentials=credentials)
+        self.remoting = ClientRemoting(name="pyrmq-admin", credentials=credentials, tls=tls, tls_ca=tls_ca)
         self.namesrv = (
             NamesrvClient(namesrv_addr, remoting=self.remoting, timeout_s=timeout_s) if namesrv_addr else None
         )

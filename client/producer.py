@@ -38,6 +38,8 @@ Outcomes, per message (all messages of a batch share one):
 - a refusal RocketMQ's producer retries on another broker (TOPIC_NOT_EXIST, SERVICE_NOT_AVAILABLE, SYSTEM_ERROR,
   NO_PERMISSION, NO_BUYER_ID, NOT_IN_CURRENT_UNIT; spec §1.6 ``retryResponseCodes``) or SYSTEM_BUSY: retried the
   same way after a route refresh; other codes fail with BrokerError carrying the code and the broker's remark.
+  A stored-but-weak answer from a fenced controller-mode master ("fenced: " in its remark) refreshes the route at
+  once, so the next sends find the master elected in its place instead of waiting for the 30 s poll.
 
 The producer heartbeats (HEART_BEAT with its group) to the masters it sends to, at its first route and every
 ``heartbeat_interval_s``, and unregisters from them (UNREGISTER_CLIENT) when it stops.
@@ -49,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -79,6 +82,9 @@ from remoting.message_codec import MessageCodecError
 from remoting.message_headers import TIMEOUT_FIELD
 
 log = logging.getLogger(__name__)
+
+# A controller-mode master that may have been replaced says so in its answer's remark (broker/controller_mode/fence.py)
+FENCED = "fenced: "
 
 
 @dataclass(slots=True)
@@ -157,6 +163,8 @@ class Producer(Lifecycle):
         enable_trace: bool = False,
         trace_topic: str | None = None,
         credentials: tuple[str, str] | None = None,
+        tls: bool | ssl.SSLContext = False,
+        tls_ca: str = "",
     ) -> None:
         """``enable_trace=True`` (or a ``trace_topic``) sends a Pub trace record per answered send, in the
         background (``client.trace``), to ``trace_topic`` (default ``RMQ_SYS_TRACE_TOPIC``)."""
@@ -178,7 +186,8 @@ class Producer(Lifecycle):
         self.heartbeat_interval_s = heartbeat_interval_s
         self.client_id = new_client_id(instance_name)
         self.remoting = ClientRemoting(avoid_failed_s=avoid_failed_broker_s, name=f"producer.{group}",
-                                      credentials=credentials)
+                                      credentials=credentials,
+                                      tls=tls, tls_ca=tls_ca)
         self.namesrv = NamesrvClient(namesrv_addr, remoting=self.remoting, timeout_s=send_timeout_s)
         self.routes = RouteCache(
             self.namesrv,
@@ -306,9 +315,11 @@ class Producer(Lifecycle):
         try:
             self.batcher.add(msg.topic, (msg.flag, msg.body, props), msg.msg_id, fut, wait=msg.wait_store_msg_ok,
                              solo=msg.delay_level > 0)
-        except MQClientError as exc:  # no queue for a new batch, e.g. the route lost its last master
+        except NoRouteError:  # no queue for a new batch: the route lost its last master (a failover under way)
+            ts.route = None
+            self._park(msg, fut)
+        except MQClientError as exc:
             self.stats.failed += 1
-            self.routes.refresh_soon(msg.topic)
             fut.set_exception(exc)
         return fut
 
@@ -379,18 +390,36 @@ class Producer(Lifecycle):
         assert ext is not None
         what = f"send of {len(batch.futures)} messages to {{}}"
         last_error: MQClientError | None = None
-        for attempt in range(self.retry_times + 1):
+        failed_addr: str | None = None  # the master whose transport just failed
+        attempt = 0
+        while attempt <= self.retry_times:
             remaining = batch.deadline - time.monotonic()
             if remaining <= 0:
                 break
             addr = self.routes.find_broker_address_in_publish(mq.broker_name)
-            if addr is None:
-                last_error = NoRouteError(mq.topic, f"broker group {mq.broker_name} has no master in the route")
-                self.routes.refresh_soon(mq.topic)
-                mq = self._requeue(ts, mq)
-                continue
+            if addr is None or addr == failed_addr:
+                other = self._requeue(ts, mq)
+                if not self.dedup and other.broker_name != mq.broker_name and self._healthy(other.broker_name):
+                    mq = other  # another group can take it now (classic mode's failover)
+                    continue
+                # The group has no master in the route, or only the one that just failed: wait for the route to name
+                # another (a controller-mode failover registers one within about a second) for a share of the time
+                # left, so one outage does not use up every attempt at once.
+                share = remaining / (self.retry_times + 1 - attempt)
+                addr = await self.routes.wait_for_master(mq.topic, mq.broker_name, failed_addr, share) or addr
+                if addr is None:
+                    last_error = NoRouteError(mq.topic, f"broker group {mq.broker_name} has no master in the route")
+                    attempt += 1
+                    mq = self._requeue(ts, mq)
+                    continue
+                if addr not in self._heartbeat_addrs and self._state == "started":
+                    self._heartbeat_now()  # a new master: it learns this producer group now (transaction checks)
+                remaining = batch.deadline - time.monotonic()
+                if remaining <= 0:
+                    break
             if attempt:
                 self.stats.retries += 1
+            attempt += 1
             self.stats.rpcs += 1
             ext["e"] = str(mq.queue_id)
             ext["n"] = mq.broker_name
@@ -400,13 +429,17 @@ class Producer(Lifecycle):
                 resp = await self.remoting.invoke(addr, command(batch.code, ext, batch.body), remaining, request)
             except MQClientError as exc:  # the transport failed (the address is marked unhealthy)
                 last_error = exc
+                failed_addr = addr
                 log.warning("%s failed (%s); retrying elsewhere", request, exc.message)
                 self.routes.refresh_soon(mq.topic)
                 if not self.dedup:  # with dedup, stay on this broker group so its dedup window applies
                     mq = self._requeue(ts, mq)
                 continue
+            failed_addr = None
             status = SEND_STATUS_BY_CODE.get(resp.code)
             if status is not None:
+                if FENCED in (resp.remark or ""):
+                    self.routes.refresh_soon(mq.topic)  # the route may already name its successor: next sends go there
                 batch.complete(mq, resp.ext or {}, status)
                 return
             last_error = BrokerError(resp.code, resp.remark or "", addr, request=request, request_code=batch.code)
@@ -441,14 +474,17 @@ class Producer(Lifecycle):
             ts.route_task = loop.create_task(self._fetch_route(ts), name=f"producer.route.{msg.topic}")
 
     async def _fetch_route(self, ts: _TopicState) -> None:
+        """The first route of a topic, or a writable one again after its last master left it: parked sends wait for
+        it up to ``send_timeout_s`` (a controller-mode failover names the new master well within that)."""
         try:
             route = await self.routes.get(ts.topic, allow_default=True)
+            if not route.publish_queues:
+                route = await self.routes.wait_writable(ts.topic, self.send_timeout_s) or route
             if not route.publish_queues:
                 raise NoRouteError(ts.topic, "no writable queue on a master broker")
         except Exception as exc:
             err = exc if isinstance(exc, MQClientError) else MQClientError(f"route lookup failed: {exc!r}")
-            self.stats.failed += ts.fail_parked(err)
-            self._topics.pop(ts.topic, None)  # the next send asks the nameserver again
+            self.stats.failed += ts.fail_parked(err)  # ts.route stays None: the next send asks the nameserver again
             return
         finally:
             ts.route_task = None

@@ -13,6 +13,7 @@ queue's master before its first pull there, as Java's client checks at start.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 
 from client.errors import ClientStateError
@@ -44,6 +45,8 @@ class PullConsumer(Lifecycle):
         heartbeat_interval_s: float = 30.0,
         instance_name: str | None = None,
         credentials: tuple[str, str] | None = None,
+        tls: bool | ssl.SSLContext = False,
+        tls_ca: str = "",
     ) -> None:
         self.group = group
         self.client_id = new_client_id(instance_name)
@@ -51,7 +54,8 @@ class PullConsumer(Lifecycle):
         self.heartbeat_interval_s = heartbeat_interval_s
         self.sub_version = int(time.time() * 1000)
         self.remoting = ClientRemoting(avoid_failed_s=avoid_failed_broker_s, name=f"pull-consumer.{group}",
-                                      credentials=credentials)
+                                      credentials=credentials,
+                                      tls=tls, tls_ca=tls_ca)
         self.namesrv = NamesrvClient(namesrv_addr, remoting=self.remoting, timeout_s=request_timeout_s)
         self.routes = RouteCache(self.namesrv, self.remoting.health, poll_interval_s=poll_name_server_interval_s)
         self.pull_api = PullAPI(group, self.routes, self.remoting, sub_version=self.sub_version)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import ssl
 import time
 from pathlib import Path
 
@@ -110,6 +111,8 @@ class PushConsumer(Lifecycle):
         enable_trace: bool = False,
         trace_topic: str | None = None,
         credentials: tuple[str, str] | None = None,
+        tls: bool | ssl.SSLContext = False,
+        tls_ca: str = "",
     ) -> None:
         """``enable_trace=True`` (or a ``trace_topic``) sends SubBefore/SubAfter trace records around each
         listener call, in the background (``client.trace``), to ``trace_topic`` (default ``RMQ_SYS_TRACE_TOPIC``)."""
@@ -136,7 +139,8 @@ class PushConsumer(Lifecycle):
         self.request_timeout_s = request_timeout_s
         self.client_id = new_client_id(instance_name)
         self.remoting = ClientRemoting(avoid_failed_s=avoid_failed_broker_s, name=f"consumer.{group}",
-                                      credentials=credentials)
+                                      credentials=credentials,
+                                      tls=tls, tls_ca=tls_ca)
         self.remoting.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_consumer_ids_changed)
         self.namesrv = NamesrvClient(namesrv_addr, remoting=self.remoting, timeout_s=request_timeout_s)
         self.routes = RouteCache(self.namesrv, self.remoting.health, poll_interval_s=poll_name_server_interval_s)

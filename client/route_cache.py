@@ -1,7 +1,13 @@
 """Topic routes from the nameservers, and the address choices of RocketMQ's MQClientInstance.
 
 Routes of every topic the client used are re-read every ``poll_interval_s`` (30 s, RocketMQ's
-pollNameServerInterval) and on demand after a failure (``refresh_soon``, at most once a second per topic).
+pollNameServerInterval) and on demand when a send or pull fails (``refresh_soon``): a master that died or handed
+its role on (controller mode) shows in the route as soon as the nameserver knows, not at the next poll. Bounded:
+at most one refresh in flight per topic and the next no sooner than ``min_refresh_interval_s`` (0.2 s) after the
+last, so a failing stream of sends costs a nameserver at most five route reads a second per topic and client.
+``wait_for_master`` lets a send wait for the route to name another master of its group (a failover) instead of
+failing at once; ``stats`` counts polls, on-demand refreshes and route changes, so a test can tell which of them
+brought the route a send used.
 From a route (spec §2.7):
 
 - publish queues: ``write_queue_nums`` queues of every writable QueueData whose BrokerData has a master (id 0);
@@ -27,9 +33,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from client.errors import NoRouteError
 from client.message import MessageQueue
@@ -41,8 +47,18 @@ from remoting.message_headers import DEFAULT_TOPIC
 from remoting.topic_route import TopicRouteData, read_topic_route
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_ROUTE_POLL_S = 3.0
+MIN_REFRESH_INTERVAL_S = 0.2
+
+
+@dataclass(slots=True)
+class RouteStats:
+    polled: int = 0  # refreshes the poll made (every poll_interval_s per topic)
+    on_demand: int = 0  # refreshes refresh_soon started after a failure
+    coalesced: int = 0  # refresh_soon calls that started none: one was in flight or ran less than the interval ago
+    changes: int = 0  # routes installed that differ from the cached one (addresses or queues)
 
 
 @dataclass(slots=True)
@@ -53,6 +69,11 @@ class TopicRoute:
     broker_addrs: dict[str, dict[int, str]]  # brokerName -> {brokerId: addr}
     is_default: bool = False  # built from the cluster's masters because the topic does not exist yet
     fetched_at: float = field(default_factory=time.monotonic)
+    version: int = 0  # how many times this topic's route changed in this cache (0: as first read)
+
+    def same_as(self, other: TopicRoute) -> bool:
+        return (self.broker_addrs == other.broker_addrs and self.publish_queues == other.publish_queues
+                and self.subscribe_queues == other.subscribe_queues and self.is_default == other.is_default)
 
 
 def route_from_data(topic: str, data: TopicRouteData, *, max_write_queues: int | None = None) -> TopicRoute:
@@ -104,8 +125,12 @@ class RouteCache:
         *,
         poll_interval_s: float = 30.0,
         default_topic_queue_nums: int = 4,
+        min_refresh_interval_s: float = MIN_REFRESH_INTERVAL_S,
     ) -> None:
         self.namesrv = namesrv
+        self.min_refresh_interval_s = min_refresh_interval_s
+        self.stats = RouteStats()
+        self._changed = asyncio.Event()  # set (and replaced) whenever an installed route differs from the cached one
         self.health = health
         self.poll_interval_s = poll_interval_s
         self.default_topic_queue_nums = default_topic_queue_nums
@@ -142,6 +167,7 @@ class RouteCache:
             for topic, route in list(self._routes.items()):
                 due = DEFAULT_ROUTE_POLL_S if route.is_default else self.poll_interval_s
                 if now - route.fetched_at >= due:
+                    self.stats.polled += 1
                     try:
                         await self.refresh(topic, allow_default=route.is_default)
                     except asyncio.CancelledError:
@@ -161,7 +187,15 @@ class RouteCache:
         return await self.refresh(topic, allow_default=allow_default)
 
     async def refresh(self, topic: str, *, allow_default: bool = False) -> TopicRoute:
+        """Read ``topic``'s route now. A caller arriving while a read of it is in flight takes that read's route
+        instead of making another (the pulls of many queues failing together ask once)."""
         lock = self._locks.setdefault(topic, asyncio.Lock())
+        if lock.locked():
+            async with lock:
+                pass
+            route = self._routes.get(topic)
+            if route is not None:
+                return route
         async with lock:
             self._last_refresh[topic] = time.monotonic()
             try:
@@ -193,6 +227,13 @@ class RouteCache:
         return TopicRoute(topic, queues, [], {b: addrs[b] for b in masters}, is_default=True)
 
     def _install(self, route: TopicRoute) -> None:
+        old = self._routes.get(route.topic)
+        if old is not None:
+            route.version = old.version if route.same_as(old) else old.version + 1
+        if old is None or route.version != old.version:
+            self.stats.changes += old is not None
+            changed, self._changed = self._changed, asyncio.Event()
+            changed.set()
         self._routes[route.topic] = route
         self._brokers.update(route.broker_addrs)
         live = set()
@@ -205,10 +246,16 @@ class RouteCache:
             self._brokers[name] = ids
 
     def refresh_soon(self, topic: str) -> None:
-        """Re-read ``topic``'s route in the background (at most once a second; never once stopped, so no task
-        outlives ``stop``)."""
-        if self._stopped or topic in self._refreshing or time.monotonic() - self._last_refresh.get(topic, 0.0) < 1.0:
+        """Re-read ``topic``'s route in the background: one refresh in flight per topic, the next no sooner than
+        ``min_refresh_interval_s`` after the last; never once stopped, so no task outlives ``stop``."""
+        if self._stopped:
             return
+        if topic in self._refreshing or (
+            time.monotonic() - self._last_refresh.get(topic, -self.min_refresh_interval_s) < self.min_refresh_interval_s
+        ):
+            self.stats.coalesced += 1
+            return
+        self.stats.on_demand += 1
         route = self._routes.get(topic)
         allow_default = route is not None and route.is_default
 
@@ -221,6 +268,43 @@ class RouteCache:
                 self._refreshing.pop(topic, None)
 
         self._refreshing[topic] = asyncio.get_running_loop().create_task(run(), name=f"route-cache.{topic}")
+
+    async def wait_for_master(self, topic: str, broker_name: str, not_addr: str | None, timeout_s: float) -> str | None:
+        """The master address of ``broker_name`` once the route names one other than ``not_addr`` (the master that
+        just failed), or None after ``timeout_s``. A controller-mode failover shows here as soon as the new master
+        registered."""
+
+        def found() -> str | None:
+            addr = self.find_broker_address_in_publish(broker_name)
+            return addr if addr is not None and addr != not_addr else None
+
+        return await self._wait(topic, found, timeout_s)
+
+    async def wait_writable(self, topic: str, timeout_s: float) -> TopicRoute | None:
+        """``topic``'s route once it has a writable queue on a master, or None after ``timeout_s``: a group between
+        a dead master and its successor has none."""
+
+        def found() -> TopicRoute | None:
+            route = self._routes.get(topic)
+            return route if route is not None and route.publish_queues else None
+
+        return await self._wait(topic, found, timeout_s)
+
+    async def _wait(self, topic: str, found: Callable[[], T | None], timeout_s: float) -> T | None:
+        """``found()`` once it is not None, re-reading ``topic``'s route meanwhile within ``refresh_soon``'s bounds
+        and re-checking after every route change; None after ``timeout_s`` or once stopped."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            value = found()
+            left = deadline - time.monotonic()
+            if value is not None or left <= 0 or self._stopped:
+                return value
+            self.refresh_soon(topic)
+            changed = self._changed
+            try:
+                await asyncio.wait_for(changed.wait(), min(left, self.min_refresh_interval_s))
+            except TimeoutError:
+                pass
 
     # addresses ------------------------------------------------------------------------------------------
     def broker_addrs(self, broker_name: str) -> dict[int, str]:

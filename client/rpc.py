@@ -20,6 +20,7 @@ Not thread-safe: use from one event loop.
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Mapping
 
@@ -37,6 +38,7 @@ from remoting.errors import (
 )
 from remoting.frame_codec import RemotingCommand
 from remoting.server import Processor
+from remoting.tls import TlsFileError, client_context
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +111,23 @@ async def best_effort(call: Awaitable[RemotingCommand]) -> bool:
     return True
 
 
+def tls_context(tls: bool | ssl.SSLContext = False, ca: str = "", *, cert: str = "", key: str = "",
+                verify_hostname: bool = True) -> ssl.SSLContext | None:
+    """The SDK's TLS: ``tls=True`` verifies the servers against ``ca`` (a PEM file; empty: the system's CAs) and,
+    with ``cert``/``key``, presents a client certificate (mutual TLS); an ``ssl.SSLContext`` is used as it is;
+    ``False`` is plain TCP. A file that does not load raises ``ValueError`` naming the argument."""
+    if isinstance(tls, ssl.SSLContext):
+        return tls
+    if not tls:
+        if ca or cert or key:
+            raise ValueError("tls_ca / cert / key given without tls=True: pass tls=True to connect with TLS")
+        return None
+    try:
+        return client_context(trust=ca, cert=cert, key=key, verify_hostname=verify_hostname, prefix="tls")
+    except TlsFileError as exc:
+        raise ValueError(f"{exc.problem.replace('tls.', '')}; {exc.hint} ({exc.key.replace('tls.trustCertPath', 'tls_ca')})") from None
+
+
 class ClientRemoting:
     """The remoting side of one SDK instance: its RemotingClient and the HealthTracker its route choices use."""
 
@@ -120,8 +139,11 @@ class ClientRemoting:
         name: str = "pyrmq-client",
         limits: Limits | None = None,
         credentials: tuple[str, str] | None = None,
+        tls: bool | ssl.SSLContext = False,
+        tls_ca: str = "",
     ) -> None:
-        self.client = RemotingClient(limits=limits or Limits(), connect_timeout_s=connect_timeout_s, name=name)
+        self.client = RemotingClient(limits=limits or Limits(), connect_timeout_s=connect_timeout_s, name=name,
+                                     ssl=tls_context(tls, tls_ca))
         self.health = HealthTracker(avoid_failed_s)
         if credentials is not None:
             self.use_credentials(*credentials)

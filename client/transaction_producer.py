@@ -19,6 +19,7 @@ import asyncio
 import enum
 import inspect
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
@@ -96,6 +97,8 @@ class TransactionProducer:
         instance_name: str | None = None,
         topics: tuple[str, ...] = (),
         credentials: tuple[str, str] | None = None,
+        tls: bool | ssl.SSLContext = False,
+        tls_ca: str = "",
     ) -> None:
         self.group = group
         self.topics = tuple(topics)  # their masters get heartbeats from the start: checks of halves sent before
@@ -105,7 +108,8 @@ class TransactionProducer:
         self.heartbeat_interval_s = heartbeat_interval_s
         self.default_topic_queue_nums = default_topic_queue_nums
         self.client_id = new_client_id(instance_name)
-        self.remoting = ClientRemoting(name=f"tx-producer.{group}", credentials=credentials)
+        self.remoting = ClientRemoting(name=f"tx-producer.{group}", credentials=credentials,
+                                      tls=tls, tls_ca=tls_ca)
         self.namesrv = NamesrvClient(namesrv_addr, remoting=self.remoting, timeout_s=send_timeout_s)
         self.routes = RouteCache(self.namesrv, self.remoting.health, default_topic_queue_nums=default_topic_queue_nums)
         self.remoting.register(RequestCode.CHECK_TRANSACTION_STATE, self._on_check)

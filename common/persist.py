@@ -36,16 +36,20 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_json_atomic(path: str | Path, obj: Any) -> None:
-    write_bytes_atomic(path, json.dumps(obj, indent=2, sort_keys=True).encode("utf-8"))
+def write_json_atomic(path: str | Path, obj: Any, *, private: bool = False) -> None:
+    write_bytes_atomic(path, json.dumps(obj, indent=2, sort_keys=True).encode("utf-8"), private=private)
 
 
-def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` as the module docstring describes (the old content kept as ``.bak``)."""
+def write_bytes_atomic(path: str | Path, data: bytes, *, private: bool = False) -> None:
+    """Replace ``path`` with ``data`` as the module docstring describes (the old content kept as ``.bak``).
+
+    ``private`` files (secrets: users' keys) are created readable by the owner alone, from the first byte on."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
+    tmp.unlink(missing_ok=True)  # a leftover of a crash may carry another mode: the new file gets ours
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o666)
+    with open(fd, "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())

@@ -8,7 +8,7 @@ the raw response whatever its code. Not thread-safe: one event loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -40,6 +40,9 @@ class ReplicaInfo:
     sync_state_set: frozenset[int]
     sync_state_set_epoch: int
     master_confirm_offset: int | None = None  # pyrmq: the master's confirm offset, None when the controller has none
+    # pyrmq: the controller's enableElectUncleanMaster (None when the answer did not say): a property of the
+    # controller, not of the group's state, so it takes no part in comparisons
+    elect_unclean: bool | None = field(default=None, compare=False)
 
 
 def _replica_info(resp: RemotingCommand) -> ReplicaInfo:
@@ -57,6 +60,7 @@ def _replica_info(resp: RemotingCommand) -> ReplicaInfo:
                                            what="syncStateSetEpoch"),
             master_confirm_offset=parse_int(ext["masterConfirmOffset"], 0, LONG_MAX, what="masterConfirmOffset")
             if ext.get("masterConfirmOffset") else None,
+            elect_unclean={"true": True, "false": False}.get(ext.get("electUncleanMaster", "")),
         )
     except (orjson.JSONDecodeError, NumberError, AttributeError, TypeError) as exc:
         raise ControllerError("controller answer", RC.SYSTEM_ERROR, f"does not parse: {exc}") from None
@@ -132,12 +136,14 @@ class ControllerClient:
 
     async def heartbeat(self, cluster: str, broker_name: str, address: str, broker_id: int, *, epoch: int = 0,
                         max_offset: int = 0, confirm_offset: int = 0, timeout_ms: int = 10_000,
-                        priority: int | None = None) -> None:
+                        priority: int | None = None, all_ack: bool | None = None) -> None:
         ext = {"clusterName": cluster, "brokerName": broker_name, "brokerAddr": address, "brokerId": str(broker_id),
                "epoch": str(epoch), "maxOffset": str(max_offset), "confirmOffset": str(confirm_offset),
                "heartbeatTimeoutMills": str(timeout_ms)}
         if priority is not None:
             ext["electionPriority"] = str(priority)
+        if all_ack is not None:  # pyrmq's: lets the controller elect at once when this master's connection closes
+            ext["allAckInSyncStateSet"] = "true" if all_ack else "false"
         await self._ok("BROKER_HEARTBEAT", RequestCode.BROKER_HEARTBEAT, ext)
 
     # replicas -----------------------------------------------------------------------------------------------

@@ -2,8 +2,12 @@
 
 - Liveness (``LiveTable``): the last heartbeat of every broker, with the connection it came over; a broker is
   alive while its last heartbeat is younger than its ``heartbeatTimeoutMills`` and that connection is open. A
-  closed connection counts at once: if it carried the master's heartbeats, the group's election runs now, not at
-  the next scan (RocketMQ's onBrokerChannelClose).
+  closed connection of a slave counts at once. One of the master counts at once, and its group's election runs
+  now rather than at the next scan (RocketMQ's onBrokerChannelClose), only when that master declared
+  ``allAckInSyncStateSet`` in its heartbeats and this controller elects cleanly: then any member it can elect has
+  stopped acking the old master, which therefore can no longer answer SEND_OK (broker/controller_mode/fence.py).
+  Otherwise the master stays alive until its heartbeat timeout, which its role lease covers: a reset that reaches
+  the controller but not the broker must not let two masters answer SEND_OK.
 - Decisions (``decide``): read the group state, let ``controller.election`` decide, write the result by
   compare-and-swap fenced by this instance's hold on the active key. A stale read is retried (at most
   ``electMasterMaxRetryCount`` times); a fenced write means this instance is no longer active (``NotActive``).
@@ -86,10 +90,19 @@ class LiveTable:
         return [e.conn for (name, _), e in self._entries.items() if name == broker_name and e.conn is not None
                 and e.conn.is_open]
 
-    def on_close(self, conn: Connection) -> list[tuple[str, int]]:
-        gone = [key for key, e in self._entries.items() if e.conn is conn]
-        for key in gone:
-            del self._entries[key]
+    def on_close(self, conn: Connection, keep: Callable[[str, int, LiveInfo], bool] = lambda *_: False
+                 ) -> list[tuple[str, int]]:
+        """Forget the brokers that heartbeated over ``conn`` (returned), except those ``keep`` names: they stay
+        alive until their heartbeat timeout."""
+        gone = []
+        for key, e in list(self._entries.items()):
+            if e.conn is not conn:
+                continue
+            if keep(key[0], key[1], e.info):
+                e.conn = None
+            else:
+                del self._entries[key]
+                gone.append(key)
         return gone
 
     def clear(self) -> None:
@@ -224,8 +237,16 @@ class ReplicasManager:
         return outcome, state
 
     # liveness events ----------------------------------------------------------------------------------------
+    def _alive_until_timeout(self, broker_name: str, broker_id: int, info: LiveInfo) -> bool:
+        """A closed connection leaves a broker alive until its timeout when it may be (or is) the group's master
+        and an election now could make two masters answer SEND_OK (see the module's docstring)."""
+        cached = self.cache.get(broker_name)
+        if cached is not None and cached[0].master_broker_id != broker_id:
+            return False
+        return not (info.all_ack and not self.config.enable_elect_unclean_master)
+
     def on_connection_closed(self, conn: Connection) -> None:
-        gone = self.live.on_close(conn)
+        gone = self.live.on_close(conn, self._alive_until_timeout)
         if not gone or not self.campaign.is_active:
             return
         for broker_name, broker_id in gone:

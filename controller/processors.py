@@ -3,7 +3,7 @@
 Requests (header fields as RocketMQ's Java headers; the response header, then the body):
 
 - 904 BROKER_HEARTBEAT: clusterName, brokerAddr, brokerName, brokerId, epoch, maxOffset, confirmOffset,
-  heartbeatTimeoutMills, electionPriority.
+  heartbeatTimeoutMills, electionPriority (and pyrmq's allAckInSyncStateSet: see controller.manager).
 - 1012 GET_NEXT_BROKER_ID: clusterName, brokerName -> clusterName, brokerName, nextBrokerId.
 - 1013 APPLY_BROKER_ID: clusterName, brokerName, appliedBrokerId, registerCheckCode -> clusterName, brokerName.
 - 1003 REGISTER_BROKER: clusterName, brokerName, brokerId, brokerAddress -> clusterName, brokerName,
@@ -13,7 +13,8 @@ Requests (header fields as RocketMQ's Java headers; the response header, then th
 - 1001 ALTER_SYNC_STATE_SET: brokerName, masterBrokerId, masterEpoch and a SyncStateSet body ->
   newSyncStateSetEpoch; SyncStateSet.
 - 1004 GET_REPLICA_INFO: brokerName -> masterBrokerId, masterAddress, masterEpoch (and pyrmq's masterConfirmOffset:
-  the master's last heartbeat's confirmOffset, when that heartbeat was of the current masterEpoch); SyncStateSet.
+  the master's last heartbeat's confirmOffset, when that heartbeat was of the current masterEpoch, and
+  electUncleanMaster, this controller's enableElectUncleanMaster, which the master's fence needs); SyncStateSet.
 - 1005 GET_METADATA_INFO -> group, controllerLeaderId, controllerLeaderAddress, isLeader, peers.
 - 1006 GET_SYNC_STATE_DATA: a JSON list of brokerNames -> BrokerReplicasInfo JSON.
 
@@ -187,6 +188,7 @@ class ControllerProcessors:
             max_offset=fields.long("maxOffset", 0) or 0,
             confirm_offset=fields.long("confirmOffset", 0) or 0,
             priority=INT_MAX if priority is None else priority,
+            all_ack=fields.bool("allAckInSyncStateSet", False) or False,
         )
         self._beat(conn, name, broker_id, info)
         return response_to(request, RC.SUCCESS, None)
@@ -258,6 +260,7 @@ class ControllerProcessors:
         master = self.manager.live.last(name, state.master_broker_id) if state.master_broker_id is not None else None
         if master is not None and master.epoch == state.master_epoch:
             ext["masterConfirmOffset"] = str(master.confirm_offset)
+        ext["electUncleanMaster"] = "true" if self.manager.config.enable_elect_unclean_master else "false"
         return response_to(request, RC.SUCCESS, None, ext=ext, body=sync_state_set_body(state))
 
     async def get_sync_state_data(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

@@ -74,6 +74,7 @@ class LiveInfo:
     max_offset: int = 0
     confirm_offset: int = 0
     priority: int = DEFAULT_ELECTION_PRIORITY
+    all_ack: bool = False  # pyrmq: the broker declared allAckInSyncStateSet=true (unknown counts as false)
 
     def alive(self, now_ms: int) -> bool:
         return now_ms - self.last_seen_ms < self.timeout_ms

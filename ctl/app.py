@@ -53,6 +53,28 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def connection_options(
+    tls: bool = typer.Option(False, "--tls", envvar="MQCTL_TLS", help="Connect to every server with TLS."),
+    tls_ca: str = typer.Option("", "--tls-ca", envvar="MQCTL_TLS_CA",
+                               help="CA certificate (PEM) the servers' certificates chain to (default: the system's)."),
+    tls_cert: str = typer.Option("", "--tls-cert", envvar="MQCTL_TLS_CERT",
+                                 help="Client certificate (PEM), where servers require one (mutual TLS)."),
+    tls_key: str = typer.Option("", "--tls-key", envvar="MQCTL_TLS_KEY", show_default=False,
+                                help="The client certificate's private key (PEM)."),
+) -> None:
+    """Options for every command: how to connect (ACL credentials come from MQCTL_ACCESS_KEY/MQCTL_SECRET_KEY)."""
+    from ctl.rpc import use_credentials, use_tls
+
+    use_credentials(None)
+    try:
+        use_tls(tls=bool(tls or tls_ca or tls_cert or tls_key), ca=tls_ca, cert=tls_cert, key=tls_key)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc).replace("tls_ca", "--tls-ca")) from None
+
+
 for module in (cluster, ha, controller, topic, group, message, query, trace, acl, chaos):
     app.add_typer(module.app)
 app.add_typer(health.app, name="cluster")

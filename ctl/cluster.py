@@ -98,7 +98,7 @@ CONTROLLER_COLUMNS = [
 def add_controller_view(cluster, rows: list[dict]) -> tuple[list[Column], list[str], dict | None]:
     """Controller mode: each row gets the broker's controller brokerId, its group's masterEpoch and whether it is in
     the SyncStateSet; a footer names the active controller and each group's SyncStateSet. Classic mode: nothing."""
-    from ctl.controller import controller_lines, controller_view
+    from ctl.controller import ControllerView, NoView, controller_lines, controller_view
 
     addrs = {r["controllerAddr"] for r in rows if r.get("controllerAddr")}
     if not addrs:
@@ -106,12 +106,14 @@ def add_controller_view(cluster, rows: list[dict]) -> tuple[list[Column], list[s
     names = sorted({r["brokerName"] for r in rows})
     view = controller_view(cluster, addrs, names)
     for row in rows:
-        group = view.groups.get(row["brokerName"]) if view is not None else None
+        group = view.groups.get(row["brokerName"]) if isinstance(view, ControllerView) else None
         cid = group.id_of(row["addr"]) if group is not None else None
         row.update(controllerBrokerId=cid, masterEpoch=group.master_epoch if group else None,
                    inSyncStateSet=(cid in group.sync_state_set) if group is not None and cid is not None else None)
     data = None
-    if view is not None:
+    if isinstance(view, NoView):
+        data = {"error": view.reason}
+    elif view is not None:
         data = {"addrs": view.addrs, "active": view.metadata.get("controllerLeaderAddress") or None,
                 "activeId": view.metadata.get("controllerLeaderId") or None,
                 "groups": {n: g.to_json() for n, g in view.groups.items()}}

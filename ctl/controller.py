@@ -174,9 +174,17 @@ def group_roles(addrs: list[str], broker_name: str) -> tuple[str | None, list[st
                                           if r["brokerId"] != group.master_broker_id]
 
 
-def controller_view(cluster: Cluster, controller_addrs: set[str], names: list[str]) -> ControllerView | None:
-    """For clusterList and haStatus: the controller's view when the brokers named a controller; None when the
-    controller does not answer (the reports then say so instead of failing)."""
+@dataclass(frozen=True)
+class NoView:
+    """The controller gave no view: ``reason`` says why (e.g. etcd lost its majority)."""
+
+    reason: str
+
+
+def controller_view(cluster: Cluster, controller_addrs: set[str], names: list[str]) -> ControllerView | NoView | None:
+    """For clusterList and haStatus: the controller's view when the brokers named a controller (None when none
+    did); ``NoView`` with the reason when the controller does not answer or refuses (the reports then say so instead
+    of failing)."""
     from remoting.errors import RemotingError
 
     if not controller_addrs:
@@ -184,16 +192,17 @@ def controller_view(cluster: Cluster, controller_addrs: set[str], names: list[st
     addrs = sorted({a for text in controller_addrs for a in split_addrs(text)})
     try:
         return cluster.run(fetch_view(addrs, names, cluster.timeout_s))
-    except (RemotingError, CtlError):
-        return None
+    except (RemotingError, CtlError) as exc:
+        return NoView(str(exc))
 
 
-def controller_lines(view: ControllerView | None, names: list[str], wanted: bool) -> list[str]:
+def controller_lines(view: ControllerView | NoView | None, names: list[str], wanted: bool) -> list[str]:
     """The footer clusterList and haStatus print in controller mode."""
     if not wanted:
         return []
-    if view is None:
-        return ["", "#Controller  not answering (see `mqctl getControllerMetaData -a <controllerAddr>`)"]
+    if not isinstance(view, ControllerView):
+        why = f": {view.reason}" if isinstance(view, NoView) else ""
+        return ["", f"#Controller  not answering{why} (see `mqctl getControllerMetaData -a <controllerAddr>`)"]
     lines = ["", f"#Controller  {';'.join(view.addrs)}  active: {view.active}"]
     for name in names:
         g = view.groups.get(name)

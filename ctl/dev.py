@@ -174,12 +174,72 @@ def ensure_ha_secret(root: Path) -> Path:
     return path
 
 
+SECURE_DIR = "tls"  # DIR/tls: the generated CA (ca.pem) and each member's certificate and key
+ADMIN_USER = "admin"
+ADMIN_SECRET_FILE = "admin-secret"  # DIR/admin-secret (0600): the password of the ACL's first Super user
+INNER_SECRET_FILE = "inner-secret"  # DIR/inner-secret (0600): what brokers sign their own calls with
+
+
+def ensure_secret_file(path: Path) -> str:
+    """A random secret kept in ``path`` (0600, created once, then reused); returns it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    value = secrets.token_urlsafe(24)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(value + "\n")
+    return value
+
+
+def ensure_certs(root: Path, names: list[str]) -> Path:
+    """``DIR/tls``: a CA and a certificate per member, made once by deploy/certs/gen-certs.sh (openssl)."""
+    from ctl.errors import DevClusterError
+    from harness.debian_pkg import find_or_install
+
+    out = root / SECURE_DIR
+    if (out / "ca.pem").exists() and all((out / f"{n}.pem").exists() for n in names):
+        return out
+    binary, why = find_or_install("openssl", "openssl")
+    if binary is None:
+        raise DevClusterError(f"--secure needs openssl to make the cluster's certificates: {why}",
+                              hint="apt-get install openssl")
+    done = subprocess.run(["sh", str(REPO_ROOT / "deploy" / "certs" / "gen-certs.sh"), str(out), *names],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise DevClusterError(f"gen-certs.sh failed: {done.stderr.strip()}", hint="read deploy/certs/gen-certs.sh")
+    return out
+
+
+def secure_conf(member: Member, certs: Path, admin_secret: str, inner_secret: str) -> dict[str, object]:
+    """The keys ``--secure`` adds: TLS enforcing on every port of the member (its own certificate; brokers also
+    dial with TLS), ACL 2.0 on with ``admin`` as the first Super user."""
+    import json
+
+    values: dict[str, object] = {
+        "tls.server.mode": "enforcing",
+        "tls.server.certPath": certs / f"{member.name}.pem",
+        "tls.server.keyPath": certs / f"{member.name}.key",
+        "tls.server.trustCertPath": certs / "ca.pem",
+        "authenticationEnabled": "true",
+        "authorizationEnabled": "true",
+        "initAuthenticationUser": json.dumps({"username": ADMIN_USER, "password": admin_secret}),
+        "innerClientAuthenticationCredentials": json.dumps({"accessKey": "inner", "secretKey": inner_secret}),
+    }
+    if member.module == "broker":
+        values.update({"tls.enable": "true", "tls.client.trustCertPath": certs / "ca.pem",
+                       "tls.client.certPath": certs / f"{member.name}.pem",
+                       "tls.client.keyPath": certs / f"{member.name}.key"})
+    return values
+
+
 def member_conf(member: Member, home: Path, namesrv_addr: str, file_size_mb: int,
                 ha_secret_file: Path) -> tuple[dict[str, object], str]:
     if member.module == "namesrv":
         port = free_port()
-        return {"listenPort": port, "metricsExporterType": "PROM", "metricsPromExporterPort": free_port()}, \
-            f"127.0.0.1:{port}"
+        # its KV config (and, with ACL on, the users next to it) stay in DIR, not in the user's ~/namesrv
+        return {"listenPort": port, "metricsExporterType": "PROM", "metricsPromExporterPort": free_port(),
+                "kvConfigPath": home / "kvConfig.json"}, f"127.0.0.1:{port}"
     port = free_port()
     return {
         "brokerClusterName": CLUSTER_NAME,
@@ -314,13 +374,18 @@ def up(
     controller: Annotated[bool, typer.Option(
         "--controller", help="Controller mode: etcd, a nameserver with the controller, broker-a-1..3, broker-b-1..3."
     )] = False,
+    secure: Annotated[bool, typer.Option(
+        "--secure", help="TLS enforcing on every port (a generated CA in DIR/tls) and ACL 2.0 with an admin user."
+    )] = False,
     progress: ProgressOpt = None,
     json: JsonOpt = False,
 ):
     """Start one nameserver and broker-a/-s (SYNC_MASTER), broker-b/-s (ASYNC_MASTER) on 127.0.0.1.
 
     With --wait (the default) it returns once the cluster is ready, as mqctl cluster wait does; in controller mode
-    also once every group has a master and every member in its SyncStateSet.
+    also once every group has a master and every member in its SyncStateSet. With --secure every port
+    (remoting, fast, HA, gRPC) serves TLS only, brokers dial with TLS, and ACL 2.0 is on; it prints the exports
+    that point mqctl at the CA and the admin user (whose password stays in DIR/admin-secret).
     """
     from ctl.errors import DevClusterError
     from ctl.health import ready_data, ready_lines, wait_ready
@@ -343,8 +408,17 @@ def up(
             f"{root} holds a {'controller-mode' if is_controller_mode(root) else 'classic'} dev cluster's stores",
             hint="pick another --dir (the two modes' stores and broker names differ)",
         )
+    if secure and controller:
+        raise DevClusterError("--secure runs the classic cluster; controller mode has no secure variant yet",
+                              hint="drop --controller or --secure")
     (root / MODE_FILE).write_text((CONTROLLER_MODE if controller else "classic") + "\n")
     secret_file = ensure_ha_secret(root)
+    certs = admin_secret = inner_secret = None
+    if secure:
+        certs = ensure_certs(root, [m.name for m in members(root)])
+        admin_secret = ensure_secret_file(root / ADMIN_SECRET_FILE)
+        inner_secret = ensure_secret_file(root / INNER_SECRET_FILE)
+        use_secure_client(certs, admin_secret)  # this run's own checks (wait_ready) connect as mqctl users will
     try:
         for member in members(root):
             p = paths(root, member)
@@ -359,6 +433,8 @@ def up(
                 write_conf(p["conf"], values)
             else:
                 values, addr = member_conf(member, p["home"], namesrv_addr, file_size_mb, secret_file)
+                if certs is not None:
+                    values.update(secure_conf(member, certs, admin_secret, inner_secret))
                 write_conf(p["conf"], values)
             p["addr"].write_text(addr + "\n")
             if member.module == "namesrv":
@@ -385,7 +461,26 @@ def up(
             data["syncStateSets"] = groups
             lines.insert(1, "every group has a master and its whole SyncStateSet: "
                          + ", ".join(f"{n} {g}" for n, g in groups.items()))
+    if certs is not None:
+        exports = secure_exports(root, certs)
+        data["secure"] = {"caPath": str(certs / "ca.pem"), "adminUser": ADMIN_USER,
+                          "adminSecretFile": str(root / ADMIN_SECRET_FILE)}
+        lines += ["TLS enforcing on every port, ACL 2.0 on; point mqctl and the SDK at them with:", *exports]
     out.show(data, lines)
+
+
+def use_secure_client(certs: Path, admin_secret: str) -> None:
+    """This mqctl process connects to the secure cluster as the admin user, with TLS trusting its CA."""
+    from ctl.rpc import use_credentials, use_tls
+
+    use_tls(tls=True, ca=str(certs / "ca.pem"))
+    use_credentials((ADMIN_USER, admin_secret))
+
+
+def secure_exports(root: Path, certs: Path) -> list[str]:
+    """Shell lines for the caller (the password is read from its file, never printed)."""
+    return [f"  export MQCTL_TLS=true MQCTL_TLS_CA={certs / 'ca.pem'}",
+            f"  export MQCTL_ACCESS_KEY={ADMIN_USER} MQCTL_SECRET_KEY=$(cat {root / ADMIN_SECRET_FILE})"]
 
 
 def wait_sync_state_sets(controller_addr: str, names: list[str], size: int, timeout_s: float) -> dict[str, list[int]]:

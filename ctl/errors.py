@@ -117,7 +117,11 @@ def transport_reason(exc: BaseException | None) -> str:
     if sdk is not None and isinstance(exc, sdk.RequestTimeout):
         return f"no answer within {exc.timeout_s:.1f}s"
     if sdk is not None and isinstance(exc, sdk.BrokerUnreachableError):
-        return TRANSPORT_WORDS.get(exc.status, exc.details or exc.status)
+        words = TRANSPORT_WORDS.get(exc.status, exc.details or exc.status)
+        rpc = sys.modules.get("ctl.rpc")
+        if exc.status == "CONNECTION_CLOSED" and rpc is not None and rpc.tls() is None:
+            words += "; a port with tls.server.mode=enforcing closes plaintext: connect with --tls"
+        return words
     return exc.message if isinstance(exc, PyrmqError) else str(exc) or "no answer"
 
 

@@ -94,7 +94,7 @@ def add_controller_view(cluster, reports: list[dict]) -> list[str]:
     ``controller`` state (masterEpoch, SyncStateSet, this broker's controller brokerId) and each slave row whether it
     is in the SyncStateSet; the footer names the active controller. Classic mode: nothing changes."""
     from client.errors import MQClientError
-    from ctl.controller import controller_lines, controller_view
+    from ctl.controller import ControllerView, controller_lines, controller_view
 
     names: dict[str, str] = {}  # report address -> brokerName, for brokers in controller mode
     addrs: set[str] = set()
@@ -112,7 +112,7 @@ def add_controller_view(cluster, reports: list[dict]) -> list[str]:
     view = controller_view(cluster, addrs, sorted(set(names.values())))
     for one in reports:
         addr = one.get("masterAddr") if one["role"] != "SLAVE" else one["slaveAddr"]
-        group = view.groups.get(names.get(addr, "")) if view is not None else None
+        group = view.groups.get(names.get(addr, "")) if isinstance(view, ControllerView) else None
         if group is None:
             continue
         one["controller"] = {"brokerName": group.broker_name, "controllerBrokerId": group.id_of(addr),

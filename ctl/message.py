@@ -251,10 +251,13 @@ async def _consume(cluster, topic, group, names, queue_id, offset, count, from_s
 
     from client.pull_api import PullStatus
     from client.pull_consumer import PullConsumer
+    from ctl.rpc import env_credentials
+    from ctl.rpc import tls as rpc_tls
 
     slave_id = 1
     rows: list[dict] = []
-    async with PullConsumer(group, ";".join(cluster.namesrv_addrs), request_timeout_s=cluster.timeout_s) as consumer:
+    async with PullConsumer(group, ";".join(cluster.namesrv_addrs), request_timeout_s=cluster.timeout_s,
+                            credentials=env_credentials(), tls=rpc_tls() or False) as consumer:
         queues = [
             mq
             for mq in await consumer.fetch_subscribe_queues(topic)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
@@ -20,6 +21,7 @@ from typing import Any, Self, TypeVar
 from client.admin import AdminClient, BrokerData, ClusterInfo
 from client.errors import BrokerError, NoNameserverError, NoRouteError
 from client.namesrv import NamesrvClient
+from client.rpc import tls_context
 from common.broker_id import MASTER_ID
 from ctl.errors import NamesrvUnreachable, Refused, TopicNotFound, UnknownName, transport_reason
 from remoting.frame_codec import RemotingCommand
@@ -47,8 +49,34 @@ SECRET_KEY_ENV = "MQCTL_SECRET_KEY"
 def env_credentials() -> tuple[str, str] | None:
     """ACL 2.0 credentials every mqctl request is signed with, from the environment (a secret on the command line
     shows in ``ps``)."""
+    if _credentials is not None:
+        return _credentials
     access_key, secret_key = os.environ.get(ACCESS_KEY_ENV), os.environ.get(SECRET_KEY_ENV)
     return (access_key, secret_key) if access_key and secret_key else None
+
+
+# How this mqctl run connects: set by the root command's options (ctl.app) at the start of every invocation, so an
+# in-process caller (tests) never inherits the last one's; ``mqctl dev up --secure`` sets both for its own checks.
+_tls: ssl.SSLContext | None = None
+_credentials: tuple[str, str] | None = None
+
+
+def use_credentials(credentials: tuple[str, str] | None) -> None:
+    """Sign this run's requests with ``credentials`` instead of MQCTL_ACCESS_KEY/MQCTL_SECRET_KEY (None: those)."""
+    global _credentials
+    _credentials = credentials
+
+
+def use_tls(*, tls: bool, ca: str = "", cert: str = "", key: str = "") -> None:
+    """Every connection of this mqctl run uses TLS (``client.tls_context``); ``ValueError`` when a file does not
+    load."""
+    global _tls
+    _tls = tls_context(tls, ca, cert=cert, key=key)
+
+
+def tls() -> ssl.SSLContext | None:
+    """The TLS context of this mqctl run (None: plain TCP)."""
+    return _tls
 
 
 class Cluster:
@@ -62,7 +90,7 @@ class Cluster:
         self._runner = asyncio.Runner()
         try:
             self.client = AdminClient(";".join(self.namesrv_addrs), timeout_s=timeout_s,
-                                      credentials=env_credentials())
+                                      credentials=env_credentials(), tls=tls() or False)
         except ValueError as exc:  # an address that is not host:port
             self._runner.close()
             raise NamesrvUnreachable(namesrv, str(exc)) from None

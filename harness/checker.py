@@ -8,16 +8,34 @@ Pure: no I/O, no clock. Input is what the workload recorded:
   with the writer and its sequence number, and the commitlog offset of a stored message (from its offsetMsgId);
 - every read by the consumer group (at-least-once: an id may come twice);
 - optionally the reads of one node on its own (the slave, drained after the master was destroyed: killed and
-  never restarted, as if its disk were gone) and the slave's acknowledged offset recorded at that fault.
+  never restarted, as if its disk were gone) and the slave's acknowledged offset recorded at that fault;
+- optionally every SEND_OK with its broker group, the broker that answered it and the client's send and answer
+  times (``SendOk``), for the split-brain check.
 
 Output (``Report``): attempted / acked / weak / failed / unknown; read (by the group and the drained node);
 ``lost`` = acked - read (split per writer into prefix / middle / postfix, Jepsen's lost-breakout) and
 ``lost_below_ack``, those of them whose whole record lies below the slave's acknowledged offset; ``weak_lost`` and
 ``recovered`` (weak or unknown, yet read); ``unexpected`` = reads of ids never attempted; ``aborted_reads`` = reads
 of FAILED sends; ``duplicated`` (by the group); ``inconsistent_offsets`` = one queue offset holding different ids
-across reads; ``lost_on_slave`` = acked ids the slave does not hold, and ``lost_on_slave_below_ack``.
+across reads; ``lost_on_slave`` = acked ids the slave does not hold, and ``lost_on_slave_below_ack``;
+``overlapping_send_ok`` = SEND_OKs answered inside another broker's SEND_OK period of the same group.
 
-The verdict (``Report.problems(mode)``): in both modes unexpected = aborted reads = inconsistent offsets = 0.
+**Non-overlapping SEND_OK periods** (``send_ok_overlaps``): a broker's SEND_OK was answered at some instant
+between the client's send and the answer, so a term's period certainly spans from its earliest *answer* time to its
+latest *send* time. Another broker of the group overlaps it when one of its SEND_OKs was both sent after that start
+and answered before that end: it answered inside the period (two brokers of one group answering SEND_OK in turns,
+A, B, A). Concurrent sends in flight across a clean handover never count (their windows straddle the ends).
+
+Terms: a broker that becomes master again later (a failback) starts a new term. An explicit ``term`` (e.g. the
+masterEpoch) says so; otherwise, when the SEND_OKs carry their commitlog offsets, the terms are the runs of one
+broker along the group's log (one history: A's first term, then B's, then A's again, each appending after the
+last), and without offsets a broker's SEND_OKs form one period. With offsets there is a second check: a SEND_OK
+sent after another one was answered lies higher in the log (the acknowledged history of a group is one log); two
+masters appending at once on diverging logs break that order even when their SEND_OKs interleave too finely for
+periods to show.
+
+The verdict (``Report.problems(mode)``): in both modes unexpected = aborted reads = inconsistent offsets =
+overlapping SEND_OK periods = 0.
 SYNC: lost = 0 and lost on the slave = 0 (every SEND_OK was on the slave when it was acknowledged, so neither a
 destroyed master nor anything else may take one away). ASYNC: lost = 0 unless the master was destroyed; then a
 message may be lost, or missing on the slave, only beyond the slave's acknowledged offset at that fault (the
@@ -62,6 +80,17 @@ class Send:
 
 
 @dataclass(frozen=True, slots=True)
+class SendOk:
+    group: str  # the broker group (brokerName)
+    broker: str  # the broker that answered (its address)
+    sent: float  # the client's clock when the send left
+    answered: float  # the client's clock when SEND_OK came back
+    id: str = ""
+    term: int | None = None  # a failback's new period (None: from the offsets, else one period per broker)
+    offset: int | None = None  # the commitlog offset of the message (from its offsetMsgId)
+
+
+@dataclass(frozen=True, slots=True)
 class Read:
     id: str
     queue: str  # topic:queueId
@@ -100,6 +129,8 @@ class Report:
     slave_read: int = 0
     lost_on_slave: list[str] = field(default_factory=list)
     lost_on_slave_below_ack: list[str] = field(default_factory=list)
+    send_oks: int = 0  # SEND_OKs given to the split-brain check
+    overlapping_send_ok: list[str] = field(default_factory=list)
 
     def problems(self, mode: Mode) -> list[str]:
         """What breaks the promise of ``mode``; empty when the history is valid."""
@@ -117,6 +148,9 @@ class Report:
         if self.inconsistent_offsets:
             out.append(f"{len(self.inconsistent_offsets)} queue offsets hold different ids, "
                        f"e.g. {self.inconsistent_offsets[:5]}")
+        if self.overlapping_send_ok:
+            out.append(f"{len(self.overlapping_send_ok)} SEND_OKs answered inside another broker's SEND_OK period "
+                       f"of the same group (split brain), e.g. {self.overlapping_send_ok[:3]}")
         if self.slave_checked:
             if mode is Mode.SYNC and self.lost_on_slave:
                 out.append(f"SYNC: {len(self.lost_on_slave)} SEND_OK messages missing on the slave, "
@@ -139,6 +173,7 @@ class Report:
             "inconsistent_offsets": len(self.inconsistent_offsets), "slave_checked": self.slave_checked,
             "slave_ack": self.slave_ack, "slave_read": self.slave_read, "lost_on_slave": len(self.lost_on_slave),
             "lost_on_slave_below_ack": len(self.lost_on_slave_below_ack),
+            "send_oks": self.send_oks, "overlapping_send_ok": len(self.overlapping_send_ok),
         }
 
 
@@ -148,6 +183,7 @@ def check(
     *,
     slave_reads: Iterable[Read] | None = None,
     slave_ack: int | None = None,
+    send_oks: Iterable[SendOk] | None = None,
 ) -> Report:
     """Classify the history. ``slave_reads``: what a drain of the slave alone found after the master was
     destroyed; ``slave_ack``: the slave's acknowledged commitlog offset recorded at that fault (None: unknown,
@@ -179,6 +215,10 @@ def check(
     rep.lost = sorted(s.id for s in lost)
     rep.lost_breakout = _breakout(lost, by_id.values(), read_all)
     rep.inconsistent_offsets = _inconsistent(group_reads + node_reads)
+    if send_oks is not None:
+        oks = list(send_oks)
+        rep.send_oks = len(oks)
+        rep.overlapping_send_ok = send_ok_overlaps(oks)
     if slave_reads is not None:
         rep.slave_checked = True
         rep.slave_ack = slave_ack
@@ -233,3 +273,55 @@ def _inconsistent(reads: list[Read]) -> list[str]:
     for r in reads:
         ids_at[(r.queue, r.queue_offset)].add(r.id)
     return sorted(f"{q}@{o}: {sorted(ids)}" for (q, o), ids in ids_at.items() if len(ids) > 1)
+
+
+def send_ok_overlaps(acks: Iterable[SendOk]) -> list[str]:
+    """SEND_OKs answered inside another broker's SEND_OK period of the same group, and SEND_OKs out of the group's
+    log order (see the module doc)."""
+    by_group: dict[str, list[SendOk]] = defaultdict(list)
+    for a in acks:
+        by_group[a.group].append(a)
+    out = []
+    for group, oks in sorted(by_group.items()):
+        terms = _terms(oks)
+        periods: dict[tuple[str, object], tuple[float, float]] = {}
+        for a, term in zip(oks, terms):
+            lo, hi = periods.get((a.broker, term), (float("inf"), float("-inf")))
+            periods[(a.broker, term)] = (min(lo, a.answered), max(hi, a.sent))
+        for a in oks:
+            for (broker, term), (start, end) in periods.items():
+                if broker != a.broker and start < a.sent and a.answered < end:
+                    out.append(f"{group}: {a.id or 'a SEND_OK'} from {a.broker} answered in "
+                               f"[{a.sent:.3f}, {a.answered:.3f}] while {broker} (term {term}) answered SEND_OK "
+                               f"from {start:.3f} to {end:.3f}")
+        out += _log_order(group, [a for a in oks if a.offset is not None])
+    return out
+
+
+def _terms(oks: list[SendOk]) -> list[object]:
+    """Each SEND_OK's term: its explicit one, else its broker's run number along the log, else None."""
+    runs: dict[int, int] = {}
+    placed = sorted((a.offset, i) for i, a in enumerate(oks) if a.term is None and a.offset is not None)
+    run, last = -1, None
+    for _, i in placed:
+        if oks[i].broker != last:
+            run, last = run + 1, oks[i].broker
+        runs[i] = run
+    return [a.term if a.term is not None else (f"run{runs[i]}" if i in runs else None) for i, a in enumerate(oks)]
+
+
+def _log_order(group: str, oks: list[SendOk]) -> list[str]:
+    """SEND_OKs sent after a SEND_OK higher in the log was answered (the group's log is one history)."""
+    out = []
+    earliest_above = float("inf")  # the earliest answer among SEND_OKs higher in the log
+    above: SendOk | None = None
+    for a in sorted(oks, key=lambda x: x.offset, reverse=True):
+        if earliest_above < a.sent and above is not None and above.offset != a.offset:
+            out.append(f"{group}: {a.id or 'a SEND_OK'} from {a.broker} at offset {a.offset} was sent at "
+                       f"{a.sent:.3f}, after {above.id or 'a SEND_OK'} from {above.broker} at offset {above.offset} "
+                       f"was answered at {above.answered:.3f} (two logs written at once)")
+        if a.answered < earliest_above:
+            earliest_above, above = a.answered, a
+    dup = Counter(a.offset for a in oks)
+    out += [f"{group}: {n} SEND_OKs at offset {o} (two logs written at once)" for o, n in dup.items() if n > 1]
+    return out

@@ -62,15 +62,20 @@ class BrokerDriver:
         self.broker_name = broker_name
         self.address = address
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
-        self.client = RemotingClient(name=f"driver-{address}")
-        self.controller = ControllerClient(controllers, client=self.client, timeout_s=5.0)
+        self.reopen()
         self.broker_id: int | None = None
         self.epoch = 0
         self.max_offset = 0
         self.priority: int | None = None
+        self.all_ack: bool | None = None  # declared in heartbeats when set (allAckInSyncStateSet)
         self._beating: asyncio.Task | None = None
         self.last_heartbeat: RemotingCommand | None = None
         self.notified: list[dict[str, str]] = []  # NOTIFY_BROKER_ROLE_CHANGED headers the controller pushed
+
+    def reopen(self) -> None:
+        """New connections (after ``close``: the same broker, back)."""
+        self.client = RemotingClient(name=f"driver-{self.address}")
+        self.controller = ControllerClient(self.controllers, client=self.client, timeout_s=5.0)
         self.client.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self._on_notify)
 
     async def call(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"", *,
@@ -112,6 +117,8 @@ class BrokerDriver:
                "confirmOffset": "0", "heartbeatTimeoutMills": str(self.heartbeat_timeout_ms)}
         if self.priority is not None:
             ext["electionPriority"] = str(self.priority)
+        if self.all_ack is not None:
+            ext["allAckInSyncStateSet"] = "true" if self.all_ack else "false"
         self.last_heartbeat = await self.call(RequestCode.BROKER_HEARTBEAT, ext)
         return self.last_heartbeat
 

@@ -4,11 +4,15 @@ decides. Fast timings for tests and benches: heartbeats every 200 ms, a silent b
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+from client import Message, MessageQueue, Producer, PullConsumer, PullStatus, SendStatus
 from controller.client import ControllerClient, ReplicaInfo
+from harness.checker import Outcome, Read, Send, SendOk, check
 from harness.controller import FAST
 from harness.procs import Broker, Namesrv
+from remoting.message_codec.ids import parse_offset_msg_id
 
 BROKER_FAST = {
     "controllerHeartBeatTimeoutMills": 1500,
@@ -20,15 +24,19 @@ BROKER_FAST = {
 }
 
 
-def controller_namesrv(workdir: Path, etcd_endpoint: str, **conf: object) -> Namesrv:
+def controller_namesrv(workdir: Path, etcd_endpoint: str, *, instance_id: str = "ns-controller",
+                       **conf: object) -> Namesrv:
     return Namesrv(workdir, enableControllerInNamesrv=True, controllerStoreEtcdEndpoints=etcd_endpoint,
-                   controllerInstanceId="ns-controller", **{**FAST, **conf})
+                   controllerInstanceId=instance_id, **{**FAST, **conf})
 
 
-def controller_broker(workdir: Path, ns: Namesrv, name: str, index: int, **conf: object) -> Broker:
-    """Broker ``index`` of group ``name`` (its id comes from the controller; ``index`` only names its files)."""
-    values = {"enableControllerMode": True, "controllerAddr": ns.addr, **BROKER_FAST, **conf}
-    return Broker(workdir / f"{name}-{index}", name=name, namesrv_addr=ns.addr, broker_id=index, **values)
+def controller_broker(workdir: Path, ns: Namesrv, name: str, index: int, *, ns_addr: str = "", **conf: object
+                      ) -> Broker:
+    """Broker ``index`` of group ``name`` (its id comes from the controller; ``index`` only names its files).
+    ``ns_addr``: the nameserver's (and controller's) address as this broker reaches it (default ``ns.addr``)."""
+    addr = ns_addr or ns.addr
+    values = {"enableControllerMode": True, "controllerAddr": addr, **BROKER_FAST, **conf}
+    return Broker(workdir / f"{name}-{index}", name=name, namesrv_addr=addr, broker_id=index, **values)
 
 
 async def replica_info(ns: Namesrv, name: str) -> ReplicaInfo:
@@ -62,3 +70,57 @@ def log_differences(master: Broker, others: list[Broker]) -> str:
         first = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
         out.append(f"{b.addr}: {len(got)} bytes vs {len(want)}, first difference at {first}")
     return "; ".join(out)
+
+
+class SendLog:
+    """A controller-mode test's sends as ``harness.checker`` takes them: the outcome of every id, and every SEND_OK
+    with the broker that answered it (from its offsetMsgId, or the address a direct send went to) and the client's
+    send and answer times, for the split-brain check. Ids are the body up to the first '|'."""
+
+    def __init__(self, group: str, topic: str) -> None:
+        self.group = group
+        self.topic = topic
+        self.sends: list[Send] = []
+        self.oks: list[SendOk] = []
+
+    def record(self, ident: str, writer: str, outcome: Outcome, *, broker: str = "", sent: float = 0.0,
+               detail: str = "", offset: int | None = None) -> None:
+        self.sends.append(Send(ident, writer, len(self.sends), outcome, offset, detail=detail[:120]))
+        if outcome is Outcome.ACKED:
+            self.oks.append(SendOk(self.group, broker, sent, time.monotonic(), ident, None, offset))
+
+    async def produce(self, producer: Producer, ident: str) -> SendStatus | None:
+        """A send through the SDK producer (it follows the route); None when no answer came."""
+        sent = time.monotonic()
+        try:
+            result = await producer.send(Message(self.topic, ident.encode() + b"|"))
+        except Exception as exc:  # noqa: BLE001 - no answer: it may or may not be stored
+            self.record(ident, "producer", Outcome.UNKNOWN, detail=str(exc))
+            return None
+        ok = result.status is SendStatus.SEND_OK
+        (ip, port), offset = parse_offset_msg_id(result.offset_msg_id)
+        self.record(ident, "producer", Outcome.ACKED if ok else Outcome.WEAK, broker=f"{ip}:{port}", sent=sent,
+                    detail=f"{result.status.name} from {ip}:{port}", offset=offset)
+        return result.status
+
+    def report(self, reads: list[Read]):
+        return check(self.sends, reads, send_oks=self.oks)
+
+
+async def drain(ns_addr: str, topic: str, group: str, queues: int) -> list[Read]:
+    """Every message of ``topic`` on ``group`` the consumer side sees now, as checker reads."""
+    consumer = await PullConsumer(f"drain-{group}", ns_addr).start()
+    reads: list[Read] = []
+    try:
+        for q in range(queues):
+            offset = 0
+            while True:
+                result = await consumer.pull(MessageQueue(topic, group, q), offset, max_nums=32, timeout_s=5)
+                if result.status is not PullStatus.FOUND:
+                    break
+                reads += [Read(m.body.split(b"|", 1)[0].decode(), f"{topic}:{q}", m.queue_offset)
+                          for m in result.messages]
+                offset = result.next_begin_offset
+    finally:
+        await consumer.stop()
+    return reads

@@ -6,6 +6,10 @@ bounded; ``kill()`` is SIGKILL (a crash: the majority of a one-member cluster is
 are SIGSTOP/SIGCONT (an etcd that accepts connections and never answers). ``start()`` after
 ``stop()``/``kill()`` restarts it on the same ports and data, so the store's revisions survive as in production.
 ``ensure_etcd()`` finds the binary or installs the package (``harness.debian_pkg``); tests skip with its reason.
+
+``EtcdCluster(workdir, members=3)`` runs an N-member cluster on loopback (each member an ``EtcdServer`` that names
+all peers in ``--initial-cluster``), started together and healthy once a leader is elected; ``kill(k)``/``start()``
+of single members lose and restore its majority as in production.
 """
 
 from __future__ import annotations
@@ -38,6 +42,11 @@ class EtcdServer:
         self.client_port = free_port()
         self.peer_port = free_port()
         self.proc: subprocess.Popen | None = None
+        self.initial_cluster = ""  # name=peerURL,...; empty: a one-member cluster of its own
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
 
     @property
     def endpoint(self) -> str:
@@ -49,7 +58,14 @@ class EtcdServer:
         return f"http://{self.endpoint}"
 
     def start(self, timeout_s: float = 30.0) -> EtcdServer:
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        self.launch()
+        wait_until(self.healthy, timeout_s, lambda: f"etcd on {self.url} not healthy:\n{self.log_tail()}", 0.1)
+        return self
+
+    def launch(self) -> None:
+        """Start the process without waiting for it to be healthy (members of a cluster start together)."""
+        peer = self.peer_url
+        state = "existing" if (self.data_dir / "member").exists() else "new"
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [
@@ -60,8 +76,9 @@ class EtcdServer:
                     f"--advertise-client-urls={self.url}",
                     f"--listen-peer-urls={peer}",
                     f"--initial-advertise-peer-urls={peer}",
-                    f"--initial-cluster={self.name}={peer}",
-                    "--initial-cluster-state=new",
+                    f"--initial-cluster={self.initial_cluster or f'{self.name}={peer}'}",
+                    f"--initial-cluster-state={state}",
+                    "--initial-cluster-token=pyrmq-test",
                     "--log-level=warn",
                     "--logger=zap",
                 ],
@@ -70,8 +87,6 @@ class EtcdServer:
                 cwd=str(self.workdir),
                 start_new_session=True,
             )
-        wait_until(self.healthy, timeout_s, lambda: f"etcd on {self.url} not healthy:\n{self.log_tail()}", 0.1)
-        return self
 
     def healthy(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
@@ -116,6 +131,42 @@ class EtcdServer:
             self.proc.wait(timeout=5)
 
     def __enter__(self) -> EtcdServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class EtcdCluster:
+    """``members`` etcd processes forming one cluster on loopback."""
+
+    def __init__(self, workdir: Path, *, members: int = 3, binary: str = "etcd") -> None:
+        self.members = [EtcdServer(workdir, binary=binary, name=f"etcd{i}") for i in range(members)]
+        peers = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+        for m in self.members:
+            m.initial_cluster = peers
+
+    @property
+    def endpoints(self) -> str:
+        """Every member's ``host:port``, ``;``-separated, as ``controllerStoreEtcdEndpoints`` takes them."""
+        return ";".join(m.endpoint for m in self.members)
+
+    def start(self, timeout_s: float = 60.0) -> EtcdCluster:
+        for m in self.members:
+            if not m.running:
+                m.launch()
+        wait_until(lambda: all(m.healthy() for m in self.members if m.running), timeout_s,
+                   lambda: "etcd cluster not healthy:\n" + "\n".join(m.log_tail(10) for m in self.members), 0.2)
+        return self
+
+    def running(self) -> list[EtcdServer]:
+        return [m for m in self.members if m.running]
+
+    def stop(self) -> None:
+        for m in self.members:
+            m.stop()
+
+    def __enter__(self) -> EtcdCluster:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:

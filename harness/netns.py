@@ -118,10 +118,11 @@ class NetNamespace:
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True, check=False)
         subprocess.run(["ip", "link", "del", self.host_if], capture_output=True, check=False)
 
-    def _rules(self, action: str, peer_ip: str, port: int) -> None:
+    def _rules(self, action: str, peer_ip: str, port: int, served: bool = False) -> None:
         base = ("ip", "netns", "exec", self.name, "iptables", "-w")
-        _run(*base, action, "OUTPUT", "-p", "tcp", "-d", peer_ip, "--dport", str(port), "-j", "DROP")
-        _run(*base, action, "INPUT", "-p", "tcp", "-s", peer_ip, "--sport", str(port), "-j", "DROP")
+        here, there = ("--sport", "--dport") if served else ("--dport", "--sport")
+        _run(*base, action, "OUTPUT", "-p", "tcp", "-d", peer_ip, here, str(port), "-j", "DROP")
+        _run(*base, action, "INPUT", "-p", "tcp", "-s", peer_ip, there, str(port), "-j", "DROP")
 
     def cut(self, peer_ip: str, port: int) -> None:
         """Blackhole TCP between this namespace and ``peer_ip:port`` (both directions, silently)."""
@@ -129,9 +130,17 @@ class NetNamespace:
             self._rules("-A", peer_ip, port)
             self.cuts.add((peer_ip, port))
 
+    def cut_served(self, peer_ip: str, port: int) -> None:
+        """Blackhole TCP between ``peer_ip`` and this namespace's own listening ``port`` (both directions): e.g.
+        the slaves' HA connections to a master in here, while clients on other ports still reach it."""
+        if (peer_ip, -port) not in self.cuts:
+            self._rules("-A", peer_ip, port, served=True)
+            self.cuts.add((peer_ip, -port))
+
     def heal(self, peer_ip: str, port: int) -> None:
+        """Undo ``cut`` (``port``) or ``cut_served`` (``-port``)."""
         if (peer_ip, port) in self.cuts:
-            self._rules("-D", peer_ip, port)
+            self._rules("-D", peer_ip, abs(port), served=port < 0)
             self.cuts.discard((peer_ip, port))
 
     def heal_all(self) -> None:

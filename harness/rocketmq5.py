@@ -54,10 +54,12 @@ class ClientError(AssertionError):
 
 
 class Rmq5Client:
-    def __init__(self, python: str, home: Path) -> None:
+    def __init__(self, python: str, home: Path, env: dict[str, str] | None = None) -> None:
+        """``env`` adds variables for the client process (``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``: the CA its TLS
+        channels trust, since the client's ``tls_enable=True`` takes gRPC's default roots)."""
         home.mkdir(parents=True, exist_ok=True)
         self.home = home
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HOME": str(home)}
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HOME": str(home)} | (env or {})
         self.proc = subprocess.Popen(
             [python, str(DRIVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, env=env, cwd=str(home),

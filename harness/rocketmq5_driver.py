@@ -11,7 +11,9 @@ the monotonic time of its receive and of its ack), ``push_consumer`` {endpoint, 
 listener answers FAILURE the first time it sees a body in ``fail_once``, SUCCESS otherwise), ``pushed`` (what the
 push listener saw so far, in order), ``tx_producer`` {endpoint, topics, check} (a Producer whose TransactionChecker
 answers ``check``, COMMIT or ROLLBACK), ``tx_send`` {topic, body, end} (a half message in a new transaction, then
-``end``: commit, rollback, or none), ``checked`` (the bodies the checker was asked about), ``shutdown``. Received messages are kept by message id for ack/change.
+``end``: commit, rollback, or none), ``checked`` (the bodies the checker was asked about), ``shutdown``.
+Received messages are kept by message id for ack/change. The commands that make a client take ``credentials``
+[access key, secret key] (ACL 2.0), none by default.
 """
 
 from __future__ import annotations
@@ -75,14 +77,16 @@ def main() -> None:
             "delivery_ms": m.delivery_timestamp,  # epoch ms a delayed message was due (None for others)
         }
 
-    def config(endpoint: str) -> ClientConfiguration:
-        return ClientConfiguration(endpoint, Credentials(), request_timeout=3)
+    def config(endpoint: str, credentials: list | None = None) -> ClientConfiguration:
+        return ClientConfiguration(endpoint, Credentials(*credentials) if credentials else Credentials(),
+                                   request_timeout=3)
 
     def do(cmd: dict):
         nonlocal producer, consumer, pusher, txp
         op = cmd["op"]
         if op == "tx_producer":
-            txp = Producer(config(cmd["endpoint"]), tuple(cmd["topics"]), checker=Checker(cmd["check"]))
+            txp = Producer(config(cmd["endpoint"], cmd.get("credentials")), tuple(cmd["topics"]),
+                           checker=Checker(cmd["check"]))
             txp.startup()
             return True
         if op == "tx_send":
@@ -100,7 +104,8 @@ def main() -> None:
             with pushed_lock:
                 return list(checked)
         if op == "producer":
-            producer = Producer(config(cmd["endpoint"]), tuple(cmd["topics"]))
+            producer = Producer(config(cmd["endpoint"], cmd.get("credentials")), tuple(cmd["topics"]),
+                                tls_enable=bool(cmd.get("tls")))
             producer.startup()
             return True
         if op == "send":
@@ -134,8 +139,9 @@ def main() -> None:
                 expression = FilterExpression(cmd["sql"], FilterType.SQL)
             else:
                 expression = FilterExpression(cmd.get("expression") or "*")
-            consumer = SimpleConsumer(config(cmd["endpoint"]), cmd["group"], {cmd["topic"]: expression},
-                                      await_duration=cmd["await_s"])
+            consumer = SimpleConsumer(config(cmd["endpoint"], cmd.get("credentials")), cmd["group"],
+                                      {cmd["topic"]: expression}, await_duration=cmd["await_s"],
+                                      tls_enable=bool(cmd.get("tls")))
             consumer.startup()
             return True
         if op == "receive":
@@ -158,7 +164,7 @@ def main() -> None:
             return out
         if op == "push_consumer":
             listener = Listener(set(cmd.get("fail_once") or ()))
-            pusher = PushConsumer(config(cmd["endpoint"]), cmd["group"], listener,
+            pusher = PushConsumer(config(cmd["endpoint"], cmd.get("credentials")), cmd["group"], listener,
                                   {cmd["topic"]: FilterExpression("*")})
             pusher.startup()
             return True

@@ -24,13 +24,18 @@ def _make_server(config: NamesrvConfig):
     return NamesrvServer(config)
 
 
+def _render(config: NamesrvConfig) -> list[tuple[str, str]]:
+    """Every effective key for --print-config, the TLS keys too (tls.server.keyPath reads ``<set>``)."""
+    return conf.render(config) + conf.render(config.tls)
+
+
 def main(argv: list[str] | None = None) -> int:
     return process.server_main(
         argv,
         prog="mqnamesrv",
         description="Run a pyrmq nameserver.",
         load=load_namesrv_config,
-        render=conf.render,
+        render=_render,
         make_server=_make_server,
         boot_line=_boot_line,
     )

@@ -32,6 +32,7 @@ from pathlib import Path
 from common import conf
 from common.ports import ANY_HOST, NAMESRV_DEFAULT_PORT, ListenPort
 from broker.auth.config import AuthConfig
+from remoting.tls import TlsConfig
 from controller.config import ControllerConfig
 from remoting.held_bytes import DEFAULT_MAX_HELD_BYTES
 
@@ -75,6 +76,8 @@ class NamesrvConfig:
     controller: ControllerConfig | None = field(default=None, init=False, compare=False, repr=False)
     # ACL 2.0 (broker.auth): authenticationEnabled ... in the same file; users and ACLs next to the KV config
     auth: AuthConfig = field(default_factory=AuthConfig, init=False, compare=False, repr=False)
+    # TLS (remoting.tls): tls.server.mode ... in the same file
+    tls: TlsConfig = field(default_factory=TlsConfig, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Messages start with the key so the loader prints "<file>: <key>: <problem>".
@@ -105,9 +108,12 @@ def load_namesrv_config(path: str | Path | None, environ: dict[str, str] | None 
     """Load ``path`` (``None``: defaults only) plus ``ENV_OVERRIDES``; raises ``common.errors.ConfigError`` naming
     file, key and fix."""
     overrides = conf.env_overrides(environ if environ is not None else dict(os.environ), ENV_OVERRIDES)
-    config, controller, auth = conf.load((NamesrvConfig, ControllerConfig, AuthConfig), path, overrides=overrides)
+    config, controller, auth, tls = conf.load((NamesrvConfig, ControllerConfig, AuthConfig, TlsConfig), path,
+                                              overrides=overrides)
     auth.check(str(path) if path else "<defaults>")
+    tls.check(str(path) if path else "<defaults>")
     object.__setattr__(config, "auth", auth)
+    object.__setattr__(config, "tls", tls)
     if config.enable_controller_in_namesrv:
         object.__setattr__(config, "controller", controller)
     return config

@@ -138,6 +138,12 @@ class RouteInfoManager:
                 del broker_data.broker_addrs[other_id]
 
         previous_addr = broker_data.broker_addrs.get(broker_id)  # step 5
+        holder = self.broker_live_table.get(previous_addr) if previous_addr not in (None, broker_addr) else None
+        if holder is not None and holder.data_version.state_version > data_version.state_version:
+            # RocketMQ 5: a live holder of this id with a newer stateVersion (controller mode: masterEpoch) wins; the
+            # registering broker (an old master that has not learned its demotion) is ignored and not kept alive
+            self.broker_live_table.pop(broker_addr, None)
+            return RegisterResult()
         broker_data.broker_addrs[broker_id] = broker_addr
         register_first = register_first or previous_addr is None
 

@@ -52,6 +52,7 @@ class NamesrvServer(Service):
             idle_timeout_s=config.server_channel_max_idle_time_seconds,
             limits=Limits(frame_timeout_s=config.server_frame_timeout_millis / 1000),
             held_bytes=HeldBytes(config.server_max_held_bytes, name="nameserver"),
+            tls=config.tls,
         )
         self.metrics_registry = new_registry()
         self.metrics = NamesrvMetrics(self.metrics_registry, node_id=f"{config.listen_host}:{config.listen_port}",

@@ -4,13 +4,16 @@
 ``RemotingError`` subclasses naming the address. Requests the peer sends us (a broker's
 NOTIFY_CONSUMER_IDS_CHANGED) go to processors registered with ``register``, as on a server. Concurrent callers
 for a new address share one connect; ``close`` ends the connects still in flight with the connections, so no task
-of the client outlives it. Not thread-safe: one event loop.
+of the client outlives it. ``ssl`` (a ``remoting.tls.client_context``) makes every connection TLS; without one, a
+client takes the process's inner-client context (a broker's ``tls.enable``), else plain TCP. Not thread-safe: one
+event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl as ssl_module
 from collections.abc import Callable
 
 from remoting.codes import ResponseCode
@@ -19,8 +22,17 @@ from remoting.errors import RemotingConnectError
 from remoting.frame_codec import RemotingCommand, response_to
 from remoting.headers import parse_host_port
 from remoting.server import Processor
+from remoting.tls import inner_client_context
 
 log = logging.getLogger(__name__)
+
+
+def tls_args(context: ssl_module.SSLContext | None, host: str, timeout_s: float) -> dict:
+    """``create_connection`` keywords for TLS with ``context`` (none for plain TCP)."""
+    if context is None:
+        return {}
+    return {"ssl": context, "server_hostname": host if context.check_hostname else None,
+            "ssl_handshake_timeout": timeout_s}
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -30,9 +42,12 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 class RemotingClient:
     def __init__(
-        self, *, limits: Limits = DEFAULT_LIMITS, connect_timeout_s: float = 3.0, name: str = "client"
+        self, *, limits: Limits = DEFAULT_LIMITS, connect_timeout_s: float = 3.0, name: str = "client",
+        ssl: ssl_module.SSLContext | None = None, local_host: str | None = None,
     ) -> None:
         self.limits = limits
+        self.ssl = ssl if ssl is not None else inner_client_context()
+        self.local_host = local_host  # the source address of its connections (None: the system's choice)
         self.connect_timeout_s = connect_timeout_s
         self.name = name
         self._conns: dict[str, Connection] = {}
@@ -84,12 +99,17 @@ class RemotingClient:
         try:
             _, conn = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: Connection(self._dispatch, self.limits, on_lost=self._lost, name=self.name), host, port
+                    lambda: Connection(self._dispatch, self.limits, on_lost=self._lost, name=self.name), host, port,
+                    local_addr=None if self.local_host is None else (self.local_host, 0),
+                    **tls_args(self.ssl, host, self.connect_timeout_s),
                 ),
                 self.connect_timeout_s,
             )
         except TimeoutError:
             raise RemotingConnectError(addr, f"no answer to connect within {self.connect_timeout_s:g} s") from None
+        except ssl_module.SSLError as exc:
+            raise RemotingConnectError(addr, f"TLS handshake failed: {exc.reason or exc} (does the trusted CA "
+                                             "sign the server's certificate, and does it name this address?)") from None
         except OSError as exc:
             raise RemotingConnectError(addr, exc.strerror or str(exc)) from None
         assert isinstance(conn, Connection)

@@ -111,12 +111,16 @@ class Connection(asyncio.Protocol):
         on_lost: Callable[[Connection], None] | None = None,
         name: str = "remoting",
         held_bytes: HeldBytes | None = None,
+        on_made: Callable[[Connection], None] | None = None,
     ) -> None:
         self.dispatch = dispatch
         self.limits = limits
         self.held_bytes = held_bytes  # the process's cap (server side); None: this connection is not counted
         self.held = 0  # bytes last reported to held_bytes
         self.on_lost = on_lost
+        # called once the transport is up: a TLS connection whose handshake fails is created but never made (and
+        # never lost), so an owner that lists its connections adds them here, not when it creates them
+        self.on_made = on_made
         self.name = name
         self.peer = "?"
         self.local = "?"
@@ -157,6 +161,8 @@ class Connection(asyncio.Protocol):
             sock = transport.get_extra_info("socket")
             self._fd = sock.fileno() if sock is not None and _TIOCOUTQ is not None else -1
             self.held_bytes.add(self)
+        if self.on_made is not None:
+            self.on_made(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         reason = self._close_reason or (f"connection lost: {exc}" if exc else "connection closed by the peer")

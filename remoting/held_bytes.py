@@ -37,6 +37,11 @@ CLOSE_REASONS = (
     "frame_timeout",  # a frame did not arrive whole within the frame deadline
     "unread_answers",  # the peer did not read its answers (stalled, or past the write cap)
     "malformed",  # bytes that are not a remoting frame
+    # TLS ports (remoting.tls_listener): closed before the connection reached its protocol
+    "tls_handshake_timeout",  # no first byte, or no finished handshake, within tls.server.handshakeTimeoutMillis
+    "tls_handshake_failed",  # a client certificate from another CA, none where one is required, a bad record
+    "plaintext_on_tls_port",  # a plaintext first byte on an enforcing port
+    "tls_pending_full",  # too many connections still before their protocol
 )
 
 

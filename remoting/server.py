@@ -10,6 +10,10 @@ Every connection reports what it holds to ``held_bytes``, the process's cap over
 ``HeldBytes`` shared by every server of a process: the broker's listen and fast ports count together). The kernel
 drains written answers without a callback, so a sweep re-counts every connection each ``ACCOUNT_PERIOD_S``.
 
+With ``tls`` in permissive or enforcing mode (``remoting.tls``), a ``GuardedListener`` accepts instead of
+``create_server``: it sorts each connection into TLS or plaintext by its first byte, bounds the handshake, and
+counts what it refuses against ``held_bytes`` with the other closes.
+
 ``stop()`` stops accepting, gives requests being served ``grace_s`` to finish, then closes every connection.
 """
 
@@ -24,6 +28,8 @@ from remoting.codes import ResponseCode
 from remoting.connection import DEFAULT_LIMITS, Connection, Limits
 from remoting.frame_codec import RemotingCommand, response_to
 from remoting.held_bytes import HeldBytes
+from remoting.tls import TlsConfig, TlsMode
+from remoting.tls_listener import GuardedListener
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +48,7 @@ class RemotingServer:
         limits: Limits = DEFAULT_LIMITS,
         idle_timeout_s: float = 120.0,
         held_bytes: HeldBytes | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
         self.name = name
         self.host = host
@@ -52,7 +59,8 @@ class RemotingServer:
         self.connections: set[Connection] = set()
         self._processors: dict[int, Processor] = {}
         self._on_close: list[Callable[[Connection], None]] = []
-        self._server: asyncio.base_events.Server | None = None
+        self.tls = tls if tls is not None and tls.mode is not TlsMode.DISABLED else None
+        self._server: asyncio.base_events.Server | GuardedListener | None = None
         self._idle_task: asyncio.Task | None = None
         # ACL 2.0 (broker.auth.gate): checks each request before its processor, None when off (the default)
         self.gate: Callable[[Connection, RemotingCommand], RemotingCommand | None] | None = None
@@ -83,7 +91,7 @@ class RemotingServer:
 
     def _new_connection(self) -> Connection:
         return Connection(self._dispatch, self.limits, on_lost=self._lost, name=self.name,
-                          held_bytes=self.held_bytes)
+                          held_bytes=self.held_bytes, on_made=self.connections.add)
 
     def _lost(self, conn: Connection) -> None:
         self.connections.discard(conn)
@@ -95,10 +103,19 @@ class RemotingServer:
         loop = asyncio.get_running_loop()
 
         def factory() -> Connection:
-            conn = self._new_connection()
-            self.connections.add(conn)
-            return conn
+            return self._new_connection()  # listed in self.connections once made (a failed handshake never is)
 
+        if self.tls is not None:
+            context = self.tls.server_context()
+            assert context is not None
+            listener = GuardedListener(self.name, self.host, self.port, mode=self.tls.mode, context=context,
+                                       protocol_factory=factory, handshake_timeout_s=self.tls.handshake_timeout_s,
+                                       on_refused=self.held_bytes.closed)
+            self.port = await listener.start()
+            self._server = listener
+            self._idle_task = loop.create_task(self._close_idle(), name=f"{self.name}-idle")
+            log.info("%s: TLS %s on port %d", self.name, self.tls.mode.value, self.port)
+            return self.port
         try:
             self._server = await loop.create_server(factory, self.host, self.port, reuse_address=True, backlog=1024)
         except OSError as exc:

@@ -38,7 +38,11 @@ def topic(name: str | None) -> Resource:
 
 
 def group(name: str | None) -> Resource:
-    return Resource(ResourceType.GROUP, name or "")
+    """A group by name; a retry topic's name stands for its group (RocketMQ's ``Resource.ofGroup``)."""
+    name = name or ""
+    if name.startswith(RETRY_PREFIX):
+        name = name[len(RETRY_PREFIX):]
+    return Resource(ResourceType.GROUP, name)
 
 
 def is_retry(name: str | None) -> bool:

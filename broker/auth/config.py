@@ -41,9 +41,16 @@ class AuthConfig:
     inner_client_authentication_credentials: str = conf.secret()
     # where users and ACLs are kept; "" = <storePathRootDir>/config/auth.json
     auth_config_path: str = ""
+    # gRPC v2: how far a request's signed x-mq-date-time may be from the broker's clock (RocketMQ checks none, so a
+    # captured header worked for ever); within it a header can be replayed: TLS is what stops capture
+    authentication_date_time_skew_millis: int = 300_000
 
     def check(self, source: str) -> None:
         """At load: ConfigError when a JSON key cannot be read (never quoting it: it holds a secret)."""
+        if self.authentication_date_time_skew_millis < 1000:
+            raise ConfigError(f"authenticationDateTimeSkewMillis is {self.authentication_date_time_skew_millis}",
+                              source=source, key="authenticationDateTimeSkewMillis",
+                              hint="give at least 1000 (the date-time has whole seconds); 300000 is the default")
         for key, read in (("initAuthenticationUser", self.init_user),
                           ("innerClientAuthenticationCredentials", self.inner_credentials)):
             try:

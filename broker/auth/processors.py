@@ -1,6 +1,8 @@
 """AUTH_CREATE/UPDATE/DELETE/GET/LIST_USER (3001-3005) and AUTH_*_ACL (3006-3010), RocketMQ 5.3's headers
 (``username``, ``filter``; ``subject``, ``policyType``, ``resource``, ``subjectFilter``, ``resourceFilter``) and
-bodies (UserInfo, AclInfo JSON). A user's password never leaves the broker: GET and LIST answer without it.
+bodies (UserInfo, AclInfo JSON). A user's password never leaves the broker: GET and LIST answer without it,
+except LIST with pyrmq's ``withPassword=true`` asked with the inner credentials (a slave copying its master's users,
+``broker.slave_sync``).
 A create of an ACL that exists, and an update, merge entries by resource (a new entry replaces the one for the
 same resource), as RocketMQ's ``updateAcl`` does. Bad input is INVALID_PARAMETER with what to fix; nothing changes.
 """
@@ -13,6 +15,7 @@ import orjson
 
 from broker.auth.model import Acl, AuthError, Resource, User, check_name
 from broker.auth.store import AuthStore
+from remoting.acl_signature import ACCESS_KEY
 from remoting.codes import RequestCode, ResponseCode
 from remoting.frame_codec import RemotingCommand, response_to
 
@@ -43,7 +46,13 @@ def _subject_name(subject: object) -> str:
     return name
 
 
-def register(server, store: AuthStore) -> None:
+WITH_PASSWORD = "withPassword"  # pyrmq's AUTH_LIST_USER flag: the slave's sync needs the passwords to check signatures
+
+
+def register(server, store: AuthStore, gate=None) -> None:
+    """``gate`` (broker.auth.gate.AuthGate) says who the caller proved to be: only the brokers' inner credentials,
+    checked by authentication, may list users with their passwords."""
+
     async def handle(cmd: RemotingCommand, mutate) -> RemotingCommand:
         try:
             return await store.change(lambda: mutate(cmd))
@@ -87,7 +96,14 @@ def register(server, store: AuthStore) -> None:
         return _ok(cmd, user.to_json(with_password=False))
 
     def _list_users(cmd):
-        needle = (cmd.ext or {}).get("filter") or ""
+        ext = cmd.ext or {}
+        if ext.get(WITH_PASSWORD) == "true":
+            if gate is None or not gate.authentication or not gate.is_inner(ext.get(ACCESS_KEY)):
+                return response_to(cmd, ResponseCode.NO_PERMISSION,
+                                   f"{WITH_PASSWORD} is for the brokers' own innerClientAuthenticationCredentials "
+                                   "on a broker with authenticationEnabled (a slave's metadata sync)")
+            return _ok(cmd, [u.to_json(with_password=True) for u in store.users.values()])
+        needle = ext.get("filter") or ""
         return _ok(cmd, [u.to_json(with_password=False) for u in store.users.values() if needle in u.username])
 
     def _merge_acl(cmd, *, must_exist: bool):

@@ -37,7 +37,7 @@ def install(config: AuthConfig, config_dir: Path, servers: list, *, name: str = 
     for server in servers:
         if server is None:
             continue
-        processors.register(server, store)
+        processors.register(server, store, gate)
         server.gate = gate
     return gate
 

@@ -57,7 +57,27 @@ class AuthStore:
 
     def save_now(self) -> None:
         if self.path is not None:
-            write_json_atomic(self.path, self.snapshot())
+            write_json_atomic(self.path, self.snapshot(), private=True)
+
+    async def replace_all(self, users: list[User], acls: list[Acl]) -> bool:
+        """Take a master's users and ACLs (the slave's metadata sync); False when they are what we hold. Persisted
+        before it returns, so a restarted slave checks with the last copy before its first sync."""
+        async with self._lock:
+            new_users = {u.username: u for u in users}
+            new_acls = {a.username: a for a in acls}
+            if new_users == self.users and new_acls == self.acls:
+                return False
+            old = self.users, self.acls
+            self.users, self.acls = new_users, new_acls
+            self.version += 1
+            if self.path is not None:
+                try:
+                    await asyncio.to_thread(write_json_atomic, self.path, self.snapshot(), private=True)
+                except OSError:
+                    self.users, self.acls = old
+                    self.version += 1
+                    raise
+            return True
 
     async def change(self, mutate) -> object:
         """Apply ``mutate()`` (raising AuthError leaves everything as it was) and persist before returning."""
@@ -75,7 +95,7 @@ class AuthStore:
             snapshot = self.snapshot()
             if self.path is not None:
                 try:
-                    await asyncio.to_thread(write_json_atomic, self.path, snapshot)
+                    await asyncio.to_thread(write_json_atomic, self.path, snapshot, private=True)
                 except OSError:
                     self.users, self.acls = users, acls  # not persisted: not applied either
                     self.version += 1

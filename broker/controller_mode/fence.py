@@ -1,29 +1,73 @@
-"""The master's role lease: a controller-mode master answers SEND_OK only while the lease is valid (no split brain).
+"""When a controller-mode master may answer SEND_OK (no split brain), and its role lease.
 
-The controller takes a master for dead, and may elect another, only (a) once it has received no heartbeat from it for
-``controllerHeartBeatTimeoutMills`` (T, sent in every heartbeat; the controller times it from the *receipt* of the
-last one), or (b) when the connection that carried its heartbeats closes. The broker renews its lease from a
+**The rule.** A master answers SEND_OK for a put, at the moment of the answer and after the replica acks, when
+
+(a) its role lease is valid (below), or
+(b) every member of a SyncStateSet of at least two brokers acked the put, the broker knows the controller elects
+    cleanly (``enableElectUncleanMaster=false``, told in every replica-info answer; unknown counts as unclean), the
+    master runs with ``allAckInSyncStateSet=true``, and it has not learned that it was deposed.
+
+Otherwise it answers SLAVE_NOT_AVAILABLE with a remark that says why (the message is stored on it but may be cut
+when it rejoins as a slave: resend). ``SendFence.allows`` decides; ``SyncStateSetWaiter`` asks it.
+
+**Why not an etcd lease alone.** Issue 23 asks both for "a master that cannot renew its lease stops SEND_OK" and for
+"kill a majority of etcd: SYNC sends keep working while the SyncStateSet holds". With etcd's majority gone nothing
+can be renewed, so a pure lease stops every write; (b) keeps them going, and is safe without any clock:
+
+- the master keeps its *local* set a superset of etcd's (``sync_state_set``: it grows locally before it asks the
+  controller, and shrinks locally only once the controller accepted; a change whose answer was lost keeps counting
+  the union until a later answer or read settles it);
+- a new master is elected only from etcd's set (clean election), so it is a member of the old master's local set
+  whose ack every SEND_OK under (b) needed;
+- a member acks only while it streams from the old master; becoming master stops its HA client first, so after
+  its election it acks nothing more, and every SEND_OK of the old master is for a message the new master holds;
+- a slave joins the set only once it holds everything that was answered SEND_OK (``grow``'s floor), so a member
+  added later holds the earlier SEND_OKs too.
+
+That proves no acknowledged message is lost, but not yet that two brokers never answer SEND_OK in the same period:
+the old master may still release a put the new master acked *before* it stopped streaming, once the last other
+member's ack arrives, after the new master's first SEND_OK. The old master's waiter gives up ``slaveTimeout`` (W)
+after its put, and any put the new master acked was made before the new master last read from the old one; so a
+broker that becomes master *after being a slave* answers its first SEND_OK no sooner than W after it last read a
+byte from its old master (``SendFence.hold_until``; after a SIGKILL of the old master most of W has passed by the
+time the new one takes over). The old master's last possible SEND_OK is then before the new master's first one. The
+HA client resets its connection when it stops (SO_LINGER 0), so acks the kernel still holds are dropped, not
+delivered after a partition heals. The two clocks only need the same rate over W.
+
+(b) does not cover ``allAckInSyncStateSet=false`` (one ack: the new master may not hold the message), a set of the
+master alone, or unclean election (a new master from outside the set): there only (a) gives SEND_OK.
+
+**The role lease (a).** The controller takes a master for dead, and may elect another, only (1) once it has received
+no heartbeat from it for ``controllerHeartBeatTimeoutMills`` (T, sent in every heartbeat; timed from the *receipt*
+of the last one), or (2) when the connection that carried its heartbeats closes, and only if the master declared
+``allAckInSyncStateSet`` in its heartbeats and the controller elects cleanly: then (b)'s argument covers it, since
+an immediate election can only promote a member whose ack the old master needs (``controller.manager``). Otherwise
+a closed connection leaves the master alive until T, which the lease covers. The broker renews its lease from a
 heartbeat sent at ``s`` (its own monotonic clock) only when that heartbeat was answered SUCCESS **and** a replica
 info read sent after that answer still names this broker master at its own masterEpoch. Then:
 
 - the controller received the heartbeat at ``r >= s``, and had not elected anybody else when it answered the read
   (after ``r``), so the latest heartbeat it holds for us at any later election is at least ``r``: no election of
-  kind (a) can happen before ``r + T >= s + T``;
+  kind (1) can happen before ``r + T >= s + T``;
 - the lease ends at ``s + T - margin`` (``controllerFenceMarginMills``), before that, with the margin absorbing the
   drift between the two hosts' clock rates over T; a renewal never shortens the lease, and a heartbeat sent after
   the lease ended can only renew it through the same read (so a master deposed while it was silent learns it from
   the read instead of reviving its lease);
 - a new master answers SEND_OK only after its election, its role switch and its epoch entry, so later still.
 
-Kind (b) happens when the master process dies (it answers nothing afterwards), or when the connection breaks while
-both ends live. The broker revokes the lease at once when its own end of the controller connection closes or a
-heartbeat fails, and whenever the controller names another master or a newer masterEpoch. The gap that remains is a
-reset that reaches the controller but not the broker; closing it needs the lease to live in etcd (a key on a lease
-the master renews itself, which the controller's election transaction requires to be gone): not built yet.
+The broker also ends the lease when its end of the controller connection closes or a heartbeat fails, and is
+*deposed* (no SEND_OK by either rule) once the controller names another master or a newer masterEpoch.
 
-Every SEND_OK is decided after the replica acks, at the moment of the answer, by ``RoleLease.valid()``; a fenced
-master answers SLAVE_NOT_AVAILABLE with a remark that says why (the message is stored on it but may be cut when it
-rejoins as a slave: resend). Pure: the clock is injected.
+**Assumptions.** Every controller instance runs with the same ``enableElectUncleanMaster``: the broker learns it
+from the answers it gets, so an instance switched to unclean election while a master serves under (b) could elect
+outside the set before the master hears of it (switch it with the group stopped). A set of one is left to the lease
+on purpose: under clean election nobody else could be elected from it either, but a lone master cut off from the
+controller must stop (issue 23, item 2), and its data would be on no other broker.
+
+**Checked by** ``tests/unit/broker/test_fence_model.py``: a Hypothesis model of three brokers with the real
+election, SyncStateSet and fence rules under partitions, late acks, lost answers, resets only the controller sees
+and etcd losing its majority (no SEND_OK lost from etcd's set, the local set a superset of etcd's, SEND_OKs never
+back to an older masterEpoch), with one scenario per guard that fails without it. Pure: the clock is injected.
 """
 
 from __future__ import annotations
@@ -54,12 +98,66 @@ class RoleLease:
     def valid(self, now: float | None = None) -> bool:
         return (self.clock() if now is None else now) < self.valid_until
 
-    def remark(self, now: float | None = None) -> str:
+    def reason(self, now: float | None = None) -> str:
         now = self.clock() if now is None else now
         if self.valid_until == NEVER:
-            reason = self.why
-        else:
-            reason = (f"the controller has not confirmed this master for {now - self.valid_until + self.span_s:.1f} s "
-                      "(it may be partitioned from the controller)")
-        return (f"fenced: {reason}; the message is stored here but may be cut when a new master is elected: "
-                "resend it")
+            return self.why
+        return (f"the controller has not confirmed this master for {now - self.valid_until + self.span_s:.1f} s "
+                "(it may be partitioned from the controller)")
+
+    def remark(self, now: float | None = None) -> str:
+        return fenced_remark(self.reason(now))
+
+
+def fenced_remark(reason: str) -> str:
+    return (f"fenced: {reason}; the message is stored here but may be cut when a new master is elected: "
+            "resend it")
+
+
+class SendFence:
+    """The master's SEND_OK rule: lease (a) or a fully acked SyncStateSet of >= 2 under clean election (b)."""
+
+    def __init__(self, lease: RoleLease) -> None:
+        self.lease = lease
+        self.clean_election: bool | None = None  # from the controller's replica-info answers; None: not told yet
+        self.deposed = ""  # why this master knows it was replaced ("" while it does not)
+        self.hold_until = NEVER  # no SEND_OK before this (lease clock): the old master's waiters must have expired
+
+    def begin_term(self, why: str, hold_until: float = NEVER) -> None:
+        """A new term as master: the lease is not confirmed yet, the broker is not deposed, and when it streamed
+        from the old master until recently, its first SEND_OK waits for ``hold_until``."""
+        self.lease.revoke(why)
+        self.deposed = ""
+        self.hold_until = hold_until
+
+    def hold_s(self, now: float | None = None) -> float:
+        """Seconds a released put must still wait before its answer (0: none)."""
+        now = self.lease.clock() if now is None else now
+        return max(0.0, self.hold_until - now)
+
+    def depose(self, why: str) -> None:
+        self.lease.revoke(why)
+        self.deposed = why
+
+    def by_set(self, set_size: int, all_ack: bool) -> bool:
+        """Rule (b) apart from the acks themselves (the waiter answers only once every counted member acked)."""
+        return not self.deposed and all_ack and set_size >= 2 and self.clean_election is True
+
+    def allows(self, set_size: int, all_ack: bool, now: float | None = None) -> bool:
+        """``set_size``: the master's local SyncStateSet (the union while a change is unsettled), master included."""
+        if self.deposed:
+            return False
+        return self.lease.valid(now) or self.by_set(set_size, all_ack)
+
+    def remark(self, set_size: int, all_ack: bool, now: float | None = None) -> str:
+        if self.deposed:
+            return fenced_remark(self.deposed)
+        why = self.lease.reason(now)
+        if not all_ack:
+            why += "; with allAckInSyncStateSet=false only the lease allows SEND_OK"
+        elif set_size < 2:
+            why += "; the SyncStateSet holds the master alone, so no replica's ack can stand in for the lease"
+        elif self.clean_election is not True:
+            why += ("; the controller has not said it elects cleanly (enableElectUncleanMaster=false), so the "
+                    "SyncStateSet's acks cannot stand in for the lease")
+        return fenced_remark(why)

@@ -5,8 +5,10 @@ The controller decides the role; this service carries it out:
 - **Identity**: the brokerId comes from the controller (``identity``: next id, apply, persist in
   ``<storePathRootDir>/brokerIdentity``); ``brokerRole``/``brokerId`` of the conf are ignored.
 - **Heartbeat and role reads**: every ``brokerHeartbeatInterval`` a BROKER_HEARTBEAT (epoch, max offset, confirm
-  offset, priority, ``controllerHeartBeatTimeoutMills``) and then a GET_REPLICA_INFO; a NOTIFY_BROKER_ROLE_CHANGED
-  push runs the same round at once. The pair also renews the master's role lease (``fence``).
+  offset, priority, ``controllerHeartBeatTimeoutMills``, and pyrmq's ``allAckInSyncStateSet``, which lets the
+  controller elect at once when the master's connection closes) and then a GET_REPLICA_INFO; a
+  NOTIFY_BROKER_ROLE_CHANGED push runs the same round at once. The pair also renews the master's role lease, and the
+  read tells whether the controller elects cleanly (``fence``: when a master may answer SEND_OK).
 - **Role switch** (``_apply``, one at a time): the running ``BrokerServer`` is stopped and a new one started in the
   new role, on the same ports and store. A switch therefore closes the clients' connections (they reconnect and
   retry), and costs a clean store stop and start; the store recovered cleanly has nothing to redo, so the switch is
@@ -25,8 +27,10 @@ The controller decides the role; this service carries it out:
   registers with its own id.
 
 - **SyncStateSet** (on the master, every ``checkSyncStateSetPeriod``): shrink members that are not connected or not
-  caught up for ``haMaxTimeSlaveNotCatchup``; grow with connected slaves that caught up within this epoch; each
-  change goes to the controller (ALTER_SYNC_STATE_SET) and acks count against both sets while it is in flight.
+  caught up for ``haMaxTimeSlaveNotCatchup``; grow with connected slaves that caught up within this epoch and hold
+  everything answered SEND_OK; each change goes to the controller (ALTER_SYNC_STATE_SET) and acks count against
+  both sets until the controller's answer (or a read showing a newer ``syncStateSetEpoch``) settles it: a change
+  whose answer was lost is retried as it was, so the local set stays a superset of etcd's (``fence`` relies on it).
 
 - **Confirm offset** (on the master): consumer reads (pull, long-polling wakeups, v2 receive) stop at the
   SyncStateSet's confirm offset (``store.visibility``); it starts at the store's end when the broker took over.
@@ -37,7 +41,6 @@ The controller decides the role; this service carries it out:
   framing pyrmq keeps (RocketMQ 5 sends it in every transfer header) has no field for it; the controller path
   changes no wire a 4.x peer reads.
 
-Not yet: the lease is not held in etcd (see ``fence``).
 """
 
 from __future__ import annotations
@@ -46,10 +49,11 @@ import asyncio
 import logging
 import time
 
+from broker.auth.setup import inner_signer
 from broker.config import BrokerSettings
 from broker.controller_mode import epoch_cache, identity, metrics
 from broker.controller_mode.ack_waiter import SyncStateSetWaiter
-from broker.controller_mode.fence import RoleLease
+from broker.controller_mode.fence import RoleLease, SendFence
 from broker.controller_mode.roles import Kind, Role, decide, role_settings, same_role
 from broker.controller_mode.sync_state_set import SyncStateSetView
 from broker.server import BrokerServer
@@ -70,6 +74,12 @@ from remoting.frame_codec import RemotingCommand
 log = logging.getLogger(__name__)
 quiet = RateLimitedLog(log)
 
+# ALTER_SYNC_STATE_SET refusals decided on etcd's current state with nothing written, and after any earlier attempt
+# of ours (the controller decides on one group at a time): the change is settled as refused. Others (no active
+# controller, etcd failing, busy, a stale syncStateSetEpoch that an earlier attempt may have caused) leave it
+# unsettled until a read shows the set (sync_state_set).
+SETTLED_REFUSALS = frozenset({ResponseCode.CONTROLLER_INVALID_REPLICAS, ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH,
+                              ResponseCode.CONTROLLER_INVALID_MASTER, ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST})
 MASTER_ANSWER_WAIT_S = 30.0  # how long a new slave asks the master for its epochs before the next round retries
 
 
@@ -88,10 +98,14 @@ class ReplicasManager(Service):
         self.role: Role | None = None
         self.broker_id = 0
         self.lease = RoleLease(self.cfg.controller_heart_beat_timeout_mills, self.cfg.controller_fence_margin_mills)
+        self.fence = SendFence(self.lease)
+        self._asking = False  # an ALTER_SYNC_STATE_SET is in flight
+        self._streamed_until = float("-inf")  # when this broker last stopped streaming from a master (fence.py)
         self.client = RemotingClient(name="broker-controller")
         self.client.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self._on_notify)
         self.controller = ControllerClient(self.cfg.controller_addrs, client=self.client)
         self.peers = RemotingClient(name="broker-peers")
+        self.peers.signer = inner_signer(settings.auth)  # a peer broker with ACL 2.0 on checks the epoch fetch
         self.view: SyncStateSetView | None = None
         self.waiter: SyncStateSetWaiter | None = None
         self.info: ReplicaInfo | None = None
@@ -233,7 +247,8 @@ class ReplicasManager(Service):
             await self.controller.heartbeat(self.cluster, self.broker_name, self.address, self.broker_id,
                                             epoch=epoch, max_offset=max_offset, confirm_offset=confirm,
                                             timeout_ms=self.cfg.controller_heart_beat_timeout_mills,
-                                            priority=self.cfg.broker_election_priority)
+                                            priority=self.cfg.broker_election_priority,
+                                            all_ack=self.cfg.all_ack_in_sync_state_set)
             beat_ok = True
             self._watch()
         except (ControllerError, RemotingError) as exc:
@@ -241,16 +256,19 @@ class ReplicasManager(Service):
             quiet.warning("heartbeat to the controller failed: %s", exc)
         info = await self.controller.replica_info(self.broker_name)
         self.info = info
+        self.fence.clean_election = None if info.elect_unclean is None else not info.elect_unclean
         role = self.role
         if role is not None and role.kind is Kind.MASTER:
             if info.master_broker_id == self.broker_id and info.master_epoch == role.master_epoch:
                 if beat_ok:
                     self.lease.renew(sent)
-                if self.view is not None and info.sync_state_set_epoch > self.view.epoch:
-                    self.view.members, self.view.epoch = info.sync_state_set, info.sync_state_set_epoch
+                view = self.view
+                if view is not None and view.adopt(info.sync_state_set, info.sync_state_set_epoch):
+                    if not self._asking:
+                        view.settle()  # the change in flight (ours: only the master alters the set) was applied
                     self._set_changed()
-            else:
-                self.lease.revoke(f"the controller names brokerId {info.master_broker_id} master at masterEpoch "
+            elif info.master_epoch >= role.master_epoch:
+                self.fence.depose(f"the controller names brokerId {info.master_broker_id} master at masterEpoch "
                                   f"{info.master_epoch}")
         elif (role is not None and role.kind is Kind.SLAVE and info.master_epoch == role.master_epoch
               and info.master_broker_id == role.master_id and info.master_confirm_offset is not None):
@@ -294,7 +312,12 @@ class ReplicasManager(Service):
             self.waiter.close()
         self.waiter = None
         if server is not None:
+            ha_slave = server.ha.slave if server.ha is not None else None
             await server.stop()
+            if ha_slave is not None and ha_slave.last_read_ms:
+                # when it last read from the master (a put it acked was made before it read it): see fence.py
+                ago_s = max(0.0, time.time() - ha_slave.last_read_ms / 1000)
+                self._streamed_until = max(self._streamed_until, self.lease.clock() - ago_s)
 
     async def _serve(self, server: BrokerServer) -> None:
         """Start ``server`` and add GET_BROKER_EPOCH_CACHE to its remoting port."""
@@ -324,10 +347,13 @@ class ReplicasManager(Service):
     async def _become_master(self, role: Role) -> None:
         log.warning("controller mode: %s brokerId %d becomes master at masterEpoch %d", self.broker_name,
                     self.broker_id, role.master_epoch)
-        self.lease.revoke(f"becoming master at masterEpoch {role.master_epoch}")
+        self.fence.begin_term(f"becoming master at masterEpoch {role.master_epoch}")
         await self._stop_server()
+        # it may have acked the old master until its HA client stopped: its first SEND_OK waits (fence.py)
+        self.fence.hold_until = self._streamed_until + self.base.store.slave_timeout / 1000
         settings = role_settings(self.base, role, self.broker_id)
         server = BrokerServer(settings)
+        server.state_version = role.master_epoch  # the nameserver keeps brokerId 0 for the newest epoch's master
         info = self.info
         members = info.sync_state_set if info is not None else frozenset({self.broker_id})
         sss_epoch = info.sync_state_set_epoch if info is not None else 0
@@ -348,7 +374,7 @@ class ReplicasManager(Service):
             ha_master, store = s.ha.master, s.store
             waiter = SyncStateSetWaiter(
                 view=lambda: self.view, acks=lambda: {i: c.link.ack_offset for i, c in ha_master.connections.items()},
-                master_max=lambda: store.max_phy_offset, lease=self.lease,
+                master_max=lambda: store.max_phy_offset, fence=self.fence,
                 slave_timeout_ms=settings.store.slave_timeout, all_ack=self.cfg.all_ack_in_sync_state_set)
             gate = store.confirm_gate
             if gate is not None:
@@ -367,7 +393,7 @@ class ReplicasManager(Service):
     async def _become_slave(self, role: Role) -> None:
         log.warning("controller mode: %s brokerId %d becomes a slave of brokerId %s (%s) at masterEpoch %d",
                      self.broker_name, self.broker_id, role.master_id, role.master_addr, role.master_epoch)
-        self.lease.revoke(f"this broker is a slave of brokerId {role.master_id}")
+        self.fence.depose(f"this broker is a slave of brokerId {role.master_id}")
         cache = await self._master_epochs(role)
         await self._stop_server()
         self.role = None
@@ -375,6 +401,7 @@ class ReplicasManager(Service):
         await self._fit_store(settings, cache)
         self._master_confirm = 0
         server = BrokerServer(settings)
+        server.state_version = role.master_epoch
 
         async def gate_reads(store: MessageStore) -> None:
             # consumers of a slave see what the master confirmed; nothing until the first round brings it
@@ -437,32 +464,44 @@ class ReplicasManager(Service):
 
     async def _check_sync_state_set(self) -> None:
         server, view, role = self.server, self.view, self.role
-        if server is None or view is None or role is None or role.kind is not Kind.MASTER or view.proposed:
+        if server is None or view is None or role is None or role.kind is not Kind.MASTER or self._asking:
             return
         if server.ha is None or server.ha.master is None or server.store is None:
             return
-        ha_master = server.ha.master
-        acks = {i: c.link.ack_offset for i, c in ha_master.connections.items()}
-        connected = set(acks)
-        now, master_max = time.monotonic(), server.store.max_phy_offset
-        view.observe(now, acks, master_max)
-        proposal = view.shrink(now, acks, connected, self.cfg.ha_max_time_slave_not_catchup / 1000)
+        now = time.monotonic()
+        proposal = view.proposed  # an unsettled change is asked again as it was (see sync_state_set)
         if proposal is None:
-            proposal = view.grow(acks, connected, master_max)
-        if proposal is None:
-            return
-        view.proposed = proposal
+            ha_master = server.ha.master
+            acks = {i: c.link.ack_offset for i, c in ha_master.connections.items()}
+            connected = set(acks)
+            master_max = server.store.max_phy_offset
+            view.observe(now, acks, master_max)
+            proposal = view.shrink(now, acks, connected, self.cfg.ha_max_time_slave_not_catchup / 1000)
+            if proposal is None:
+                floor = self.waiter.released_upto if self.waiter is not None else master_max
+                proposal = view.grow(acks, connected, master_max, floor)
+            if proposal is None:
+                return
+            view.proposed = proposal  # counted from now on: before the controller can accept it
+        self._asking = True
         try:
             members, epoch = await self.controller.alter_sync_state_set(
                 self.broker_name, self.broker_id, role.master_epoch, set(proposal), view.epoch)
             log.info("SyncStateSet of %s: %s -> %s (epoch %d)", self.broker_name, sorted(view.members),
                      sorted(members), epoch)
-            view.members, view.epoch = members, epoch
+            view.adopt(members, epoch)
+            view.settle()
             for i in members - {self.broker_id}:
                 view.last_caught_up[i] = now
-        except (ControllerError, RemotingError) as exc:
+        except ControllerError as exc:
             quiet.warning("SyncStateSet change to %s refused: %s", sorted(proposal), exc)
+            if exc.code in SETTLED_REFUSALS:
+                view.settle()
+            self._kick.set()  # a read settles the rest (a newer syncStateSetEpoch) or tells that we were deposed
+        except RemotingError as exc:
+            quiet.warning("SyncStateSet change to %s unanswered, asked again at the next check: %s",
+                          sorted(proposal), exc)
             self._kick.set()
         finally:
-            view.proposed = None
+            self._asking = False
             self._set_changed()

@@ -26,6 +26,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from broker.auth.setup import inner_signer
 from broker.context import BrokerContext
 from broker.grpc_v2.pb import definition_pb2 as pb
 from common import conf
@@ -130,6 +131,8 @@ class ClusterRoutes:
     def client(self) -> RemotingClient:
         if self._client is None:
             self._client = RemotingClient(connect_timeout_s=BROKER_TIMEOUT_S, name="v2-routes")
+            # route queries and broker configs are checked where ACL 2.0 is on: asked as the brokers' own user
+            self._client.signer = inner_signer(self.ctx.settings.auth)
         return self._client
 
     async def close(self) -> None:

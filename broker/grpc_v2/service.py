@@ -7,6 +7,9 @@ Handlers: ``route`` (QueryRoute, QueryAssignment), ``send`` (SendMessage), ``set
 (EndTransaction). What pyrmq does not do answers UNSUPPORTED naming the feature: RecallMessage, PullMessage, UpdateOffset, GetOffset,
 QueryOffset.
 
+With ACL 2.0 on, every RPC is checked first (``auth``: the caller's signature, then RocketMQ's grants for the
+request); a refusal is the response's status, UNAUTHORIZED or FORBIDDEN, saying which check failed.
+
 Heartbeat and every Telemetry settings command also register the client in the broker's client table
 (``presence``), so consumerConnection and consumerProgress show it; NotifyClientTermination takes it out.
 
@@ -35,6 +38,7 @@ from broker.grpc_v2.observe import V2Metrics
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
 from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
+from broker.grpc_v2.tls_front import real_peer
 from common.log import RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -71,12 +75,13 @@ def client_id(context: grpc.aio.ServicerContext) -> str:
 
 
 def peer_host(context: grpc.aio.ServicerContext) -> tuple[str, int]:
-    """``ipv4:1.2.3.4:5678`` -> ("1.2.3.4", 5678); anything else -> ("127.0.0.1", 0)."""
+    """``ipv4:1.2.3.4:5678`` -> ("1.2.3.4", 5678); anything else -> ("127.0.0.1", 0). A connection spliced by the
+    permissive TLS front (``tls_front``) is reported as its client's address, not the front's."""
     peer = context.peer() or ""
     kind, _, rest = peer.partition(":")
     host, _, port = rest.rpartition(":")
     if kind in ("ipv4", "ipv6") and port.isdigit():
-        return host.strip("[]") or "127.0.0.1", int(port)
+        return real_peer(host.strip("[]") or "127.0.0.1", int(port))
     return "127.0.0.1", 0
 
 
@@ -90,6 +95,10 @@ def _guarded(response_cls):
                 return response_cls(status=codes.status(
                     pb.Code.CLIENT_ID_REQUIRED, f"the {CLIENT_ID_HEADER} header is missing; RocketMQ 5 clients set it"))
             started = time.perf_counter()
+            refusal = self.refusal(request, context)
+            if refusal is not None:
+                self.metrics.on_rpc(fn.__name__, refusal.code, started)
+                return response_cls(status=refusal)
             try:
                 response = await fn(self, request, context)
             except Exception as exc:
@@ -127,6 +136,14 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         self.routes = ClusterRoutes(ctx)  # its grpc_port (the bound one) is set by the endpoint before serving
         self._streams = 0
         self._streams_by_peer: dict[str, int] = {}  # context.peer() (one per connection) -> open Telemetry streams
+        self.auth = None  # broker.grpc_v2.auth.V2Auth when ACL 2.0 is on, set by the endpoint
+
+    def refusal(self, request, context, *, authenticate: bool = True) -> pb.Status | None:
+        """ACL 2.0's answer to ``request`` (None: serve it; always None when ACL is off)."""
+        if self.auth is None:
+            return None
+        host, port = peer_host(context)
+        return self.auth.check(request, context, f"{host}:{port}", authenticate=authenticate)
 
     # routes and sessions ------------------------------------------------------------------------------------
     @_guarded(spb.QueryRouteResponse)
@@ -189,6 +206,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         try:
             iterator = request_iterator.__aiter__()
             first = True
+            proven = False
             while True:
                 try:
                     if first:
@@ -218,6 +236,11 @@ class MessagingService(sgrpc.MessagingServiceServicer):
                         " stream; a client sends its Settings first"))
                     return
                 client.last_seen = time.monotonic()
+                refusal = self.refusal(command, context, authenticate=not proven)
+                if refusal is not None:  # the stream ends: a client with better credentials opens another
+                    yield spb.TelemetryCommand(status=refusal)
+                    return
+                proven = True  # a stream's headers never change: authenticated once, each command authorized
                 if command.WhichOneof("command") == "settings":
                     first = False
                     client.settings = command.settings
@@ -262,6 +285,10 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         if not client_id(context):
             yield spb.ReceiveMessageResponse(status=codes.status(
                 pb.Code.CLIENT_ID_REQUIRED, "the x-mq-client-id header is missing; RocketMQ 5 clients set it"))
+            return
+        refusal = self.refusal(request, context)
+        if refusal is not None:
+            yield spb.ReceiveMessageResponse(status=refusal)
             return
         if self.pop is None:
             yield spb.ReceiveMessageResponse(status=self._no_pop("receive"))

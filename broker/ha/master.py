@@ -57,6 +57,8 @@ from broker.ha.state import (
     proof_matches,
 )
 from common.log import RateLimitedLog
+from remoting.tls import TlsConfig, TlsMode
+from remoting.tls_listener import GuardedListener
 from remoting.ha_codec import (
     CHALLENGE_NONCE_BYTES,
     ErrorCode,
@@ -86,8 +88,10 @@ MAX_LINKS_KEPT = 64
 class HAMaster:
     def __init__(self, *, store, store_config: MessageStoreConfig, cluster: str, broker_name: str, port: int,
                  secret: bytes = b"", host: str = "0.0.0.0", counters: HACounters | None = None,
-                 on_ack_listener: Callable[[int], None] | None = None) -> None:
+                 on_ack_listener: Callable[[int], None] | None = None, tls: TlsConfig | None = None) -> None:
         self.store = store
+        # tls.server.mode permissive/enforcing: the HA port sorts TLS from plaintext as the remoting ports do
+        self.tls = tls if tls is not None and tls.mode is not TlsMode.DISABLED else None
         self.store_config = store_config
         self.secret = secret  # b"": serve any peer with a matching hello (unsafe; service.py says so at start)
         self.keep_departed_s = store_config.ha_disconnected_slave_keep_interval / 1000.0
@@ -103,7 +107,7 @@ class HAMaster:
         self.connections: dict[int, MasterConnection] = {}  # brokerId -> live connection
         self.links: dict[int, SlaveLink] = {}  # brokerId -> last known state
         self.policy = TransferPolicy.from_config(store_config)  # read by every connection
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.AbstractServer | GuardedListener | None = None
         self.slots = HandshakeSlots(total=MAX_HANDSHAKES, per_host=MAX_HANDSHAKES_PER_HOST,
                                     reserved=RESERVED_HANDSHAKES, evict_after_s=EVICT_SILENT_AFTER_S)
         self._handshakes: dict[Handshake, tuple[asyncio.Task | None, asyncio.StreamWriter]] = {}
@@ -114,6 +118,9 @@ class HAMaster:
 
     # lifecycle -------------------------------------------------------------------------------------------
     async def start(self) -> None:
+        if self.tls is not None:
+            await self._start_tls(self.tls)
+            return
         try:
             self._server = await asyncio.start_server(self._on_client, self.host, self.port, limit=1 << 20,
                                                       reuse_address=True)
@@ -126,6 +133,31 @@ class HAMaster:
         log.info("HA master of %s/%s listening on %s:%d (haSlaveCatchUpFrom=%s, auth=%s)", self.cluster,
                  self.broker_name, self.host, self.port, self.store_config.ha_slave_catch_up_from.value,
                  "HMAC-SHA256 challenge" if self.secret else "OFF: any peer with a matching hello is served")
+
+    async def _start_tls(self, tls: TlsConfig) -> None:
+        context = tls.server_context()
+        assert context is not None
+
+        def factory() -> asyncio.StreamReaderProtocol:  # what asyncio.start_server builds per connection
+            return asyncio.StreamReaderProtocol(asyncio.StreamReader(limit=1 << 20), self._on_client)
+
+        listener = GuardedListener(f"HA master of {self.broker_name}", self.host, self.port, mode=tls.mode,
+                                   context=context, protocol_factory=factory,
+                                   handshake_timeout_s=tls.handshake_timeout_s, max_pending=MAX_HANDSHAKES,
+                                   on_refused=self._tls_refused)
+        try:
+            self.port = await listener.start()
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot listen for slaves on HA port {self.host}:{self.port}: {exc.strerror}; "
+                                     "free the port or set haListenPort") from exc
+        self._server = listener
+        self._listening = True
+        self.store.add_append_listener(self._on_append)
+        log.info("HA master of %s/%s listening on %s:%d with TLS %s (auth=%s)", self.cluster, self.broker_name,
+                 self.host, self.port, tls.mode.value, "HMAC-SHA256 challenge" if self.secret else "OFF")
+
+    def _tls_refused(self, reason: str) -> None:
+        self.counters.refused += 1
 
     async def stop(self) -> None:
         self._listening = False

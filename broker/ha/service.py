@@ -53,7 +53,7 @@ class HAService:
         if self.role.is_master:
             self.master = HAMaster(store=store, store_config=cfg, cluster=b.broker_cluster_name,
                                    broker_name=b.broker_name, port=settings.ha_port, secret=secret, host=listen_host,
-                                   counters=self.counters)
+                                   counters=self.counters, tls=settings.tls)
             if self.role is BrokerRole.SYNC_MASTER:
                 self.group_transfer = GroupTransfer(
                     broker_name=b.broker_name, ha_port=settings.ha_port, slave_timeout_ms=cfg.slave_timeout,
@@ -63,7 +63,8 @@ class HAService:
             self.slave = HASlave(store=store, store_config=cfg, cluster=b.broker_cluster_name,
                                  broker_name=b.broker_name, broker_id=b.broker_id,
                                  master_addr=cfg.ha_master_address, secret=secret, counters=self.counters,
-                                 broker_addr=b.broker_addr if b.listen_port else "")  # 0: no remoting port
+                                 broker_addr=b.broker_addr if b.listen_port else "",  # 0: no remoting port
+                                 ssl=settings.tls.client_context())  # tls.enable: the HA link is TLS too
 
     # lifecycle -------------------------------------------------------------------------------------------
     async def start(self) -> None:

@@ -34,7 +34,10 @@ import contextlib
 import inspect
 import logging
 import os
+import socket
+import struct
 import time
+import ssl as ssl_module
 
 from broker.config import MessageStoreConfig
 from broker.ha.state import CloseReason, HACounters, proof_matches, task_end
@@ -56,6 +59,7 @@ from remoting.ha_codec import (
     parse_frames,
     slave_proof,
 )
+from remoting.client import tls_args
 from remoting.headers import parse_host_port
 
 log = logging.getLogger(__name__)
@@ -86,8 +90,9 @@ def parse_master_addr(addr: str) -> tuple[str, int]:
 class HASlave(Service):
     def __init__(self, *, store, store_config: MessageStoreConfig, cluster: str, broker_name: str, broker_id: int,
                  master_addr: str = "", secret: bytes = b"", counters: HACounters | None = None,
-                 broker_addr: str = "") -> None:
+                 broker_addr: str = "", ssl: ssl_module.SSLContext | None = None) -> None:
         super().__init__(f"ha-slave[{broker_name}-{broker_id}]")
+        self.ssl = ssl  # tls.enable: TLS to the master's HA port (remoting.tls.client_context)
         self.store = store
         self.cfg = store_config
         self.secret = secret
@@ -146,7 +151,8 @@ class HASlave(Service):
         held the new master's switch, and so its route, for 5 s."""
         loop = asyncio.get_running_loop()
         connect = asyncio.ensure_future(asyncio.wait_for(loop.create_connection(
-            lambda: _ReceiveBuffer(BUFFER_BYTES, self.cfg.ha_transfer_batch_size), host, port), CONNECT_TIMEOUT_S))
+            lambda: _ReceiveBuffer(BUFFER_BYTES, self.cfg.ha_transfer_batch_size), host, port,
+            **tls_args(self.ssl, host, CONNECT_TIMEOUT_S)), CONNECT_TIMEOUT_S))
         stopped = asyncio.ensure_future(self.sleep(CONNECT_TIMEOUT_S + 1.0))
         try:
             await asyncio.wait({connect, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -176,7 +182,7 @@ class HASlave(Service):
             try:
                 host, port = parse_master_addr(addr)
                 connected = await self._connect(host, port)
-            except (OSError, TimeoutError, ValueError) as exc:
+            except (OSError, TimeoutError, ValueError) as exc:  # ssl.SSLError is an OSError
                 self.last_error = f"connect to {addr} failed: {exc!r}"
                 self.connect_log.warning("%s: cannot connect to master HA %s: %r; retrying in %.1f s (is "
                                          "haListenPort/brokerIP2 right?)", self.name, addr, exc, backoff)
@@ -328,7 +334,16 @@ class _SlaveConnection:
             if not task.done():
                 task.cancel()
         with contextlib.suppress(Exception):
-            self.transport.close()
+            if reason is CloseReason.SHUTDOWN:
+                # the broker stops streaming (a controller-mode slave about to become master): reset, so that acks
+                # still unacknowledged in the kernel are dropped, never delivered late to the old master after a
+                # partition heals (they could release a SEND_OK there after this broker's first one: fence.py)
+                sock = self.transport.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.transport.abort()
+            else:
+                self.transport.close()
         if reason not in (CloseReason.SHUTDOWN,):
             # A connection that streamed is news; one refused or closed during the handshake repeats with every retry.
             line = log if self.challenged.is_set() else self.owner.close_log

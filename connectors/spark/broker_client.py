@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from client.namesrv import parse_namesrv_addr
 from client.route_cache import MASTER_ID, TopicRoute, route_from_data
 from connectors.spark.errors import BrokerRefusal, Unavailable
+from connectors.spark.options import Tls
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import RemotingError
@@ -49,6 +50,9 @@ WAIT_SLACK_S = CONNECT_TIMEOUT_S + 2.0
 Future = concurrent.futures.Future
 
 
+NO_TLS = Tls()
+
+
 class TransportError(Exception):
     """One request failed at transport level (refused, reset, no answer in time)."""
 
@@ -59,14 +63,15 @@ class TransportError(Exception):
 
 
 class SyncClient:
-    def __init__(self, namesrv: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, namesrv: str, timeout_s: float = 10.0, tls: Tls = NO_TLS) -> None:
         self.namesrv_addrs = parse_namesrv_addr(namesrv)
         self.timeout_s = timeout_s
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._failed_until: dict[str, float] = {}
         self._ns_index = 0
         self._loop = asyncio.new_event_loop()
-        self._remoting = RemotingClient(connect_timeout_s=CONNECT_TIMEOUT_S, name="pyrmq-spark")
+        self._remoting = RemotingClient(connect_timeout_s=CONNECT_TIMEOUT_S, name="pyrmq-spark",
+                                        ssl=tls.context())
         self._thread = threading.Thread(target=self._loop.run_forever, name="pyrmq-spark-remoting", daemon=True)
         self._thread.start()
 
@@ -235,7 +240,7 @@ def header_long(response: RemotingCommand, name: str, default: int = 0) -> int:
         return default
 
 
-_CLIENTS: dict[tuple[int, str], SyncClient] = {}
+_CLIENTS: dict[tuple[int, str, Tls], SyncClient] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
@@ -247,9 +252,10 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def client_for(namesrv: str, timeout_s: float = 10.0) -> SyncClient:
-    """This process's client for ``namesrv`` (created on first use, after any fork)."""
-    key = (os.getpid(), namesrv)
+def client_for(namesrv: str, timeout_s: float = 10.0, tls: Tls = NO_TLS) -> SyncClient:
+    """This process's client for ``namesrv`` (created on first use, after any fork), with ``tls`` (the options'
+    ``tls``/``tlsCa``)."""
+    key = (os.getpid(), namesrv, tls)
     client = _CLIENTS.get(key)
     if client is None:
         with _CLIENTS_LOCK:
@@ -257,5 +263,5 @@ def client_for(namesrv: str, timeout_s: float = 10.0) -> SyncClient:
             if client is None:
                 for stale in [k for k in _CLIENTS if k[0] != key[0]]:  # inherited from a parent: never use, never close
                     del _CLIENTS[stale]
-                client = _CLIENTS[key] = SyncClient(namesrv, timeout_s)
+                client = _CLIENTS[key] = SyncClient(namesrv, timeout_s, tls)
     return client

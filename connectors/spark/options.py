@@ -21,21 +21,27 @@ Reading:
 | ``pullBatchSize`` | 1024 | messages asked for per pull (the broker's maxTransferCount* caps may cut it) |
 | ``requestTimeoutSeconds`` | 10 | per RPC |
 | ``readTimeoutSeconds`` | 60 | how long ``read()`` keeps retrying a group whose nodes are down or behind |
+| ``tls`` | ``false`` | ``true``: connect to nameservers and brokers with TLS (servers with ``tls.server.mode`` enforcing) |
+| ``tlsCa`` | system CAs | with ``tls``: the CA certificate (PEM) the servers' certificates chain to, a path on every executor |
+| ``tlsCert``, ``tlsKey`` | none | with ``tls``: a client certificate and its key (PEM paths on every executor), for servers with ``tls.server.need.client.auth=true`` |
 
 Writing: ``namesrv``; ``topic`` (unless the DataFrame has a ``topic`` column); ``sinkId`` (default: the
 streaming query id, or a fresh id per batch write); ``producerGroup`` (``pyrmq-spark-sink``); ``sendBatchSize``
-(256 messages per SendMessage); ``sendTimeoutSeconds`` (60: total time a batch of messages may spend retrying).
+(256 messages per SendMessage); ``sendTimeoutSeconds`` (60: total time a batch of messages may spend retrying);
+``tls``, ``tlsCa``, ``tlsCert`` and ``tlsKey`` as for reading.
 """
 
 from __future__ import annotations
 
 import difflib
+import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from common.ports import DEFAULT_NAMESRV_ADDR
 from connectors.spark.errors import OptionError
 from remoting.headers import parse_host_port, parse_int
+from remoting.tls import TlsFileError, client_context
 
 READ_MODES = ("auto", "never", "prefer")
 
@@ -53,6 +59,10 @@ SOURCE_OPTIONS = {
     "pullbatchsize",
     "requesttimeoutseconds",
     "readtimeoutseconds",
+    "tls",
+    "tlsca",
+    "tlscert",
+    "tlskey",
 }
 SINK_OPTIONS = {
     "namesrv",
@@ -62,6 +72,10 @@ SINK_OPTIONS = {
     "sendbatchsize",
     "sendtimeoutseconds",
     "requesttimeoutseconds",
+    "tls",
+    "tlsca",
+    "tlscert",
+    "tlskey",
 }
 # Spark itself passes these through the same mapping.
 _SPARK_OWNED = {"path", "checkpointlocation", "queryname"}
@@ -85,8 +99,26 @@ CAMEL = {
         "producerGroup",
         "sendBatchSize",
         "sendTimeoutSeconds",
+        "tls",
+        "tlsCa",
+        "tlsCert",
+        "tlsKey",
     )
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Tls:
+    """How to connect: plain TCP, or TLS trusting ``ca`` (empty: the system's CAs). Picklable: it travels to the
+    executors, which build their own context from it."""
+
+    enabled: bool = False
+    ca: str = ""
+    cert: str = ""
+    key: str = field(default="", repr=False)  # a path, but the path of a private key: kept out of reprs and logs
+
+    def context(self) -> ssl.SSLContext | None:
+        return client_context(trust=self.ca, cert=self.cert, key=self.key) if self.enabled else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +132,7 @@ class ReadSettings:
     pull_batch_size: int
     request_timeout_s: float
     read_timeout_s: float
+    tls: Tls
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +155,7 @@ class SinkOptions:
     send_batch_size: int
     send_timeout_s: float
     request_timeout_s: float
+    tls: Tls
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -194,6 +228,21 @@ def _namesrv(opts: dict[str, str]) -> str:
     return value
 
 
+def _tls(opts: dict[str, str]) -> Tls:
+    enabled = _bool(opts, "tls", False)
+    ca, cert, key = (opts.get(k, "").strip() for k in ("tlsca", "tlscert", "tlskey"))
+    for name, value in (("tlsCa", ca), ("tlsCert", cert), ("tlsKey", key)):
+        if value and not enabled:
+            raise OptionError(name, "is set but tls is not", 'add .option("tls", "true")')
+    tls = Tls(enabled, ca, cert, key)
+    try:
+        tls.context()  # a file that does not load fails on the driver, not in every task
+    except TlsFileError as exc:
+        option = {"tls.trustCertPath": "tlsCa", "tls.certPath": "tlsCert", "tls.keyPath": "tlsKey"}.get(exc.key, "tls")
+        raise OptionError(option, exc.problem, exc.hint.replace("tls.", "")) from None
+    return tls
+
+
 def parse_topics(value: str) -> tuple[str, ...]:
     topics = tuple(dict.fromkeys(t.strip() for t in value.split(",") if t.strip()))
     if not topics:
@@ -219,6 +268,7 @@ def source_options(options: Mapping[str, str]) -> SourceOptions:
         pull_batch_size=min(_int(opts, "pullbatchsize", 1024) or 1024, 1024),
         request_timeout_s=_float(opts, "requesttimeoutseconds", 10.0),
         read_timeout_s=_float(opts, "readtimeoutseconds", 60.0),
+        tls=_tls(opts),
     )
     return SourceOptions(
         read=read,
@@ -247,4 +297,5 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         send_batch_size=_int(opts, "sendbatchsize", 256) or 256,
         send_timeout_s=_float(opts, "sendtimeoutseconds", 60.0),
         request_timeout_s=_float(opts, "requesttimeoutseconds", 10.0),
+        tls=_tls(opts),
     )

@@ -94,7 +94,7 @@ class ReadStats:
 
 def read_range(rng: Range, settings: ReadSettings, schema, stats: ReadStats | None = None) -> Iterator:
     """Yield pyarrow RecordBatches with exactly the messages of ``rng``."""
-    client = client_for(settings.namesrv, settings.request_timeout_s)
+    client = client_for(settings.namesrv, settings.request_timeout_s, settings.tls)
     builder = RowsBuilder(schema, rng.topic, rng.broker_name, rng.queue_id)
     stats = stats if stats is not None else ReadStats()
     advice_key = (settings.namesrv, rng.topic, rng.broker_name, rng.queue_id)

@@ -124,7 +124,7 @@ class _Sender:
 
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
-        self.client = client_for(opts.namesrv, opts.request_timeout_s)
+        self.client = client_for(opts.namesrv, opts.request_timeout_s, opts.tls)
         self.open: dict[tuple[str, str, int], _Batch] = {}
         self.inflight: deque = deque()
         self.sent = 0

@@ -50,7 +50,7 @@ def check_schema(schema) -> None:
 
 
 def live_offsets(opts: SourceOptions) -> off.Live:
-    client = client_for(opts.read.namesrv, opts.read.request_timeout_s)
+    client = client_for(opts.read.namesrv, opts.read.request_timeout_s, opts.read.tls)
     out: off.Live = {}
     for topic in opts.topics:
         found = client.live_offsets(topic)
@@ -175,7 +175,8 @@ class PyrmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict) -> None:
         if not self.opts.commit_offsets_to_broker:
             return
-        client = client_for(self.opts.read.namesrv, self.opts.read.request_timeout_s)
+        client = client_for(self.opts.read.namesrv, self.opts.read.request_timeout_s,
+                            self.opts.read.tls)
         for topic, queues in end.items():
             for key, value in queues.items():
                 broker, qid = off.parse_qkey(key)

@@ -7,6 +7,11 @@ The address is ``$PYRMQ_HEALTHCHECK_ADDR`` if set, else ``127.0.0.1:<listenPort>
 from the config file PID 1 was started with (``-c FILE``), else the kind's default port. Exit status 0 means
 healthy, 1 unhealthy; the one line printed ends up in ``docker inspect`` (``.State.Health.Log``).
 
+In the secure compose cluster (docker-compose.secure.yml) the ports want TLS and a signed request:
+``$PYRMQ_HEALTHCHECK_TLS_CA`` names the CA to verify the server with (the check then speaks TLS), and
+``$PYRMQ_HEALTHCHECK_CREDENTIALS`` a file of two lines, access key and secret key, to sign with (RocketMQ's
+AccessKey/Signature extFields; the secret stays in the file and this process).
+
 Why a blocking socket and not the SDK: this runs every 10 s in a fresh interpreter inside the image, so it imports
 only the pure frame codec (``remoting.frame_codec``, ``remoting.fastjson``): no event loop, no grpc, no client.
 """
@@ -72,8 +77,23 @@ def invoke(addr: str, code: int, timeout_s: float):
 
     host, _, port = addr.rpartition(":")
     deadline = time.monotonic() + timeout_s
-    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as sock:
-        sock.sendall(encode_bytes(RemotingCommand(code, opaque=HEALTHCHECK_OPAQUE)))
+    request = RemotingCommand(code, opaque=HEALTHCHECK_OPAQUE)
+    credentials = os.environ.get("PYRMQ_HEALTHCHECK_CREDENTIALS")
+    if credentials:
+        from remoting.acl_signature import sign
+
+        with open(credentials, encoding="utf-8") as fh:
+            access_key, secret_key = (fh.readline().strip(), fh.readline().strip())
+        request.ext = sign({}, b"", access_key, secret_key)
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as raw:
+        sock = raw
+        ca = os.environ.get("PYRMQ_HEALTHCHECK_TLS_CA")
+        if ca:
+            import ssl
+
+            context = ssl.create_default_context(cafile=ca)
+            sock = context.wrap_socket(raw, server_hostname=host.strip("[]"))
+        sock.sendall(encode_bytes(request))
         frames = FrameDecoder()
         while True:
             sock.settimeout(max(deadline - time.monotonic(), 0.001))

@@ -88,14 +88,15 @@ def random_faults(rng: random.Random, count: int, kinds: tuple[str, ...] = FAULT
     return [Fault(rng.choice(kinds), round(rng.uniform(*hold_s), 1)) for _ in range(count)]
 
 
-async def _bounded(coro, timeout_s: float = ADMIN_TIMEOUT_S):
+async def bounded(coro, timeout_s: float = ADMIN_TIMEOUT_S):
+    """The answer of an admin call, or None when it failed or took longer than ``timeout_s``."""
     try:
         return await asyncio.wait_for(coro, timeout_s)
     except (MQClientError, TimeoutError, OSError):
         return None
 
 
-async def _wait_for(predicate, timeout_s: float, interval_s: float = 0.2) -> float | None:
+async def wait_for_fact(predicate, timeout_s: float, interval_s: float = 0.2) -> float | None:
     """Seconds until ``predicate()`` (sync or async) was true, or None when ``timeout_s`` passed first."""
     t0 = time.monotonic()
     while True:
@@ -128,31 +129,31 @@ class ScheduleRunner:
 
     # facts ------------------------------------------------------------------------------------------------
     async def ha(self):
-        return await _bounded(self.admin.ha_status(self.cluster.master_addr))
+        return await bounded(self.admin.ha_status(self.cluster.master_addr))
 
     async def slave_in_sync(self) -> bool:
         status = await self.ha()
         return status is not None and any(s.state == "OK" for s in status.slaves)
 
     async def slave_knows_topic(self) -> bool:
-        configs = await _bounded(self.admin.all_topic_configs(self.cluster.slave_addr))
+        configs = await bounded(self.admin.all_topic_configs(self.cluster.slave_addr))
         return configs is not None and any(t.topic_name == self.topic for t in configs.topic_configs)
 
     async def drained(self) -> bool:
         if self.ledger.unread_acked():
             return False
         for q in range(QUEUES):
-            rng = await _bounded(self.admin.queue_offsets(self.cluster.master_addr, self.topic, q))
+            rng = await bounded(self.admin.queue_offsets(self.cluster.master_addr, self.topic, q))
             if rng is None or self.ledger.max_read_offset.get(f"{self.topic}:{q}", -1) + 1 < rng.max_offset:
                 return False
         return True
 
     async def slave_dispatched(self) -> bool:
-        info = await _bounded(self.admin.broker_runtime_info(self.cluster.slave_addr))
+        info = await bounded(self.admin.broker_runtime_info(self.cluster.slave_addr))
         return info is not None and info.get("dispatchBehindBytes") == "0"
 
     async def require(self, predicate, timeout_s: float, what: str) -> None:
-        if await _wait_for(predicate, timeout_s) is None:
+        if await wait_for_fact(predicate, timeout_s) is None:
             raise TimeoutError(f"schedule {self.name}: {what} not within {timeout_s:.0f} s")
 
     # faults -----------------------------------------------------------------------------------------------
@@ -197,10 +198,10 @@ class ScheduleRunner:
         await asyncio.to_thread(self._heal, fault.kind)
         healed = time.monotonic()
         rec.acked_during = self.ledger.acked_since(start) - self.ledger.acked_since(healed)
-        rec.in_sync_after_s = await _wait_for(self.slave_in_sync, RECOVERY_S)
+        rec.in_sync_after_s = await wait_for_fact(self.slave_in_sync, RECOVERY_S)
         if rec.in_sync_after_s is None:
             self.notes.append(f"{fault.kind} at {rec.at_s}s: the slave was not in sync {RECOVERY_S:.0f} s after the heal")
-        rec.load_held_after_s = await _wait_for(lambda: self.ledger.acked_since(healed) >= LOAD_HELD_ACKS, RECOVERY_S)
+        rec.load_held_after_s = await wait_for_fact(lambda: self.ledger.acked_since(healed) >= LOAD_HELD_ACKS, RECOVERY_S)
         if rec.load_held_after_s is None:
             self.notes.append(f"{fault.kind} at {rec.at_s}s: fewer than {LOAD_HELD_ACKS} acked sends "
                               f"{RECOVERY_S:.0f} s after the heal")
@@ -228,7 +229,7 @@ class ScheduleRunner:
             await asyncio.to_thread(self.cluster.heal_all)
             await self.require(self.slave_in_sync, RECOVERY_S, "the slave in sync after the last heal")
             before_destroy = list(self.ledger.sends.values())
-            if await _wait_for(self.drained, self.drain_timeout_s) is None:
+            if await wait_for_fact(self.drained, self.drain_timeout_s) is None:
                 self.notes.append(f"the group had not read every acked message {self.drain_timeout_s:.0f} s "
                                   "after the heal")
             drained = check(before_destroy, list(self.ledger.reads))

@@ -34,7 +34,7 @@ from client import (
     SendStatus,
 )
 from client.message import new_msg_id
-from harness.checker import Outcome, Read, Send
+from harness.checker import Outcome, Read, Send, SendOk
 from remoting.codes import ResponseCode
 from remoting.message_codec import MessageCodecError, parse_offset_msg_id
 
@@ -75,16 +75,24 @@ class Ledger:
     reads: list[Read] = field(default_factory=list)
     max_read_offset: dict[str, int] = field(default_factory=dict)  # queue -> highest queue offset read
     acked_at: list[float] = field(default_factory=list)  # monotonic time of every ACKED outcome
+    oks: list[SendOk] = field(default_factory=list)  # every SEND_OK with its broker and times (split-brain check)
+    invoked_at: dict[str, float] = field(default_factory=dict)  # sends in flight: when they left
 
     def invoked(self, ident: str, writer: str, seq: int) -> None:
         self.sends[ident] = Send(ident, writer, seq, Outcome.UNKNOWN, None, "in flight")
+        self.invoked_at[ident] = time.monotonic()
 
     def completed(self, ident: str, result: SendResult | BaseException) -> None:
         old = self.sends[ident]
         outcome, offset, detail = classify(result)
         self.sends[ident] = Send(ident, old.writer, old.seq, outcome, offset, detail)
+        sent = self.invoked_at.pop(ident, 0.0)
         if outcome is Outcome.ACKED:
-            self.acked_at.append(time.monotonic())
+            now = time.monotonic()
+            self.acked_at.append(now)
+            if isinstance(result, SendResult) and offset is not None:  # the store host answered it
+                (ip, port), _ = parse_offset_msg_id(result.offset_msg_id)
+                self.oks.append(SendOk(result.message_queue.broker_name, f"{ip}:{port}", sent, now, ident, None, offset))
 
     def read(self, msg: MessageExt, node: str = "group") -> Read:
         queue = f"{msg.topic}:{msg.queue_id}"

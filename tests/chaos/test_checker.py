@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.checker import Breakout, Mode, Outcome, Read, Send, check
+from harness.checker import Breakout, Mode, Outcome, Read, Send, SendOk, check, send_ok_overlaps
 
 A, W, F, U = Outcome.ACKED, Outcome.WEAK, Outcome.FAILED, Outcome.UNKNOWN
 
@@ -125,3 +125,46 @@ def test_a_message_read_from_the_master_then_missing_on_the_slave_is_not_lost():
     rep = check(h, reads("a-1", "a-2"), slave_reads=reads("a-1", node="slave"), slave_ack=100)
     assert rep.lost == [] and rep.lost_on_slave == ["a-2"] and rep.lost_on_slave_below_ack == []
     assert rep.problems(Mode.ASYNC) == [] and rep.problems(Mode.SYNC)
+
+
+def ok(broker: str, sent: float, answered: float, group: str = "g", term: int | None = None) -> SendOk:
+    return SendOk(group, broker, sent, answered, f"{broker}@{sent}", term)
+
+
+def test_a_clean_handover_has_no_overlapping_send_ok_periods_even_with_sends_in_flight_across_it():
+    history = [ok("A", 0.0, 0.1), ok("A", 1.0, 1.1), ok("A", 1.9, 3.0),  # in flight across the switch
+               ok("B", 2.0, 2.9), ok("B", 4.0, 4.1), ok("C", 1.5, 1.6, group="other")]
+    assert send_ok_overlaps(history) == []
+    rep = check([], [], send_oks=history)
+    assert rep.problems(Mode.SYNC) == [] and rep.figures()["send_oks"] == 6
+
+
+def test_a_send_ok_answered_inside_another_brokers_period_is_split_brain():
+    history = [ok("A", 0.0, 0.1), ok("B", 2.0, 2.1), ok("A", 3.0, 3.1), ok("B", 4.0, 4.1)]
+    found = send_ok_overlaps(history)
+    assert len(found) == 2 and "B@2.0 from B" in found[0] and "A@3.0 from A" in found[1]
+    rep = check([], [], send_oks=history)
+    assert rep.figures()["overlapping_send_ok"] == 2
+    assert any("split brain" in p for p in rep.problems(Mode.SYNC))
+    # a failback is a new term of the same broker, not an overlap
+    assert send_ok_overlaps([ok("A", 0.0, 0.1, term=1), ok("B", 2.0, 2.1, term=2), ok("A", 3.0, 3.1, term=3)]) == []
+    # another group's broker answering meanwhile is no overlap either
+    assert send_ok_overlaps([ok("A", 0.0, 0.1), ok("B", 2.0, 2.1, group="h"), ok("A", 3.0, 3.1)]) == []
+
+
+def at(broker: str, sent: float, answered: float, offset: int) -> SendOk:
+    return SendOk("g", broker, sent, answered, f"{broker}@{offset}", None, offset)
+
+
+def test_with_offsets_a_failback_is_a_new_term_and_two_logs_written_at_once_are_found():
+    # A's first term (offsets 0, 100), B's (200, 300), A's again (400): one log, no overlap
+    failback = [at("A", 0.0, 0.1, 0), at("A", 1.0, 1.1, 100), at("B", 2.0, 2.1, 200), at("B", 3.0, 3.1, 300),
+                at("A", 4.0, 4.1, 400)]
+    assert send_ok_overlaps(failback) == []
+    # B was elected while A went on: both append after offset 100, so B's 200 is answered before A's 150 is sent
+    split = [at("A", 0.0, 0.1, 0), at("A", 1.0, 1.1, 100), at("B", 2.0, 2.1, 200), at("A", 2.5, 2.6, 150),
+             at("B", 3.0, 3.1, 250)]
+    found = send_ok_overlaps(split)
+    assert any("two logs written at once" in f and "A@150" in f for f in found), found
+    # the same offset acknowledged twice
+    assert any("2 SEND_OKs at offset 7" in f for f in send_ok_overlaps([at("A", 0, 0.1, 7), at("B", 1, 1.1, 7)]))

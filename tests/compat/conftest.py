@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.rocketmq5 import Rmq5Client, client_python
 from tests.compat import harness
 from tests.factories import closing_each
 
@@ -60,7 +61,7 @@ def cpp_home(tmp_path_factory) -> Path:
 @pytest.fixture
 def cpp_producer(cpp_home):
     """``cpp_producer(namesrv_addr)``: a started C++ producer, shut down at teardown."""
-    yield from closing_each(lambda namesrv_addr: harness.CppProducer(namesrv_addr, cpp_home),
+    yield from closing_each(lambda namesrv_addr, **kw: harness.CppProducer(namesrv_addr, cpp_home, **kw),
                             harness.CppProducer.shutdown)
 
 
@@ -69,4 +70,18 @@ def cpp_consumer(tmp_path):
     """``cpp_consumer(namesrv_addr, group, topic, expression)``: a C++ push consumer process in a directory of its
     own, stopped at teardown."""
     workdirs = (tmp_path / f"consumer-{i}" for i in itertools.count())
-    yield from closing_each(lambda *args: harness.CppConsumer(next(workdirs), *args), harness.CppConsumer.stop)
+    yield from closing_each(lambda *args, **kw: harness.CppConsumer(next(workdirs), *args, **kw),
+                            harness.CppConsumer.stop)
+
+
+@pytest.fixture(scope="session")
+def python5():
+    """An interpreter with the official RocketMQ 5 Python client (its own venv, harness/rocketmq5.py)."""
+    return client_python()
+
+
+@pytest.fixture
+def client(python5, tmp_path):
+    """``client()``: an official client process with a HOME of its own, closed at teardown."""
+    homes = (tmp_path / f"client-{i}" for i in itertools.count())
+    yield from closing_each(lambda: Rmq5Client(python5, next(homes)), Rmq5Client.close)

@@ -4,7 +4,8 @@ The tests run it as ``python -m tests.compat.cpp_consumer`` so that they can SIG
 itself has no pause) and so that its C++ log lands under the HOME they give it. It appends one JSON line per
 event to ``--out``: ``started`` once the consumer is started, one ``message`` per delivered message, and
 ``stopped`` after a clean shutdown (SIGTERM or SIGINT). Message callbacks arrive on the library's own threads;
-writes are serialised by a lock and flushed line by line, so the reader sees whole lines only.
+writes are serialised by a lock and flushed line by line, so the reader sees whole lines only. Its first stdin line
+is ``null`` or ``[access key, secret key]``: ACL session credentials, kept out of the command line.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sys
 import threading
 import time
 
@@ -26,6 +28,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    credentials = json.loads(sys.stdin.readline() or "null")  # [access key, secret key] or null, from a pipe
 
     from rocketmq.client import PushConsumer
 
@@ -62,6 +65,8 @@ def main() -> None:
         consumer = PushConsumer(args.group)
         consumer.set_namesrv_addr(args.namesrv)
         consumer.set_instance_name(args.instance)
+        if credentials:
+            consumer.set_session_credentials(credentials[0], credentials[1], "ALIYUN")
         consumer.set_thread_count(args.threads)
         consumer.subscribe(args.topic, on_message, args.expression)  # CONSUME_SUCCESS unless the callback raises
         consumer.start()

@@ -67,6 +67,9 @@ LOAD_ERROR = _load_error()
 _names = itertools.count()
 
 
+CPP_ONS_CHANNEL = "ALIYUN"  # the channel the C++ client signs with by default (an extField like the others)
+
+
 def unique(prefix: str) -> str:
     """A topic or group name of this run, in RocketMQ's alphabet [a-zA-Z0-9_-]."""
     return f"{prefix}_{uuid.uuid4().hex[:6]}_{next(_names)}"
@@ -94,13 +97,14 @@ class Group:
         return "\n".join(f"--- {p.log_path}:\n{p.log_tail(30)}" for p in self.procs())
 
 
-def start_group(root: Path) -> Group:
-    namesrv = Namesrv(root / "namesrv").start(BOOT_S)
+def start_group(root: Path, *, namesrv_conf: dict | None = None, **conf: object) -> Group:
+    """``conf`` adds broker keys (both brokers), ``namesrv_conf`` nameserver keys (ACL 2.0's, say)."""
+    namesrv = Namesrv(root / "namesrv", **(namesrv_conf or {})).start(BOOT_S)
     started: list = [namesrv]
     try:
         # slaveReadEnable on the slave: a RocketMQ slave without it answers every pull with
         # PULL_RETRY_IMMEDIATELY + suggestWhichBrokerId=0, and consumers could not read it after a failover.
-        common = {"slaveReadEnable": True, "slaveSynchronizeInterval": 1000}
+        common = {"slaveReadEnable": True, "slaveSynchronizeInterval": 1000, **conf}
         master = Broker(
             root / "master", name=BROKER_NAME, namesrv_addr=namesrv.addr, role="SYNC_MASTER", cluster=CLUSTER, **common
         )
@@ -143,7 +147,7 @@ def slave_in_sync(group: Group) -> bool:
     return any(s["status"] == "OK" for s in report.get("slaves", []))
 
 
-def create_topic(group: Group, topic: str, queues: int) -> None:
+def create_topic(group: Group, topic: str, queues: int, credentials: tuple[str, str] | None = None) -> None:
     """mqctl updateTopic on the masters; then wait until the nameserver routes it with master and slave listed.
     The C++ producer would also send to an unknown topic (it falls back to TBW102's route); the tests create
     theirs so the queue count is known."""
@@ -159,16 +163,16 @@ def create_topic(group: Group, topic: str, queues: int) -> None:
     # The slave learns topics by its metadata sync (every 10 s); until then it answers TOPIC_NOT_EXIST to pulls, so
     # a test that kills the master must not start before the slave knows the topic.
     wait_until(
-        lambda: slave_knows_topic(group, topic),
+        lambda: slave_knows_topic(group, topic, credentials),
         READY_S,
         lambda: f"the slave {group.slave.addr} never synced topic {topic} from its master",
         interval_s=0.5,
     )
 
 
-def slave_knows_topic(group: Group, topic: str) -> bool:
+def slave_knows_topic(group: Group, topic: str, credentials: tuple[str, str] | None = None) -> bool:
     async def ask() -> bool:
-        async with AdminClient(group.namesrv_addr) as admin:
+        async with AdminClient(group.namesrv_addr, credentials=credentials) as admin:
             configs = await admin.all_topic_configs(group.slave.addr)
         return any(c.topic_name == topic for c in configs.topic_configs)
 
@@ -191,13 +195,16 @@ def progress(group: Group, consumer_group: str | None, topic: str | None = None)
 class CppProducer:
     """A started ``rocketmq.client.Producer`` with its own group and instance name."""
 
-    def __init__(self, namesrv_addr: str, home: Path, group: str | None = None) -> None:
+    def __init__(self, namesrv_addr: str, home: Path, group: str | None = None,
+                 credentials: tuple[str, str] | None = None) -> None:
         from rocketmq.client import Producer
         from rocketmq.ffi import dll
 
         self.group = group or unique("PG_cpp")
         self.producer = Producer(self.group, timeout=10_000)  # send timeout, ms (the library's default: 3000)
         self.producer.set_namesrv_addr(namesrv_addr)
+        if credentials is not None:  # ACL: every request signed (AccessKey, OnsChannel, Signature)
+            self.producer.set_session_credentials(*credentials, CPP_ONS_CHANNEL)
         # The wrapper has set_instance_name for push consumers only; the C API has it for producers too. One
         # instance per producer: clients of one process with one instance name share an MQClientFactory
         # (clientId "<pid>-<ip>@<instance>").
@@ -240,7 +247,8 @@ class CppProducer:
 class CppConsumer:
     """tests/compat/cpp_consumer.py in a subprocess; its events are read back from a JSON-lines file."""
 
-    def __init__(self, workdir: Path, namesrv_addr: str, group: str, topic: str, expression: str) -> None:
+    def __init__(self, workdir: Path, namesrv_addr: str, group: str, topic: str, expression: str,
+                 credentials: tuple[str, str] | None = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.group, self.topic, self.expression = group, topic, expression
         self.events_path = workdir / "events.jsonl"
@@ -271,11 +279,15 @@ class CppConsumer:
                     "--out",
                     str(self.events_path),
                 ],
+                stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=str(workdir),
                 env=env,
             )
+        # the credentials go through a pipe, not the command line (which every process listing shows)
+        self.proc.stdin.write(json.dumps(list(credentials) if credentials else None).encode() + b"\n")
+        self.proc.stdin.close()
         wait_until(self._started, 30, lambda: f"the C++ push consumer did not start\n{self.diagnostics()}")
 
     @property

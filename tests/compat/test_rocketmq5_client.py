@@ -9,7 +9,6 @@ topic.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -28,8 +27,7 @@ from broker.grpc_v2.pop.state import TAG_ACK, TAG_CK, Ack, Checkpoint, PopState
 from broker.grpc_v2.service import MAX_STREAMS_PER_CONNECTION, SETTINGS_WAIT_S
 from remoting.codes import RequestCode
 from tests.compat import harness
-from tests.factories import closing_each
-from harness.rocketmq5 import ClientError, Rmq5Client, client_python
+from harness.rocketmq5 import ClientError, Rmq5Client
 from tests.integration.broker.rpc import BrokerClient, group_config
 from tests.integration.ctl.cli import ok_json
 from harness.procs import Broker, Namesrv
@@ -99,18 +97,6 @@ def _create_on_both(group, group_b, topic: str, queues: int) -> None:
         return {q["brokerName"] for q in route["queueDatas"]} == {harness.BROKER_NAME, BROKER_B}
 
     wait_until(routed, harness.READY_S, f"topicRoute never listed {topic} on both broker groups")
-
-
-@pytest.fixture(scope="module")
-def python5():
-    return client_python()
-
-
-@pytest.fixture
-def client(python5, tmp_path):
-    """``client()``: an official client process with a HOME of its own, closed at teardown."""
-    homes = (tmp_path / f"client-{i}" for i in itertools.count())
-    yield from closing_each(lambda: Rmq5Client(python5, next(homes)), Rmq5Client.close)
 
 
 @pytest.fixture

@@ -191,9 +191,9 @@ def heartbeat_data(
 
 
 class BrokerClient:
-    def __init__(self, addr: str) -> None:
+    def __init__(self, addr: str, local_host: str | None = None) -> None:
         self.addr = addr
-        self.remoting = RemotingClient(name="test-client")
+        self.remoting = RemotingClient(name="test-client", local_host=local_host)
 
     async def close(self) -> None:
         await self.remoting.close()

@@ -11,7 +11,8 @@ import pytest
 
 from client import AdminClient, BrokerError, Message, Producer, SendStatus
 from client import acl_admin
-from remoting.acl_signature import signer
+from harness.memory_attacks import rss_bytes
+from remoting.acl_signature import sign, signer
 from remoting.codes import RequestCode, ResponseCode
 from tests.brokers import broker_fixture
 from tests.integration.broker.rpc import BrokerClient, message
@@ -168,21 +169,57 @@ async def test_bad_management_input_and_bad_keys_are_refused_and_nothing_is_stor
         bad = await root.request(RequestCode.AUTH_CREATE_ACL, {"subject": "User:x"}, json.dumps(
             acl_admin.acl_info("User:x", ["Topic:t"], ["Pub"], source_ips=["10.0.0.999/8"])).encode())
         assert bad.code == ResponseCode.INVALID_PARAMETER and "CIDR" in bad.remark
+        secrets = await root.request(RequestCode.AUTH_LIST_USER, {"withPassword": "true"})  # the slaves' own call
+        assert secrets.code == ResponseCode.NO_PERMISSION and "innerClientAuthenticationCredentials" in secrets.remark
+        assert ROOT_PW.encode() not in secrets.body_bytes()
     assert "x" not in [u["username"] for u in await acl_admin.list_users(root_admin, addr)]
     assert not await acl_admin.list_acls(root_admin, addr, subject_filter="User:x")
     async with as_user(addr, "k" * 300, "s") as oversize:
         refused = await oversize.send("AclOrders", 0, [message(b"big key")])
         assert refused.code == ResponseCode.NO_PERMISSION and "AccessKey is not a user name" in refused.remark
+    async with as_user(addr, "ключ", "s") as non_ascii:
+        refused = await non_ascii.send("AclOrders", 0, [message(b"non-ASCII key")])
+        assert refused.code == ResponseCode.NO_PERMISSION and "AccessKey is not a user name" in refused.remark
+    async with as_user(addr, None) as raw:
+        ext = {"topic": "AclOrders"}
+        for bad_ext, says in (
+                ({**ext, "AccessKey": ROOT}, "signature does not match"),  # no Signature at all
+                ({**ext, "AccessKey": ROOT, "Signature": "not base64 !"}, "signature does not match"),
+                ({**sign(dict(ext), b"", ROOT, ROOT_PW), "topic": "AclOther"}, "signature does not match"),  # changed
+                ({**ext, "Signature": sign(dict(ext), b"", ROOT, ROOT_PW)["Signature"]}, "not signed (no AccessKey)")):
+            refused = await raw.request(RequestCode.GET_MAX_OFFSET, {**bad_ext, "queueId": "0"})
+            assert refused.code == ResponseCode.NO_PERMISSION and says in refused.remark, (bad_ext, refused.remark)
+            assert ROOT_PW not in refused.remark
 
 
-async def test_a_flood_of_failed_logins_is_refused_with_few_log_lines_and_others_are_still_served(master):
+async def test_a_flood_of_failed_logins_is_throttled_per_address_and_others_are_still_served(master):
+    """1,000 failed logins a second from one address (127.0.0.2): after its budget of failures every request from it
+    is refused at once, saying so (a correct signature from there too, until it waits); the broker's memory stays put,
+    its log gets a few lines naming the address, and a user on another address (127.0.0.1) is served throughout."""
     import asyncio
+    import time
 
-    before = master.log_path.read_text(errors="replace").count("refused code")
-    async with as_user(master.addr, "alice", "guessing") as attacker, as_user(master.addr, ROOT, ROOT_PW) as root:
-        for _ in range(10):
-            answers = await asyncio.gather(*(attacker.send("AclOrders", 0, [message(b"x")]) for _ in range(200)))
+    before = master.log_path.read_text(errors="replace")
+    rss_before = rss_bytes(master.pid)
+    attacker = BrokerClient(master.addr, local_host="127.0.0.2")
+    attacker.remoting.signer = signer("alice", "guessing")
+    async with attacker, as_user(master.addr, ROOT, ROOT_PW) as root:
+        for second in range(3):
+            started = time.monotonic()
+            answers = await asyncio.gather(*(attacker.send("AclOrders", 0, [message(b"x")]) for _ in range(1000)))
             assert {a.code for a in answers} == {ResponseCode.NO_PERMISSION}
-        assert (await root.send("AclOrders", 0, [message(b"still served")])).code == ResponseCode.SUCCESS
-    after = master.log_path.read_text(errors="replace").count("refused code")
-    assert after - before <= 3, "refusals are logged at most once per 5 s per server"
+            throttled = [a for a in answers if "too many failed authentications from 127.0.0.2" in a.remark]
+            assert len(throttled) >= 1000 - 25, "past its budget the address is refused without a signature check"
+            assert ALICE_PW not in " ".join(a.remark for a in answers)
+            sent = await root.send("AclOrders", 0, [message(b"still served")])
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+            honest_from_there = BrokerClient(master.addr, local_host="127.0.0.2")
+            honest_from_there.remoting.signer = signer(ROOT, ROOT_PW)
+            async with honest_from_there:  # while blocked, a correct guess gains nothing
+                blocked = await honest_from_there.send("AclOrders", 0, [message(b"right key, blocked address")])
+                assert blocked.code == ResponseCode.NO_PERMISSION and "too many failed" in blocked.remark
+            await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - started)))  # pace: 1,000 a second
+    log = master.log_path.read_text(errors="replace")[len(before):]
+    assert log.count("refused code") <= 4, "refusals are logged at most once per 5 s per server"
+    assert "127.0.0.2 used up its failed-authentication budget" in log
+    assert rss_bytes(master.pid) - rss_before < 32 * 1024 * 1024

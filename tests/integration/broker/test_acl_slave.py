@@ -79,3 +79,55 @@ def test_the_slave_syncs_through_the_masters_check_and_mqctl_reaches_both(tmp_pa
         assert refused.code == ResponseCode.NO_PERMISSION and "not signed" in refused.remark
         refused = asyncio.run(route_query("nobody", "x"))
         assert refused.code == ResponseCode.NO_PERMISSION and "no user 'nobody'" in refused.remark
+
+
+def test_users_made_on_the_master_alone_reach_the_slave_by_its_sync_and_survive_its_restart(tmp_path):
+    """A user and ACL created on the master only (``-b``) are copied by the slave's metadata sync within seconds and
+    checked there; a deleted ACL stops working on the slave too; the slave keeps its copy across a restart while the
+    master is down; the master's start-up offset pull from the slave is signed and gets through the slave's check."""
+    def pull_code(addr: str, access_key: str, secret_key: str) -> int:
+        async def pull() -> int:
+            client = BrokerClient(addr)
+            client.remoting.signer = signer(access_key, secret_key)
+            async with client:
+                return (await client.pull("g-gina", "AclCopied", 0, 0)).code
+        return asyncio.run(pull())
+
+    async def manage(addr: str, ns_addr: str, call) -> None:
+        async with AdminClient(ns_addr, credentials=(ROOT, ROOT_PW)) as admin:
+            await call(admin, addr)
+
+    with (Namesrv(tmp_path / "ns", **AUTH) as ns,
+          master_and_slave(tmp_path, ns.addr, "broker-acl-copy", slaveSynchronizeInterval=500, **AUTH) as (m, s)):
+        asyncio.run(manage(m.addr, ns.addr, lambda admin, addr: admin.update_topic(
+            addr, "AclCopied", read_queue_nums=1, write_queue_nums=1)))
+        wait_until(lambda: "AclCopied" in topics_on(s.addr), 20, "the slave to sync the topic")
+        assert pull_code(s.addr, "gina", "gina-pw-6") == ResponseCode.NO_PERMISSION
+
+        async def create(admin, addr):
+            await acl_admin.create_user(admin, addr, acl_admin.user_info("gina", "gina-pw-6", "Normal"))
+            await acl_admin.create_acl(admin, addr, acl_admin.acl_info(
+                "User:gina", ["Topic:AclCopied", "Group:g-gina"], ["Sub"]))
+        asyncio.run(manage(m.addr, ns.addr, create))  # the master only
+        wait_until(lambda: pull_code(s.addr, "gina", "gina-pw-6") != ResponseCode.NO_PERMISSION, 10,
+                   "the slave to take gina and her ACL from its master")
+        assert "took 2 users and 1 ACLs from master" in s.log_path.read_text(errors="replace")
+        assert "gina-pw-6" not in s.log_path.read_text(errors="replace") + m.log_path.read_text(errors="replace")
+
+        asyncio.run(manage(m.addr, ns.addr, lambda admin, addr: acl_admin.delete_acl(admin, addr, "User:gina")))
+        wait_until(lambda: pull_code(s.addr, "gina", "gina-pw-6") == ResponseCode.NO_PERMISSION, 10,
+                   "the slave to drop gina's ACL as its master did")
+        asyncio.run(manage(m.addr, ns.addr, lambda admin, addr: acl_admin.create_acl(admin, addr, acl_admin.acl_info(
+            "User:gina", ["Topic:AclCopied", "Group:g-gina"], ["Sub"]))))
+        wait_until(lambda: pull_code(s.addr, "gina", "gina-pw-6") != ResponseCode.NO_PERMISSION, 10,
+                   "the slave to take gina's new ACL")
+
+        s.stop()
+        m.stop()
+        s.start()  # its master is down: what it checks with is its own copy on disk
+        assert pull_code(s.addr, "gina", "gina-pw-6") != ResponseCode.NO_PERMISSION
+        assert pull_code(s.addr, "gina", "wrong") == ResponseCode.NO_PERMISSION
+        m.start()
+        master_log = m.new_output()
+        assert "merged consumer offsets from slave" in master_log, master_log[-3000:]
+        assert "cannot pull consumer offsets" not in master_log

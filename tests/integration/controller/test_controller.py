@@ -191,16 +191,27 @@ async def test_no_sync_state_set_member_alive_means_no_master_not_an_unclean_one
 
 
 @pytest.mark.parametrize("controller_conf", [{"scanNotActiveBrokerInterval": 60_000}])
-async def test_a_closed_master_connection_elects_at_once(controllers):
+async def test_a_closed_master_connection_elects_at_once_only_under_all_ack(controllers):
     await one_active(controllers)
-    # a 60 s heartbeat timeout and a 60 s scan: only the channel-close path can elect within the wait below
+    # a 60 s heartbeat timeout and a 60 s scan: only the channel-close path can elect within the waits below
     b1, b2, b3 = await group_of_three(controllers, timeout_ms=60_000)
     try:
+        # a master that did not declare allAckInSyncStateSet may still answer SEND_OK on its lease (the reset may
+        # not have reached it): its closed connection elects nobody before its heartbeat timeout
+        await b1.close()
+        await asyncio.sleep(1.5)
+        info = await b2.call(RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "broker-a"})
+        assert info.ext["masterBrokerId"] == "1" and info.ext["masterEpoch"] == "1", info.ext
+        assert info.ext["electUncleanMaster"] == "false"
+        # back, now declaring allAck: a member it needs an ack from can only be elected once it stopped acking
+        b1.reopen()
+        b1.all_ack = True
+        assert (await b1.heartbeat()).code == RC.SUCCESS
         await b1.close()
         resp, _ = await wait_master(b2, 2, timeout_s=10)
         assert resp.ext["masterEpoch"] == "2"
     finally:
-        for b in (b2, b3):
+        for b in (b1, b2, b3):
             await b.close()
 
 

@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from client import AdminClient, Message, MessageQueue, Producer, PullConsumer, PullStatus, SendStatus
+from client import AdminClient, Message, Producer, SendStatus
 from harness.checker import Mode, Outcome, Read, Send, check
 from harness.controller_mode import commitlog_bytes, controller_broker, log_differences, replica_info
+from harness.controller_mode import drain as harness_drain
 from harness.controller_mode import sync_state_set_is as harness_sync_state_set_is
 from harness.waiting import async_wait_until
 
@@ -46,21 +47,7 @@ class History:
 
 
 async def drain(ns, queues: int) -> list[Read]:
-    consumer = await PullConsumer("failover-check", ns.addr).start()
-    reads: list[Read] = []
-    try:
-        for q in range(queues):
-            offset = 0
-            while True:
-                result = await consumer.pull(MessageQueue(TOPIC, GROUP, q), offset, max_nums=32, timeout_s=5)
-                if result.status is not PullStatus.FOUND:
-                    break
-                reads += [Read(m.body.split(b"|", 1)[0].decode(), f"{TOPIC}:{q}", m.queue_offset)
-                          for m in result.messages]
-                offset = result.next_begin_offset
-    finally:
-        await consumer.stop()
-    return reads
+    return await harness_drain(ns.addr, TOPIC, GROUP, queues)
 
 
 async def test_kill_master_elects_a_member_and_the_old_master_rejoins_truncated(tmp_path, cns):

@@ -12,8 +12,8 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from client import Message, MessageQueue, Producer, PullConsumer, PullStatus, SendStatus
-from harness.controller_mode import controller_broker, replica_info, sync_state_set_is
+from client import Message, Producer, SendStatus
+from harness.controller_mode import controller_broker, drain, replica_info, sync_state_set_is
 from harness.waiting import async_wait_until
 from tests.integration.ctl.cli import fails, mqctl, ok, ok_json
 
@@ -48,20 +48,7 @@ def sample(port: int, name: str, **labels: str) -> float | None:
 
 
 async def pulled_ids(ns, queues: int) -> set[str]:
-    consumer = await PullConsumer("mqctl-check", ns.addr).start()
-    ids: set[str] = set()
-    try:
-        for q in range(queues):
-            offset = 0
-            while True:
-                result = await consumer.pull(MessageQueue(TOPIC, GROUP, q), offset, max_nums=32, timeout_s=5)
-                if result.status is not PullStatus.FOUND:
-                    break
-                ids.update(m.body.decode() for m in result.messages)
-                offset = result.next_begin_offset
-    finally:
-        await consumer.stop()
-    return ids
+    return {r.id for r in await drain(ns.addr, TOPIC, GROUP, queues)}
 
 
 async def test_mqctl_controller_commands_and_a_designated_switchover(tmp_path, cns, etcd):

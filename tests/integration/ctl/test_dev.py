@@ -105,3 +105,30 @@ def test_with_a_master_killed_the_slave_serves_reads_and_consumer_progress(tmp_p
     finally:
         ok("dev", "down", "--dir", str(root))
     assert not (root / "broker-b" / "broker-b.pid").exists()
+
+
+def test_dev_up_secure_serves_tls_only_with_acl_and_mqctl_works_with_the_printed_exports(tmp_path: Path):
+    root = tmp_path / "dev-secure"
+    try:
+        up = ok("dev", "up", "--dir", str(root), "--commitlog-mb", "4", "--secure").stdout.splitlines()
+        namesrv = next(line for line in up if line.startswith("NAMESRV_ADDR=")).removeprefix("NAMESRV_ADDR=")
+        assert "every slave in sync" in "\n".join(up)  # registration, HA and the sync ran over TLS
+        ca = root.resolve() / "tls" / "ca.pem"
+        assert f"  export MQCTL_TLS=true MQCTL_TLS_CA={ca}" in up
+        secret = (root / "admin-secret").read_text().strip()
+        assert secret not in "\n".join(up)  # the admin password is never printed
+        assert not list((root / "tls").glob("ca.key"))  # nobody can sign more certificates
+        env = {"MQCTL_TLS": "true", "MQCTL_TLS_CA": str(ca), "MQCTL_ACCESS_KEY": "admin", "MQCTL_SECRET_KEY": secret}
+        rows = json.loads(mqctl("clusterList", "-n", namesrv, "--json", env=env).stdout)
+        assert sorted((r["brokerName"], r["brokerId"]) for r in rows) == [
+            ("broker-a", 0), ("broker-a", 1), ("broker-b", 0), ("broker-b", 1)]
+        # plaintext is refused on the enforcing port; TLS without credentials is refused by the ACL
+        plain = mqctl("clusterList", "-n", namesrv)
+        assert plain.exit_code == 1 and "connect with --tls" in plain.stderr
+        no_user = mqctl("updateTopic", "-n", namesrv, "-c", "DefaultCluster", "-t", "Nobody",
+                        env={"MQCTL_TLS": "true", "MQCTL_TLS_CA": str(ca)})
+        assert no_user.exit_code == 1
+        assert mqctl("updateTopic", "-n", namesrv, "-c", "DefaultCluster", "-t", "Admins", env=env).exit_code == 0
+    finally:
+        down = mqctl("dev", "down", "--dir", str(root))
+    assert down.exit_code == 0, down.stderr

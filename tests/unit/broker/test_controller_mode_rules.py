@@ -10,7 +10,7 @@ import pytest
 from broker.config import BrokerRole, BrokerSettings, BrokerConfig, MessageStoreConfig
 from broker.controller_mode import identity
 from broker.controller_mode.ack_waiter import SyncStateSetWaiter
-from broker.controller_mode.fence import RoleLease
+from broker.controller_mode.fence import RoleLease, SendFence
 from broker.controller_mode.roles import Kind, Role, decide, role_settings, same_role
 from broker.controller_mode.sync_state_set import SyncStateSetView
 from broker.store.types import PutStatus
@@ -107,9 +107,10 @@ def test_identity_file_round_trip_and_a_crash_between_apply_and_commit(tmp_path)
 async def test_the_waiter_needs_every_member_and_a_valid_lease():
     clock = Clock()
     lease = RoleLease(1500, 500, clock=clock)
+    fence = SendFence(lease)
     view = SyncStateSetView(master_id=1, members=frozenset({1, 2, 3}), epoch=1, epoch_start=0)
     acks: dict[int, int] = {2: 0, 3: 0}
-    waiter = SyncStateSetWaiter(view=lambda: view, acks=lambda: acks, master_max=lambda: 100, lease=lease,
+    waiter = SyncStateSetWaiter(view=lambda: view, acks=lambda: acks, master_max=lambda: 100, fence=fence,
                                 slave_timeout_ms=2000, all_ack=True)
     lease.renew(clock.now)
     pending = asyncio.ensure_future(waiter.wait(100))
@@ -123,13 +124,19 @@ async def test_the_waiter_needs_every_member_and_a_valid_lease():
     assert await pending == (PutStatus.PUT_OK, "")
     clock.now += 10  # the lease ran out: the same put is refused, saying why
     status, remark = await waiter.wait(100)
-    assert status is PutStatus.SLAVE_NOT_AVAILABLE and "fenced" in remark
+    assert status is PutStatus.SLAVE_NOT_AVAILABLE and "fenced" in remark and "elects cleanly" in remark
+    fence.clean_election = True  # rule (b): every member of a set of three acked, the controller elects cleanly
+    assert await waiter.wait(100) == (PutStatus.PUT_OK, "")
+    fence.depose("the controller names brokerId 2 master at masterEpoch 2")
+    status, remark = await waiter.wait(100)
+    assert status is PutStatus.SLAVE_NOT_AVAILABLE and "brokerId 2" in remark
+    fence.begin_term("becoming master at masterEpoch 3")
     lease.renew(clock.now)
-    short = SyncStateSetWaiter(view=lambda: view, acks=lambda: {2: 100}, master_max=lambda: 200, lease=lease,
+    short = SyncStateSetWaiter(view=lambda: view, acks=lambda: {2: 100}, master_max=lambda: 200, fence=fence,
                                slave_timeout_ms=20, all_ack=True)
     status, remark = await short.wait(200)
     assert status is PutStatus.FLUSH_SLAVE_TIMEOUT and "[2, 3]" in remark
-    one = SyncStateSetWaiter(view=lambda: view, acks=lambda: {2: 200, 3: 0}, master_max=lambda: 200, lease=lease,
+    one = SyncStateSetWaiter(view=lambda: view, acks=lambda: {2: 200, 3: 0}, master_max=lambda: 200, fence=fence,
                              slave_timeout_ms=20, all_ack=False)
     assert (await one.wait(200))[0] is PutStatus.PUT_OK  # allAckInSyncStateSet=false: one member suffices
 
@@ -152,3 +159,20 @@ def test_epoch_cache_answer_round_trip_and_a_slave_refuses():
     assert refused.code != ResponseCode.SUCCESS and "not the master" in refused.remark
     with pytest.raises(ValueError, match="does not parse"):
         epoch_cache.parse(RemotingCommand(ResponseCode.SUCCESS, body=b'{"epochList": [{"epoch": -1}]}'))
+
+
+async def test_a_new_master_that_streamed_until_now_holds_its_first_send_ok():
+    lease = RoleLease(1500, 500)
+    fence = SendFence(lease)
+    fence.begin_term("becoming master", hold_until=lease.clock() + 0.2)
+    lease.renew(lease.clock())
+    view = SyncStateSetView(master_id=2, members=frozenset({2}), epoch=2, epoch_start=0)
+    waiter = SyncStateSetWaiter(view=lambda: view, acks=dict, master_max=lambda: 100, fence=fence,
+                                slave_timeout_ms=2000, all_ack=True)
+    loop = asyncio.get_running_loop()
+    status, remark = await waiter.wait(100, deadline=loop.time() + 0.05)
+    assert status is PutStatus.FLUSH_SLAVE_TIMEOUT and "became master moments ago" in remark
+    started = loop.time()
+    assert await waiter.wait(100) == (PutStatus.PUT_OK, "")
+    assert loop.time() - started >= 0.1  # held until the old master's waiters expired
+    assert await waiter.wait(100) == (PutStatus.PUT_OK, "")

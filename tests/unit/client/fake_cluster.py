@@ -33,6 +33,7 @@ class FakeCluster:
         self.requests: list[RemotingCommand] = []
         self.send_code: Callable[[RemotingCommand], int] = lambda _req: ResponseCode.SUCCESS
         self.send_back_code = ResponseCode.SUCCESS
+        self.send_remark: str | None = None  # the remark of a stored-but-weak send answer (10, 11, 12)
         self.offsets: dict[tuple[str, int], int] = {}
         self.max_offsets: dict[tuple[str, int], int] = {}
         self.time_offsets: dict[tuple[str, int], int] = {}  # SEARCH_OFFSET_BY_TIMESTAMP's answer
@@ -113,7 +114,7 @@ class FakeCluster:
         self.offsets[(request.ext["b"], qid)] = base + n
         ids = ",".join(f"{'0' * 16}{base + i:016X}" for i in range(n))
         ext = {"msgId": ids, "queueId": str(qid), "queueOffset": str(base), "MSG_REGION": "DefaultRegion"}
-        return response_to(request, code, ext=ext)
+        return response_to(request, code, None if code == 0 else self.send_remark, ext=ext)
 
     def _heartbeat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         self.requests.append(request)

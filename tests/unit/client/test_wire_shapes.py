@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from client import Message, NoNameserverError, NoRouteError, Producer, SendStatus
+from broker.controller_mode.fence import fenced_remark
 from client.heartbeat import consumer_data, heartbeat_body, subscription_data
 from client.namesrv import NamesrvClient
 from client.rpc import ClientRemoting, command
@@ -221,3 +222,21 @@ async def test_many_requests_in_flight_on_one_connection_get_their_own_answers_i
         await remoting.close()
         await server.stop(0.1)
     assert [a.ext["echo"] for a in answers] == [str(i) for i in range(50)]
+
+
+@pytest.mark.parametrize("fenced", [True, False])
+async def test_a_fenced_masters_answer_refreshes_the_route_at_once_and_a_plain_weak_answer_does_not(fenced):
+    async with FakeCluster() as fake:
+        fake.topics["T"] = 1
+        fake.send_code = lambda _req: ResponseCode.SLAVE_NOT_AVAILABLE
+        fake.send_remark = fenced_remark("another master was elected") if fenced else "slave not available"
+        async with Producer("PG", fake.addr) as producer:
+            producer.routes.min_refresh_interval_s = 0.0  # the first route read was moments ago
+            result = await producer.send(Message("T", b"x"))
+            if fenced:
+                await async_wait_until(lambda: producer.routes.stats.on_demand == 1, 10, "an on-demand route refresh")
+            else:
+                assert producer.routes.stats.on_demand == 0
+            stats = producer.stats
+    assert result.status is SendStatus.SLAVE_NOT_AVAILABLE  # stored: reported as it is, never retried
+    assert stats.rpcs == 1 and stats.retries == 0

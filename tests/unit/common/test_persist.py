@@ -4,6 +4,7 @@ writer shares one write among the changes of an interval and among concurrent fl
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 
@@ -102,3 +103,15 @@ async def test_a_failed_write_reaches_the_flush_and_the_change_stays_pending(tmp
     with pytest.raises(OSError):
         await writer.close()  # a graceful stop reports it too (the caller logs it)
 
+
+
+def test_a_private_file_is_the_owners_alone_and_a_plain_one_follows_the_umask(tmp_path):
+    secret, plain = tmp_path / "auth.json", tmp_path / "topics.json"
+    for _ in range(2):  # the first write creates, the second replaces (and keeps a .bak)
+        write_json_atomic(secret, {"users": []}, private=True)
+        write_json_atomic(plain, {})
+    assert secret.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "auth.json.bak").stat().st_mode & 0o777 == 0o600
+    umask = os.umask(0)
+    os.umask(umask)
+    assert plain.stat().st_mode & 0o777 == 0o666 & ~umask

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from common.perm import PERM_READ, PERM_WRITE
-from namesrv.route_table import DataVersion, QueueData, RouteInfoManager, TopicConfig
+from namesrv.route_table import DataVersion, QueueData, RegisterResult, RouteInfoManager, TopicConfig
 
 MASTER = "10.0.0.1:10911"
 MASTER_HA = "10.0.0.1:10912"
@@ -103,6 +103,27 @@ def test_incremental_registration_adds_a_topic_and_keeps_the_others(table):
 
 def test_one_id_per_address_so_a_promoted_slave_replaces_its_old_id(table):
     register(table, addr=SLAVE, broker_id=1)
+    register(table, addr=SLAVE, broker_id=0, topics=["T"])
+    assert table.broker_addr_table["broker-a"].broker_addrs == {0: SLAVE}
+
+
+def test_a_master_of_a_newer_epoch_keeps_id_0_against_an_old_master_that_still_registers(table):
+    # controller mode: stateVersion is the masterEpoch; the old master (partitioned from the controller, not from
+    # us) has not learned its demotion and registers as brokerId 0 again
+    register(table, addr=MASTER, broker_id=0, dv=DataVersion(1000, 1, state_version=1), topics=["T"])
+    register(table, addr=SLAVE, broker_id=0, dv=DataVersion(2000, 1, state_version=2), topics=["T"])
+    assert table.broker_addr_table["broker-a"].broker_addrs == {0: SLAVE}
+    refused = register(table, addr=MASTER, broker_id=0, dv=DataVersion(1000, 2, state_version=1), topics=["T"])
+    assert refused == RegisterResult()
+    assert table.broker_addr_table["broker-a"].broker_addrs == {0: SLAVE}
+    assert MASTER not in table.broker_live_table  # refused, so not kept alive either
+    # once it registers with the epoch it now holds (as a slave), it is back under its own id
+    register(table, addr=MASTER, broker_id=1, dv=DataVersion(1000, 2, state_version=2))
+    assert table.broker_addr_table["broker-a"].broker_addrs == {0: SLAVE, 1: MASTER}
+
+
+def test_classic_brokers_with_state_version_0_replace_id_0_as_before(table):
+    register(table, addr=MASTER, broker_id=0, topics=["T"])
     register(table, addr=SLAVE, broker_id=0, topics=["T"])
     assert table.broker_addr_table["broker-a"].broker_addrs == {0: SLAVE}
 

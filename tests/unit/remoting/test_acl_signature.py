@@ -46,3 +46,13 @@ def test_resigning_replaces_the_old_signature():
     ext = sign({"topic": "T"}, b"", "ak", "sk")
     sign(ext, b"", "ak", "sk")
     assert ext["Signature"] == signature("sk", ext)
+
+
+def test_old_clients_unique_key_query_flag_is_left_out_of_the_signed_content_as_rocketmq_does():
+    ext = sign({"topic": "t", "key": "k"}, b"", "ak", "sk")
+    late = {**ext, "_UNIQUE_KEY_QUERY": "true"}  # added after signing, as clients up to 4.9.3 do
+    assert verify("sk", late, b"", version=403)
+    assert not verify("sk", late, b"", version=404), "a newer client signs the flag: it must be in the content"
+    assert not verify("sk", late, b""), "no version known: everything is signed content"
+    signed_with_flag = sign({"topic": "t", "_UNIQUE_KEY_QUERY": "true"}, b"", "ak", "sk")
+    assert verify("sk", signed_with_flag, b"", version=407)

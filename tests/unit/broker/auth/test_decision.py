@@ -114,6 +114,9 @@ def test_the_table_follows_rocketmqs_rules():
     assert needs(send) == [(Resource(ResourceType.TOPIC, "orders"), frozenset({Action.PUB}))]
     back = RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext={"a": "cg", "b": "%RETRY%cg"})
     assert needs(back) == [(Resource(ResourceType.GROUP, "cg"), frozenset({Action.SUB}))]
+    retry_route = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext={"topic": "%RETRY%cg"})
+    assert needs(retry_route) == [(Resource(ResourceType.GROUP, "cg"),  # Resource.ofGroup drops the prefix
+                                   frozenset({Action.PUB, Action.SUB, Action.GET}))]
     commit = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext={"topic": "t", "consumerGroup": "g"})
     assert (Resource(ResourceType.GROUP, "g"), frozenset({Action.SUB, Action.UPDATE})) in needs(commit)
     create = RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, ext={"topic": "t"})
