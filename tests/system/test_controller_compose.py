@@ -11,6 +11,8 @@ no SEND_OK lost, nothing read that was never sent, one id per queue offset.
   SyncStateSet.
 - ``test_failover_survives_...``: with one etcd member and the nameserver running the active controller killed
   first, the same failover happens (etcd keeps its majority, the other nameserver's controller takes over).
+- ``test_prometheus_scrapes_...``: Prometheus scrapes every nameserver and broker, and every query of the
+  dashboard's "Controller mode" row returns series.
 
 Skipped only when no Docker engine is reachable (the images are deploy/images/build.sh's, as for every system test).
 """
