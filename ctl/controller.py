@@ -161,6 +161,19 @@ async def fetch_view(addrs: list[str], names: list[str], timeout_s: float = 5.0)
     return ControllerView(addrs, metadata, groups)
 
 
+def group_roles(addrs: list[str], broker_name: str) -> tuple[str | None, list[str]]:
+    """(the master's address, the other members' addresses) of a controller-mode group as the active controller
+    records them: what ``mqctl kill master -b`` acts on in controller mode, dev processes and compose containers."""
+    import asyncio
+
+    view = asyncio.run(fetch_view(addrs, [broker_name]))
+    group = view.groups.get(broker_name)
+    if group is None:
+        return None, []
+    return group.master_address or None, [r["brokerAddress"] for r in group.replicas
+                                          if r["brokerId"] != group.master_broker_id]
+
+
 @dataclass(frozen=True)
 class NoView:
     """The controller gave no view: ``reason`` says why (e.g. etcd lost its majority)."""

@@ -582,16 +582,9 @@ def _group_roles(root: Path, broker_name: str) -> tuple[str | None, list[str]]:
 
     namesrv = _namesrv_addr(root)
     if is_controller_mode(root):
-        import asyncio
+        from ctl.controller import group_roles
 
-        from ctl.controller import fetch_view
-
-        view = asyncio.run(fetch_view([namesrv], [broker_name]))
-        group = view.groups.get(broker_name)
-        if group is None:
-            return None, []
-        return group.master_address or None, [r["brokerAddress"] for r in group.replicas
-                                              if r["brokerId"] != group.master_broker_id]
+        return group_roles([namesrv], broker_name)
     with Cluster(namesrv) as cluster:
         addrs = cluster.broker_group(broker_name).broker_addrs
         master = addrs.get(0) or addrs.get("0")

@@ -3,7 +3,7 @@
 The master's HA address is ``haMasterAddress`` when set, else whatever the broker passes to
 ``update_master_address`` after each nameserver registration (a change closes the current connection and
 reconnects to the new address). Per connection:
-- connect with a 5 s timeout; send the hello (a fresh nonce, and this broker's address so the master's
+- connect with a 5 s timeout (a stop cuts a pending connect short); send the hello (a fresh nonce, and this broker's address so the master's
   ``haStatus`` can name it); the master answers a challenge. With a secret the
   slave checks the master's proof first (an impostor posing as the master gets nothing: no proof, no report), then
   sends its own proof and the first report (the local max offset) at once (RocketMQ waited ~5 s before the first
@@ -144,6 +144,30 @@ class HASlave(Service):
         if self._conn is not None:
             self._conn.close(CloseReason.SHUTDOWN)
 
+    async def _connect(self, host: str, port: int) -> tuple[asyncio.Transport, _ReceiveBuffer] | None:
+        """The connection within CONNECT_TIMEOUT_S, or None as soon as the service stops. A controller-mode role
+        switch stops this client while it may be connecting to a master whose address no longer answers at all (a
+        killed container's: no refusal, the SYN goes nowhere); stop() must not wait out the connect timeout, which
+        held the new master's switch, and so its route, for 5 s."""
+        loop = asyncio.get_running_loop()
+        connect = asyncio.ensure_future(asyncio.wait_for(loop.create_connection(
+            lambda: _ReceiveBuffer(BUFFER_BYTES, self.cfg.ha_transfer_batch_size), host, port,
+            **tls_args(self.ssl, host, CONNECT_TIMEOUT_S)), CONNECT_TIMEOUT_S))
+        stopped = asyncio.ensure_future(self.sleep(CONNECT_TIMEOUT_S + 1.0))
+        try:
+            await asyncio.wait({connect, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if connect.done() and not self.stopping:
+            return connect.result()  # raises what the connect raised
+        connect.cancel()
+        try:
+            transport, _ = await connect
+        except (asyncio.CancelledError, OSError, TimeoutError):
+            return None
+        transport.close()  # connected just as the service stopped
+        return None
+
     # main loop -------------------------------------------------------------------------------------------
     async def _run(self) -> None:
         backoff = MIN_BACKOFF_S
@@ -157,10 +181,7 @@ class HASlave(Service):
             addr = self.master_addr
             try:
                 host, port = parse_master_addr(addr)
-                async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                    transport, proto = await asyncio.get_running_loop().create_connection(
-                        lambda: _ReceiveBuffer(BUFFER_BYTES, self.cfg.ha_transfer_batch_size), host, port,
-                        **tls_args(self.ssl, host, CONNECT_TIMEOUT_S))
+                connected = await self._connect(host, port)
             except (OSError, TimeoutError, ValueError) as exc:  # ssl.SSLError is an OSError
                 self.last_error = f"connect to {addr} failed: {exc!r}"
                 self.connect_log.warning("%s: cannot connect to master HA %s: %r; retrying in %.1f s (is "
@@ -170,6 +191,9 @@ class HASlave(Service):
                     return
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
+            if connected is None:  # stopping
+                return
+            transport, proto = connected
             self.counters.connects += 1
             conn = _SlaveConnection(self, transport, proto, addr)
             self._conn = conn

@@ -15,6 +15,7 @@ from remoting.errors import RemotingClosedError, RemotingTimeoutError
 from remoting.frame_codec import FrameDecoder, RemotingCommand, decode, encode_bytes, response_to
 from remoting.headers import Fields
 from remoting.server import RemotingServer
+from harness.hanging_port import hanging_port
 from harness.waiting import async_wait_until
 
 ECHO, HOLD, BIG, NEEDS_INT, BOOM = 1, 3, 4, 5, 6
@@ -99,19 +100,9 @@ async def test_a_failing_processor_is_answered_1_and_logs_at_most_one_traceback_
 
 async def test_closing_a_client_ends_a_connect_that_hangs_so_no_task_outlives_it():
     """A peer whose accept queue is full drops the SYN (as a partitioned host does): the connect hangs."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)
-    port = listener.getsockname()[1]
-    fillers = []
-    for _ in range(4):
-        filler = socket.socket()
-        filler.setblocking(False)
-        filler.connect_ex(("127.0.0.1", port))
-        fillers.append(filler)
-    cli = RemotingClient(connect_timeout_s=30)
-    call = asyncio.ensure_future(cli.invoke(f"127.0.0.1:{port}", RemotingCommand(ECHO), 30))
-    try:
+    with hanging_port() as port:
+        cli = RemotingClient(connect_timeout_s=30)
+        call = asyncio.ensure_future(cli.invoke(f"127.0.0.1:{port}", RemotingCommand(ECHO), 30))
         addr = f"127.0.0.1:{port}"
         await async_wait_until(lambda: addr in cli.connecting, 5, "the connect to start")
         assert not call.done(), "the connect was expected to hang on the full accept queue"
@@ -119,9 +110,6 @@ async def test_closing_a_client_ends_a_connect_that_hangs_so_no_task_outlives_it
         await cli.close()
         left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
         assert not left, f"tasks outlived the closed client: {left}"
-    finally:
-        for sock in (*fillers, listener):
-            sock.close()
 
 
 async def test_oneway_is_served_and_not_answered(server, client):
