@@ -47,6 +47,16 @@ async def replica_info(ns: Namesrv, name: str) -> ReplicaInfo:
         await client.close()
 
 
+async def master_first(ns: Namesrv, name: str, brokers: list[Broker]) -> list[Broker]:
+    """``brokers`` reordered so that the one the controller names master comes first: on a loaded machine the first
+    broker started may have lost its role (a late heartbeat) before the others joined, and a test that writes to
+    "the master" must write to the real one."""
+    info = await replica_info(ns, name)
+    master = [b for b in brokers if b.addr == info.master_address]
+    assert master, f"the controller names {info.master_address}, none of {[b.addr for b in brokers]}"
+    return master + [b for b in brokers if b is not master[0]]
+
+
 def sync_state_set_is(ns: Namesrv, name: str, members: set[int]):
     """A condition for ``async_wait_until``: the group's SyncStateSet is ``members``."""
 

@@ -9,10 +9,11 @@ from collections.abc import Iterator
 
 
 @contextlib.contextmanager
-def hanging_port(fillers: int = 4) -> Iterator[int]:
-    """The port of such a listener on 127.0.0.1, for the ``with`` block."""
+def hanging_port(fillers: int = 4, port: int = 0) -> Iterator[int]:
+    """The port of such a listener on 127.0.0.1 (``port``, else a free one), for the ``with`` block."""
     listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
     listener.listen(0)
     port = listener.getsockname()[1]
     filling = []

@@ -16,7 +16,7 @@ from broker.grpc_v2.pb import service_pb2 as spb
 from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
 from client import AdminClient, Producer, SendStatus
 from harness.checker import Mode, Read, check
-from harness.controller_mode import controller_broker, replica_info, sync_state_set_is
+from harness.controller_mode import controller_broker, master_first, replica_info, sync_state_set_is
 from harness.waiting import async_wait_until
 from remoting.codes import ResponseCode
 from tests.integration.broker.rpc import FLAG_SUBSCRIPTION, FLAG_SUSPEND, BrokerClient, group_config, message
@@ -175,8 +175,8 @@ async def test_after_a_failover_no_consumer_has_seen_a_message_the_new_master_la
 async def test_a_v2_receive_gets_a_message_only_once_every_member_holds_it(tmp_path, cns):
     brokers = [controller_broker(tmp_path, cns, GROUP, i, slaveTimeout=1000, haMaxTimeSlaveNotCatchup=60_000)
                for i in (1, 2, 3)]
-    client = BrokerClient(brokers[0].addr)
     consumers = "confirm-v2"
+    client: BrokerClient | None = None
 
     async def receive(stub, wait_s: int) -> list[bytes]:
         req = spb.ReceiveMessageRequest(
@@ -190,6 +190,8 @@ async def test_a_v2_receive_gets_a_message_only_once_every_member_holds_it(tmp_p
         for b in brokers:
             b.start()
         await async_wait_until(sync_state_set_is(cns, GROUP, {1, 2, 3}), 20, "the slaves join the SyncStateSet")
+        brokers = await master_first(cns, GROUP, brokers)
+        client = BrokerClient(brokers[0].addr)
         assert (await client.create_topic(TOPIC, queues=1)).code == ResponseCode.SUCCESS
         assert (await client.create_group(group_config(consumers))).code == ResponseCode.SUCCESS
         brokers[2].pause()
@@ -204,7 +206,8 @@ async def test_a_v2_receive_gets_a_message_only_once_every_member_holds_it(tmp_p
             brokers[2].resume()
             assert await asyncio.wait_for(held, 40) == [b"pending"]
     finally:
-        await client.close()
+        if client is not None:
+            await client.close()
         for b in brokers:
             b.resume()
             b.stop()

@@ -11,7 +11,7 @@ import pytest
 from remoting.client import RemotingClient
 from remoting.codes import ResponseCode
 from remoting.connection import Limits
-from remoting.errors import RemotingClosedError, RemotingTimeoutError
+from remoting.errors import RemotingClosedError, RemotingConnectError, RemotingTimeoutError
 from remoting.frame_codec import FrameDecoder, RemotingCommand, decode, encode_bytes, response_to
 from remoting.headers import Fields
 from remoting.server import RemotingServer
@@ -278,3 +278,39 @@ def test_a_deferred_answer_resolved_before_it_is_taken_is_delivered_on_bind():
     answer.resolve("twice")  # only the first counts
     answer.bind(got.append)
     assert got == ["early"]
+
+
+async def test_an_address_whose_connect_hung_gets_the_short_wait_next_time():
+    with hanging_port() as port:
+        cli = RemotingClient(connect_timeout_s=0.6, reconnect_timeout_s=0.1)
+        addr = f"127.0.0.1:{port}"
+        try:
+            for wait in ("0.6", "0.1"):
+                with pytest.raises(RemotingConnectError) as err:
+                    await cli.invoke(addr, RemotingCommand(ECHO), 5)
+                assert f"no answer to connect within {wait} s" in str(err.value)
+        finally:
+            await cli.close()
+
+
+async def test_an_address_whose_connection_was_lost_gets_the_short_wait_and_a_good_one_the_full_wait():
+    """A killed container's address: the connection closes, then SYNs to it vanish (the new master is elsewhere)."""
+    server = RemotingServer("lost", "127.0.0.1", 0)
+    server.register(ECHO, lambda conn, cmd: response_to(cmd, ResponseCode.SUCCESS))
+    port = await server.start()
+    addr = f"127.0.0.1:{port}"
+    cli = RemotingClient(connect_timeout_s=0.6, reconnect_timeout_s=0.1)
+    try:
+        assert (await cli.invoke(addr, RemotingCommand(ECHO), 5)).code == ResponseCode.SUCCESS
+        await server.stop(0.1)
+        await async_wait_until(lambda: cli.cached(addr) is None, 5, "the client to see its connection closed")
+        with hanging_port(port=port):
+            with pytest.raises(RemotingConnectError) as err:
+                await cli.invoke(addr, RemotingCommand(ECHO), 5)
+        assert "no answer to connect within 0.1 s" in str(err.value)
+        with hanging_port() as other:  # an address this client never lost waits the full connect timeout
+            with pytest.raises(RemotingConnectError) as err:
+                await cli.invoke(f"127.0.0.1:{other}", RemotingCommand(ECHO), 5)
+        assert "no answer to connect within 0.6 s" in str(err.value)
+    finally:
+        await cli.close()
