@@ -23,7 +23,8 @@ then, on a fresh topic each:
 
 Reports msg/s, the broker's CPU per message and its main (event loop) thread's share (from /proc/<pid>/stat; for ``rmq5_send`` that is the CPU per
 SendMessage call, the issue aims at <= 150 µs). Never passes or fails. The machine is shared: keep ``--count``
-small. Usage: ``python -m bench.rocketmq5_bench [--count 3000]``.
+small. Usage: ``python -m bench.rocketmq5_bench [--count 3000] [--inflight 64] [--consumers 4] [--floors K,..]
+[--flush SYNC_FLUSH]``.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def drain_together(consumers: list[Rmq5Client]) -> list:
 async def main_async(args) -> list[dict]:
     python = client_python()
     results: list[dict] = []
-    with (scratch_broker("rmq5-bench-", role="ASYNC_MASTER", flushDiskType="ASYNC_FLUSH",
+    with (scratch_broker("rmq5-bench-", role="ASYNC_MASTER", flushDiskType=args.flush,
                          mappedFileSizeCommitLog=256 * 1024 * 1024) as (work, ns, broker),
           contextlib.ExitStack() as clients):  # the clients close before the broker stops
         print(f"broker settled after {await settle(broker.pid):.1f} s", flush=True)
@@ -188,7 +189,7 @@ async def main_async(args) -> list[dict]:
         for n in (1, args.inflight):
             results.append(raw_send("raw_send", broker.grpc_addr, broker.pid, topic, args.count, n))
             print(json.dumps(results[-1]), flush=True)
-    for kind in args.floors.split(","):
+    for kind in filter(None, args.floors.split(",")):
         for r in floor_send(kind, args.count, (1, args.inflight)):
             results.append(r)
             print(json.dumps(r), flush=True)
@@ -201,14 +202,17 @@ def main() -> None:
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--inflight", type=int, default=64, help="calls in flight for the concurrent variants")
     ap.add_argument("--consumers", type=int, default=4, help="SimpleConsumers draining together")
-    ap.add_argument("--floors", default=",".join(SERVER_KINDS), help="null server kinds (bench.grpc_floor)")
+    ap.add_argument("--floors", default=",".join(SERVER_KINDS), help="null server kinds (bench.grpc_floor); '' for none")
+    ap.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH",
+                    help="SYNC_FLUSH: every put waits for its group commit (concurrent sends then share appends)")
     args = ap.parse_args()
     results = event_loop.run(main_async(args))
     columns = list(results[0])
     print()
     print_table(f"RocketMQ 5 endpoint: {args.count} messages per variant, one per call (2 shared cores: noisy)", columns,
                 [[r[c] for c in columns] for r in results])
-    write_json("rocketmq5_bench", {"args": vars(args), "runs": results})
+    write_json("rocketmq5_bench" if args.flush == "ASYNC_FLUSH" else "rocketmq5_bench_sync_flush",
+               {"args": vars(args), "runs": results})
 
 
 if __name__ == "__main__":
