@@ -85,8 +85,8 @@ class IndexService(Service):
 
     async def on_start(self) -> None:
         self.spawn("tail", self._tail())
-        # the tail waits on the event alone: a wait_for per append (a task and a timer each) cost a one-message
-        # append about 70 us of the loop; this tick is the once-a-second retry it gave
+        # the tail waits on the event alone (a wait_for per append made a task and a timer each time, which
+        # one-message appends paid for every message); this tick is the once-a-second retry it gave
         self.run_every("tick", 1.0, self._wakeup.set)
 
     async def on_stop(self) -> None:
