@@ -6,7 +6,9 @@ and options would cost.
   at once; prints its port. KIND (``SERVER_KINDS``): ``aio`` (grpc.aio on the loop pyrmq's processes use,
   ``common.event_loop``, with the endpoint's options), ``aio-plain`` (grpc.aio, no options at all),
   ``aio-nocompress`` (compression explicitly off), ``sync4`` / ``sync16`` (grpcio's sync server with a thread
-  pool of 4 or 16 workers), ``sync4-reuse`` (sync4 with ``grpc.so_reuseport`` on).
+  pool of 4 or 16 workers), ``sync4-reuse`` (sync4 with ``grpc.so_reuseport`` on), ``sync4-loop`` (sync4 whose
+  handler hands the call to an asyncio loop in another thread and waits for the answer: what the sync server
+  would cost pyrmq, whose store lives on its event loop).
 - ``python -m bench.grpc_floor drive ADDR COUNT TOPIC [INFLIGHT]``: a plain grpc client sending SendMessage calls
   with the headers the official client sets, one at a time or INFLIGHT at once (``future`` calls, as the official
   client's ``send_async``); prints ``ready`` after a first call (channel up), waits for a line on stdin, sends
@@ -16,6 +18,7 @@ and options would cost.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
 import uuid
@@ -31,7 +34,7 @@ from common import event_loop
 HEADERS = [("x-mq-language", "PYTHON"), ("x-mq-protocol", "GRPC_V2"), ("x-mq-client-version", "5.1.2"),
            ("x-mq-client-id", "bench-grpc-floor"), ("x-mq-namespace", "")]
 ENDPOINT_OPTIONS = [("grpc.so_reuseport", 0), ("grpc.max_concurrent_streams", 256)]
-SERVER_KINDS = ("aio", "aio-plain", "aio-nocompress", "sync4", "sync16", "sync4-reuse")
+SERVER_KINDS = ("aio", "aio-plain", "aio-nocompress", "sync4", "sync16", "sync4-reuse", "sync4-loop")
 
 
 def _answer(request) -> spb.SendMessageResponse:
@@ -48,6 +51,19 @@ class NullService(sgrpc.MessagingServiceServicer):
 class SyncNullService(sgrpc.MessagingServiceServicer):
     def SendMessage(self, request, context):
         return _answer(request)
+
+
+class LoopNullService(sgrpc.MessagingServiceServicer):
+    """The sync server's worker waits for a coroutine on the loop thread (``run_coroutine_threadsafe``)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    async def _answer(self, request):
+        return _answer(request)
+
+    def SendMessage(self, request, context):
+        return asyncio.run_coroutine_threadsafe(self._answer(request), self.loop).result(10)
 
 
 async def serve_aio(kind: str) -> None:
@@ -68,7 +84,21 @@ def serve_sync(kind: str) -> None:
     workers = 16 if kind.startswith("sync16") else 4
     options = [("grpc.so_reuseport", 1 if kind.endswith("-reuse") else 0), ("grpc.max_concurrent_streams", 256)]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=options)
-    sgrpc.add_MessagingServiceServicer_to_server(SyncNullService(), server)
+    if kind.endswith("-loop"):
+        started = threading.Event()
+        holder: list[asyncio.AbstractEventLoop] = []
+
+        async def loop_forever() -> None:
+            holder.append(asyncio.get_running_loop())
+            started.set()
+            await asyncio.Event().wait()
+
+        threading.Thread(target=event_loop.run, args=(loop_forever(),), daemon=True).start()
+        started.wait(10)
+        service = LoopNullService(holder[0])
+    else:
+        service = SyncNullService()
+    sgrpc.add_MessagingServiceServicer_to_server(service, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     print(port, flush=True)

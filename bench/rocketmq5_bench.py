@@ -24,7 +24,7 @@ then, on a fresh topic each:
 Reports msg/s, the broker's CPU per message and its main (event loop) thread's share (from /proc/<pid>/stat; for ``rmq5_send`` that is the CPU per
 SendMessage call, the issue aims at <= 150 µs). Never passes or fails. The machine is shared: keep ``--count``
 small. Usage: ``python -m bench.rocketmq5_bench [--count 3000] [--inflight 64] [--consumers 4] [--floors K,..]
-[--flush SYNC_FLUSH]``.
+[--flush SYNC_FLUSH] [--floors-only --floor-rounds N]``.
 """
 
 from __future__ import annotations
@@ -134,8 +134,19 @@ def drain_together(consumers: list[Rmq5Client]) -> list:
 
 
 async def main_async(args) -> list[dict]:
-    python = client_python()
     results: list[dict] = []
+    if not args.floors_only:
+        await broker_runs(args, results)
+    for _ in range(args.floor_rounds):
+        for kind in filter(None, args.floors.split(",")):
+            for r in floor_send(kind, args.count, (1, args.inflight)):
+                results.append(r)
+                print(json.dumps(r), flush=True)
+    return results
+
+
+async def broker_runs(args, results: list[dict]) -> None:
+    python = client_python()
     with (scratch_broker("rmq5-bench-", role="ASYNC_MASTER", flushDiskType=args.flush,
                          mappedFileSizeCommitLog=256 * 1024 * 1024) as (work, ns, broker),
           contextlib.ExitStack() as clients):  # the clients close before the broker stops
@@ -189,11 +200,6 @@ async def main_async(args) -> list[dict]:
         for n in (1, args.inflight):
             results.append(raw_send("raw_send", broker.grpc_addr, broker.pid, topic, args.count, n))
             print(json.dumps(results[-1]), flush=True)
-    for kind in filter(None, args.floors.split(",")):
-        for r in floor_send(kind, args.count, (1, args.inflight)):
-            results.append(r)
-            print(json.dumps(r), flush=True)
-    return results
 
 
 def main() -> None:
@@ -203,6 +209,8 @@ def main() -> None:
     ap.add_argument("--inflight", type=int, default=64, help="calls in flight for the concurrent variants")
     ap.add_argument("--consumers", type=int, default=4, help="SimpleConsumers draining together")
     ap.add_argument("--floors", default=",".join(SERVER_KINDS), help="null server kinds (bench.grpc_floor); '' for none")
+    ap.add_argument("--floors-only", action="store_true", help="only the null servers (no broker, no clients)")
+    ap.add_argument("--floor-rounds", type=int, default=1, help="rounds over the floor kinds (interleaved)")
     ap.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH",
                     help="SYNC_FLUSH: every put waits for its group commit (concurrent sends then share appends)")
     args = ap.parse_args()
@@ -211,7 +219,8 @@ def main() -> None:
     print()
     print_table(f"RocketMQ 5 endpoint: {args.count} messages per variant, one per call (2 shared cores: noisy)", columns,
                 [[r[c] for c in columns] for r in results])
-    write_json("rocketmq5_bench" if args.flush == "ASYNC_FLUSH" else "rocketmq5_bench_sync_flush",
+    name = "rocketmq5_bench" if args.flush == "ASYNC_FLUSH" else "rocketmq5_bench_sync_flush"
+    write_json(name + "_floors" if args.floors_only else name,
                {"args": vars(args), "runs": results})
 
 
