@@ -35,7 +35,9 @@ BODY = 1024
 PULL = 128
 
 
-async def _context(root: Path):
+async def broker_context(root: Path, **store_conf):
+    """A broker context on a real store under ``root`` (no sockets): what the in-process benches drive;
+    ``store_conf`` overrides MessageStoreConfig fields."""
     from broker.client_manager import ClientManager
     from broker.config import BrokerConfig, BrokerSettings, MessageStoreConfig
     from broker.context import BrokerContext
@@ -53,6 +55,7 @@ async def _context(root: Path):
         mapped_file_size_commit_log=256 * 1024 * 1024,
         max_transfer_count_on_message_in_memory=PULL,
         max_transfer_bytes_on_message_in_memory=1024 * 1024,
+        **store_conf,
     )
     broker_cfg = BrokerConfig(broker_name="bench", broker_ip1="127.0.0.1", listen_port=10911)
     settings = BrokerSettings(broker=broker_cfg, store=store_cfg)
@@ -221,7 +224,7 @@ def _pull_sample(ctx, frames: list[bytes]) -> tuple[float, int]:
 async def run(requests: int, runs: int) -> dict:
     root = Path(tempfile.mkdtemp(prefix="broker-path-"))
     try:
-        ctx = await _context(root)
+        ctx = await broker_context(root)
         send_us: dict[str, list[float]] = {"drafts": [], "raw": [], "processor": [], "processor single": []}
         seq = 0
         for _ in range(runs):
