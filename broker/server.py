@@ -290,6 +290,8 @@ class BrokerServer(Service):
         if self.slave_sync is not None:
             self.slave_sync.client.signer = auth_setup.inner_signer(settings.auth)
             self.slave_sync.auth_store = None if self.auth_gate is None else self.auth_gate.store
+        if ctx.slave_notifier is not None and self.auth_gate is not None:
+            self.auth_gate.store.change_listeners.append(ctx.slave_notifier.on_auth_changed)
         for service in self._services:
             await service.start()
         await self.remoting.start()
