@@ -222,9 +222,21 @@ def _controller_addrs(addr: str | None, namesrv: str) -> list[str]:
 
 
 def _run(coro):
+    """Run one command's calls; a connection the controller's port closed while this run speaks plaintext gets the
+    hint the brokers' and nameservers' ports get (an enforcing TLS port closes plaintext)."""
     import asyncio
 
-    return asyncio.run(coro)
+    from ctl.rpc import tls
+    from remoting.errors import RemotingError
+
+    try:
+        return asyncio.run(coro)
+    except RemotingError as exc:
+        text = str(exc)
+        if tls() is None and ("connection lost" in text or "closed by the peer" in text):
+            raise RemotingError(exc.addr, exc.detail, hint="a port with tls.server.mode=enforcing closes plaintext: "
+                                "connect with --tls (or MQCTL_TLS=true)") from None
+        raise
 
 
 # commands ----------------------------------------------------------------------------------------------------
