@@ -300,7 +300,8 @@ class BrokerServer(Service):
         if broker.grpc_server_port:
             v2_auth = None if self.auth_gate is None else V2Auth(
                 self.auth_gate, settings.auth.authentication_date_time_skew_millis)
-            self.grpc_v2 = GrpcEndpoint(ctx, LISTEN_HOST, broker.grpc_server_port, auth=v2_auth)
+            self.grpc_v2 = GrpcEndpoint(ctx, LISTEN_HOST, broker.grpc_server_port, auth=v2_auth,
+                                        on_refused=held.closed)  # counted with the remoting ports' closes
             await self.grpc_v2.start()
         await self.registration.start()
         log.info(
