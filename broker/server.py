@@ -290,6 +290,8 @@ class BrokerServer(Service):
         if self.slave_sync is not None:
             self.slave_sync.client.signer = auth_setup.inner_signer(settings.auth)
             self.slave_sync.auth_store = None if self.auth_gate is None else self.auth_gate.store
+        if ctx.slave_notifier is not None and self.auth_gate is not None:
+            self.auth_gate.store.change_listeners.append(ctx.slave_notifier.on_auth_changed)
         for service in self._services:
             await service.start()
         await self.remoting.start()
@@ -298,7 +300,8 @@ class BrokerServer(Service):
         if broker.grpc_server_port:
             v2_auth = None if self.auth_gate is None else V2Auth(
                 self.auth_gate, settings.auth.authentication_date_time_skew_millis)
-            self.grpc_v2 = GrpcEndpoint(ctx, LISTEN_HOST, broker.grpc_server_port, auth=v2_auth)
+            self.grpc_v2 = GrpcEndpoint(ctx, LISTEN_HOST, broker.grpc_server_port, auth=v2_auth,
+                                        on_refused=held.closed)  # counted with the remoting ports' closes
             await self.grpc_v2.start()
         await self.registration.start()
         log.info(

@@ -12,7 +12,8 @@ before a master died is unknown on the slave that replaces it (issue 23). Here t
   slave's own connection as a broker sends NOTIFY_CONSUMER_IDS_CHANGED to a client; a RocketMQ slave would drop it):
   ext ``topicConfigChanged`` / ``subscriptionGroupChanged`` = ``true`` when that table's DataVersion moved (the
   slave then pulls it with 21 / 201 at once); a body ``{"offsetTable": {"T@G": {q: off}}, "resetVersion": {...}}``
-  (GET_ALL_CONSUMER_OFFSET's shape) with only the consumer offsets that changed, which the slave merges with its
+  (GET_ALL_CONSUMER_OFFSET's shape) with only the consumer offsets that changed; ext ``authChanged=true`` when a
+  user or ACL changed (ACL 2.0 on): the slave pulls users and ACLs at once with its inner credentials, which the slave merges with its
   usual monotonic rule: offsets change on every commit, so they travel as a delta, never as a table pull.
 - **Coalescing.** The first change after a quiet period goes out at once; changes while a notification was sent
   less than ``min_interval_s`` (50 ms) ago wait for that interval and share the next one. So 5,000 groups created in
@@ -46,6 +47,7 @@ quiet = RateLimitedLog(log)
 
 SUBSCRIBE_FIELD = "notifyMetadataChange"
 TOPICS, GROUPS = "topicConfigChanged", "subscriptionGroupChanged"
+AUTH = "authChanged"  # users or ACLs changed: the slave pulls both (AUTH_LIST_USER / AUTH_LIST_ACL, inner credentials)
 MAX_SUBSCRIBERS = 16
 MIN_INTERVAL_S = 0.05
 REPLICATED_WAIT_S = 3.0  # how long updateTopic / updateSubGroup wait for the slaves to hold their change
@@ -90,6 +92,11 @@ class SlaveNotifier(Service):
         self._wake.set()
 
     def on_offsets_changed(self) -> None:
+        self._wake.set()
+
+    def on_auth_changed(self) -> None:
+        """A change listener of the AuthStore: a user or ACL was created, updated or deleted."""
+        self._pending.add(AUTH)
         self._wake.set()
 
     def subscribe(self, conn: Connection) -> bool:

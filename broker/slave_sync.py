@@ -47,7 +47,7 @@ from typing import Any
 from broker.auth.model import Acl, AuthError, User
 from broker.auth.processors import WITH_PASSWORD
 from broker.metadata.subscription_groups import SubscriptionGroupConfig
-from broker.slave_notify import GROUPS, SUBSCRIBE_FIELD, TOPICS
+from broker.slave_notify import AUTH, GROUPS, SUBSCRIBE_FIELD, TOPICS
 from common.log import RateLimitedLog
 from common.service import Service
 from remoting import fastjson
@@ -181,6 +181,8 @@ class SlaveSynchronize(Service):
             self._want("topics")
         if ext.get(GROUPS) == "true":
             self._want("groups")
+        if ext.get(AUTH) == "true":
+            self._want("auth")
         body = request.body_bytes()
         if body:
             try:
@@ -210,7 +212,8 @@ class SlaveSynchronize(Service):
             if not addr or addr == self.own_addr:
                 continue
             for what, name, step in (("topics", "topic config", self.sync_topic_config),
-                                     ("groups", "subscription groups", self.sync_subscription_group_config)):
+                                     ("groups", "subscription groups", self.sync_subscription_group_config),
+                                     ("auth", "users and ACLs", self.sync_auth)):
                 if what in wanted:
                     await self._step(addr, name, step)
 

@@ -49,6 +49,23 @@ def split_addr(addr: str) -> tuple[str, int]:
     return parse_host_port(addr)
 
 
+def tls_refusal(exc: ssl_module.SSLCertVerificationError, host: str) -> str:
+    """Why the server's certificate was refused, and what to do, in an operator's words (OpenSSL's verify codes:
+    10 expired, 9 not yet valid, 62 host name mismatch, 64 IP address mismatch)."""
+    code = exc.verify_code
+    if code == 10:
+        return ("the server's certificate has expired: renew it (its tls.server.certPath) and restart the server; "
+                "check the server's and this host's clocks")
+    if code == 9:
+        return "the server's certificate is not valid yet: check the server's and this host's clocks"
+    if code in (62, 64):
+        return (f"the server's certificate does not name {host}: reissue it with {host} in its subjectAltName, or "
+                "dial a name it holds (tls.client.verifyHostname=false, the SDK's tls_context(verify_hostname="
+                "False), turns this check off: any certificate the CA signed is then taken)")
+    return (f"{exc.verify_message or exc.reason or exc} (does the trusted CA sign the server's certificate, and "
+            "does it name this address?)")
+
+
 class RemotingClient:
     def __init__(
         self, *, limits: Limits = DEFAULT_LIMITS, connect_timeout_s: float = 3.0, name: str = "client",
@@ -126,6 +143,9 @@ class RemotingClient:
         except TimeoutError:
             sock.close()
             raise RemotingConnectError(addr, f"no TLS handshake within {self.connect_timeout_s:g} s") from None
+        except ssl_module.SSLCertVerificationError as exc:
+            sock.close()
+            raise RemotingConnectError(addr, f"TLS handshake failed: {tls_refusal(exc, host)}") from None
         except ssl_module.SSLError as exc:
             sock.close()
             raise RemotingConnectError(addr, f"TLS handshake failed: {exc.reason or exc} (does the trusted CA "

@@ -101,7 +101,8 @@ class ReplicasManager(Service):
         self.fence = SendFence(self.lease)
         self._asking = False  # an ALTER_SYNC_STATE_SET is in flight
         self._streamed_until = float("-inf")  # when this broker last stopped streaming from a master (fence.py)
-        self.client = RemotingClient(name="broker-controller")
+        self.client = RemotingClient(name="broker-controller")  # TLS as the broker's tls.enable says
+        self.client.signer = inner_signer(settings.auth)  # a controller with ACL 2.0 on answers only signed requests
         self.client.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self._on_notify)
         self.controller = ControllerClient(self.cfg.controller_addrs, client=self.client)
         self.peers = RemotingClient(name="broker-peers")
