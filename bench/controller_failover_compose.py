@@ -134,4 +134,4 @@ async def main_async(args: argparse.Namespace) -> dict:
                     "(heartbeat 1 s, controllerHeartBeatTimeoutMills 10 s; a killed container's closed connections "
                     "start the election at once). kill_to_elected/kill_to_routed are the cluster's part; the rest "
                     "of kill_to_send_ok is the SDK's: its reconnect to the dead master's address, which no longer "
-                    "answers at all, waits out the 3 s connect timeout"}
+                    "answers at all, waits out the SDK's reconnect timeout (0.5 s) before its retry"}
