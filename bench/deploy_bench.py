@@ -176,6 +176,16 @@ def diff_counts(a: dict, b: dict) -> dict:
     return {k: b.get(k, 0) - a.get(k, 0) for k in sorted(set(a) | set(b)) if b.get(k, 0) - a.get(k, 0)}
 
 
+async def marked(pids: dict[str, int], clients: list[ClientProc]) -> tuple[list[dict], dict[str, float]]:
+    """Each client's counters (a ``mark``) and each process's CPU seconds, read around the marks and taken at the
+    middle of their span."""
+    cpu = {k: cpu_s(p) for k, p in pids.items()}
+    for c in clients:
+        c.send("mark")
+    reads = [await c.read() for c in clients]
+    return reads, {k: (v + cpu_s(pids[k])) / 2 for k, v in cpu.items()}
+
+
 HA_SECRET = "deploy-bench-" + "x" * 32
 
 
@@ -193,31 +203,38 @@ def tree_broker_keys(tree) -> dict:
     return extra
 
 
+async def start_cluster(tree, role: str, work: Path, servers: list[Server]) -> tuple[Server, Server, Server, str]:
+    """Nameserver, master (``role``) and slave of ``tree``, fresh under ``work``, each appended to ``servers`` as
+    it starts (the caller stops them); returns them and the nameserver's address."""
+    ns = Server(tree, "namesrv", work / "namesrv", "namesrv",
+                lambda: {"listenPort": free_port(), "metricsPromExporterPort": free_port()}, NAMESRV_READY)
+    servers.append(await ns.start())
+    ns_addr = f"127.0.0.1:{ns.conf['listenPort']}"
+
+    extra = tree_broker_keys(tree)
+
+    def broker_conf(broker_id: int, broker_role: str, sub: str):
+        return lambda: {
+            "brokerName": BROKER_NAME, "brokerId": broker_id, "brokerRole": broker_role,
+            "namesrvAddr": ns_addr, "brokerIP1": "127.0.0.1", "listenPort": free_port(),
+            "haListenPort": free_port(), "metricsPromExporterPort": free_port(),
+            "storePathRootDir": str(work / sub / "store"),
+            **{key: value() for key, value in extra.items()},
+        }
+
+    master = Server(tree, "broker", work / "master", "master", broker_conf(0, ROLES[role], "master"), BROKER_READY)
+    servers.append(await master.start())
+    slave = Server(tree, "broker", work / "slave", "slave", broker_conf(1, "SLAVE", "slave"), BROKER_READY)
+    servers.append(await slave.start())
+    return ns, master, slave, ns_addr
+
+
 async def run_once(tree, role: str, run: int, args, root: Path) -> dict:
     work = root / f"{tree.name}-{role}-{run}"
     servers: list[Server] = []
     clients: list[ClientProc] = []
     try:
-        ns = Server(tree, "namesrv", work / "namesrv", "namesrv",
-                    lambda: {"listenPort": free_port(), "metricsPromExporterPort": free_port()}, NAMESRV_READY)
-        servers.append(await ns.start())
-        ns_addr = f"127.0.0.1:{ns.conf['listenPort']}"
-
-        extra = tree_broker_keys(tree)
-
-        def broker_conf(broker_id: int, broker_role: str, sub: str):
-            return lambda: {
-                "brokerName": BROKER_NAME, "brokerId": broker_id, "brokerRole": broker_role,
-                "namesrvAddr": ns_addr, "brokerIP1": "127.0.0.1", "listenPort": free_port(),
-                "haListenPort": free_port(), "metricsPromExporterPort": free_port(),
-                "storePathRootDir": str(work / sub / "store"),
-                **{key: value() for key, value in extra.items()},
-            }
-
-        master = Server(tree, "broker", work / "master", "master", broker_conf(0, ROLES[role], "master"), BROKER_READY)
-        servers.append(await master.start())
-        slave = Server(tree, "broker", work / "slave", "slave", broker_conf(1, "SLAVE", "slave"), BROKER_READY)
-        servers.append(await slave.start())
+        ns, master, slave, ns_addr = await start_cluster(tree, role, work, servers)
         settled = await settle(master.pid, slave.pid)
 
         stamp = f"{tree.name}_{role}_{run}_{int(time.time() * 1000) % 10_000_000}"
@@ -238,11 +255,7 @@ async def run_once(tree, role: str, run: int, args, root: Path) -> dict:
                 "producer": producer.pid, "consumer": consumer.pid}
 
         async def mark() -> tuple[dict, dict, dict]:
-            cpu = {k: cpu_s(p) for k, p in pids.items()}
-            producer.send("mark")
-            consumer.send("mark")
-            p, c = await producer.read(), await consumer.read()
-            cpu = {k: (v + cpu_s(pids[k])) / 2 for k, v in cpu.items()}  # the middle of the marks' span
+            (p, c), cpu = await marked(pids, [producer, consumer])
             return p, c, cpu
 
         producer.send("start")
