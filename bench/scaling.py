@@ -9,9 +9,10 @@ point (64 senders x 1 KiB, one topic, one consumer group):
 - ``groups``: 1, 4, 16 consumer groups on the topic (fan-out: every group gets every message);
 - ``topics``: 1, 100, 1,000 topics (8 queues each) the senders take in turn, the consumer subscribed to all;
 - ``backlog``: a consumer that starts ``--backlog-mib`` behind: the producer fills the backlog
-  (``--backlog-body`` messages) with no consumer, then the page cache is dropped (``echo 1 >
-  /proc/sys/vm/drop_caches``, with ``fincore`` reporting how much of the master's commitlog is still resident
-  after it: pages mapped by the broker stay), and only then the consumer starts; the window runs from its start
+  (``--backlog-body`` messages) with no consumer, then the master is stopped, the page cache dropped (``echo 1
+  > /proc/sys/vm/drop_caches``; pages a running broker maps are never dropped, hence the restart) and the master
+  started again, ``fincore`` reporting how much of its commitlog is resident at each step; only then the consumer
+  starts; the window runs from its start
   until it has the whole backlog. Its msg/s is the consumer's.
 
 Per point, over the measured window: msg/s (sent; consumed for ``backlog``), MiB/s of bodies, ack (send)
@@ -52,12 +53,12 @@ from bench.cpu import settle  # noqa: E402
 from bench.deploy_bench import ROLES, ClientProc, diff_counts, marked, start_cluster  # noqa: E402
 from bench.report import RESULTS_DIR, print_table, write_json  # noqa: E402
 
-SWEEPS: dict[str, list[int]] = {
+SWEEPS: dict[str, list[int]] = {  # in the order they run: the longest last
     "senders": [1, 8, 64, 256],
     "body": [128, 1024, 16384, 262144],
     "groups": [1, 4, 16],
-    "topics": [1, 100, 1000],
     "backlog": [],  # one point: --backlog-mib
+    "topics": [1, 100, 1000],
 }
 BASE = {"senders": 64, "body": 1024, "groups": 1, "topics": 1}
 PROCESSES = ("namesrv", "master", "slave", "producer", "consumer")
@@ -83,18 +84,29 @@ def resident_bytes(folder: Path) -> int | None:
     return sum(int(x) for x in out.split() if x.isdigit())
 
 
-def drop_page_cache(commitlog: Path) -> dict:
-    """Write back, then drop the clean page cache where the kernel lets this process (root in a VM); says what it
-    did and how much of the commitlog stayed resident."""
-    os.sync()
+async def cold_master(master, commitlog: Path) -> dict:
+    """Stop the master, write back and drop the clean page cache where the kernel lets this process (root in a VM),
+    start the master again on the same store: its reads of the backlog then come from the disk. The restart is
+    needed because the broker maps its commitlog files whole, and pages a process has mapped are not dropped.
+    Says what it did and how much of the commitlog was resident at each step."""
     before = resident_bytes(commitlog)
+    master.stop()
+    os.sync()
     try:
         DROP_CACHES.write_text("1\n")
-        how = "echo 1 > /proc/sys/vm/drop_caches"
+        how = "master stopped, echo 1 > /proc/sys/vm/drop_caches, master started"
     except OSError as exc:
         how = f"not dropped ({exc.strerror}): the backlog must outgrow free memory instead"
-    return {"page_cache": how, "commitlog_resident_mib_before": mib(before), "commitlog_resident_mib_after":
-            mib(resident_bytes(commitlog))}
+    dropped = resident_bytes(commitlog)
+    await master.start()
+    await settle(master.pid)
+    restarted = resident_bytes(commitlog)  # the recovery's reads
+    if how.startswith("master"):
+        DROP_CACHES.write_text("1\n")
+        how += ", echo 1 > /proc/sys/vm/drop_caches"
+    return {"page_cache": how, "commitlog_resident_mib_before": mib(before),
+            "commitlog_resident_mib_after_drop": mib(dropped), "commitlog_resident_mib_after_restart": mib(restarted),
+            "commitlog_resident_mib_at_consumer_start": mib(resident_bytes(commitlog))}
 
 
 def mib(n: int | None) -> float | None:
@@ -133,7 +145,8 @@ async def run_point(tree, role: str, sweep: str, value: int, args, root: Path) -
         if sweep == "backlog":
             extra = await fill_backlog(producer, knobs, args)
             del pids["producer"]  # stopped: the window is the consumer's
-            extra.update(drop_page_cache(work / "master" / "store" / "commitlog"))
+            extra.update(await cold_master(master, work / "master" / "store" / "commitlog"))
+            pids["master"] = master.pid
             clients.append(consumer)
             await consumer.start(timeout_s=90)
             pids["consumer"] = consumer.pid
@@ -145,6 +158,7 @@ async def run_point(tree, role: str, sweep: str, value: int, args, root: Path) -
             await consumer.start(timeout_s=90 + knobs["topics"] / 5)
             pids["consumer"] = consumer.pid
             await asyncio.sleep(args.warmup)
+            extra["consuming_after_s"] = await first_delivery(consumer, limit_s=120 + knobs["topics"] / 5)
             (p0, c0), cpu0 = await marked(pids, [producer, consumer])
             await asyncio.sleep(args.seconds)
             (p1, c1), cpu1 = await marked(pids, [producer, consumer])
@@ -173,6 +187,18 @@ async def fill_backlog(producer: ClientProc, knobs: dict, args) -> dict:
     return {"backlog_messages": stored, "backlog_mib_stored": round(stored * knobs["body"] / 2**20, 1),
             "fill_s": round(time.monotonic() - started, 1),
             "ack": {"send_p50_ms": last.get("send_p50_ms"), "send_p99_ms": last.get("send_p99_ms")}}
+
+
+async def first_delivery(consumer: ClientProc, limit_s: float) -> float:
+    """Seconds until the consumer has a message (a push consumer of thousands of queues takes minutes to look up
+    their offsets), so that the window measures the steady state; at most ``limit_s``."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        consumer.send("mark")
+        if (await consumer.read())["received"]:
+            break
+        await asyncio.sleep(0.5)
+    return round(time.monotonic() - started, 1)
 
 
 async def drain(pids: dict[str, int], consumer: ClientProc, backlog: int, args) -> tuple[list[dict], dict]:
@@ -359,7 +385,14 @@ def main(argv: list[str] | None = None) -> int:
 
     trees, described = checked_trees([args.tree] if args.tree else [])
     load = os.getloadavg()
-    rows = asyncio.run(main_async(args, trees[0], plan))
+    rows: list[dict] = []
+    for sweep in dict.fromkeys(s for s, _ in plan):  # the results so far are written after every sweep
+        rows += asyncio.run(main_async(args, trees[0], [(s, v) for s, v in plan if s == sweep]))
+        report(args, plan, rows, load, described)
+    return 0
+
+
+def report(args, plan, rows: list[dict], load, described) -> None:
     ok = [r for r in rows if "failed" not in r]
     growth = cost_growth(ok)
     print_table(f"scaling: {args.seconds:.0f} s windows, load average {load[0]:.1f} at the start",
@@ -377,14 +410,13 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out_dir)
     note = args.note or f"2 shared cores, load average {load[0]:.0f} at the start, {args.seconds:.0f} s points"
     charts = {}
-    for sweep in dict.fromkeys(s for s, _ in plan):
+    for sweep in dict.fromkeys(r["sweep"] for r in rows):
         mine = [r for r in ok if r["sweep"] == sweep]
         if mine:
             charts[sweep] = str(chart(sweep, mine, out_dir / f"scaling_{sweep}.png", note).name)
     write_json("scaling", {"args": vars(args), "note": note, "loadavg_at_start": load, "trees": described,
                            "base_point": BASE, "points": rows, "cost_growth": growth, "charts": charts},
                directory=out_dir)
-    return 0
 
 
 def sweep_plan(args) -> list[tuple[str, int]]:
