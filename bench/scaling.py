@@ -304,6 +304,9 @@ def chart(sweep: str, rows: list[dict], path: Path, note: str) -> Path:
             ax.bar(pos, h, width * 0.95, bottom=bottom, color=colors[proc], hatch="" if role == "sync" else "//",
                    label=proc if i == 0 else None, edgecolor="white")
             bottom = [b + x for b, x in zip(bottom, h, strict=True)]
+        for x, total in zip(pos, bottom, strict=True):
+            if total:
+                ax.annotate(f"{total:.0f}", (x, total), ha="center", va="bottom", fontsize=7)
     ax.set_ylabel("CPU µs per message" + (" consumed" if sweep == "backlog" else " sent"))
     ax.set_title("CPU per message by process (plain: SYNC, hatched: ASYNC)")
     ax.legend(fontsize=8)
@@ -372,7 +375,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", default="", help="where the stores go (default: the system temp folder)")
     ap.add_argument("--out-dir", default=str(RESULTS_DIR), help="where scaling.json and the charts go")
     ap.add_argument("--note", default="", help="a line about the machine's state, kept in the JSON and charts")
+    ap.add_argument("--replot", action="store_true", help="only draw the charts again from <out-dir>/scaling.json")
     args = ap.parse_args(argv)
+    if args.replot:
+        doc = json.loads((Path(args.out_dir) / "scaling.json").read_text())
+        ok = [r for r in doc["points"] if "failed" not in r]
+        for sweep in dict.fromkeys(r["sweep"] for r in ok):
+            chart(sweep, [r for r in ok if r["sweep"] == sweep], Path(args.out_dir) / f"scaling_{sweep}.png",
+                  doc["note"])
+        return 0
     args.seconds = args.seconds or (3.0 if args.quick else 10.0)
     args.warmup = args.warmup if args.warmup is not None else (1.0 if args.quick else 3.0)
     args.backlog_mib = args.backlog_mib or (256 if args.quick else 5120)
