@@ -229,7 +229,7 @@ def point_row(sweep, value, role, knobs, p0, p1, c0, c1, cpu0, cpu1, rss, extra)
         "cpu_us_per_msg": cpu_us, "cpu_us_per_msg_total": round(sum(cpu_us.values()), 1),
         "cores_busy": round(total_s / elapsed, 2),
         "cpu_us_per_work": round(total_s / max(1, work) * 1e6, 2), "work_unit": UNIT[sweep],
-        "rss_mib": rss, "messages": messages, "consumed": consumed, "elapsed_s": round(elapsed, 2),
+        "rss_mib": rss, "loadavg_1m": round(os.getloadavg()[0], 1), "messages": messages, "consumed": consumed, "elapsed_s": round(elapsed, 2),
         "statuses": diff_counts(p0["statuses"], p1["statuses"]), "errors": diff_counts(p0["errors"], p1["errors"]),
         **extra,
     }
@@ -276,13 +276,13 @@ def chart(sweep: str, rows: list[dict], path: Path, note: str) -> Path:
         for role in roles:
             twin.plot(xs, series(role, "mib_per_s"), style[role], color="tab:green", label=f"{ROLES[role]} MiB/s")
         twin.set_ylabel("MiB/s of bodies")
-        twin.legend(loc="upper right", fontsize=8)
+        twin.legend(loc="center right", fontsize=8)
     if sweep == "groups":
         for role in roles:
             ax.plot(xs, series(role, "deliveries_per_s"), style[role], color="tab:purple",
                     label=f"{ROLES[role]} deliveries/s")
     ax.set_title("throughput")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="center left" if sweep == "body" else "best", fontsize=8)
 
     ax = axes[0][1]
     for role in roles:
@@ -419,7 +419,9 @@ def report(args, plan, rows: list[dict], load, described) -> None:
         if "failed" in r:
             print(f"FAILED {r['sweep']}={r['value']} {r['role']}: {r['failed'][:300]}")
     out_dir = Path(args.out_dir)
-    note = args.note or f"2 shared cores, load average {load[0]:.0f} at the start, {args.seconds:.0f} s points"
+    loads = [r["loadavg_1m"] for r in ok] or [load[0]]
+    note = args.note or (f"{os.cpu_count()} cores, load average {min(loads):.0f}-{max(loads):.0f} over the points, "
+                         f"{args.seconds:.0f} s points")
     charts = {}
     for sweep in dict.fromkeys(r["sweep"] for r in rows):
         mine = [r for r in ok if r["sweep"] == sweep]
