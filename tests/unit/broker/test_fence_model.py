@@ -14,8 +14,9 @@ What must hold at every step:
 
 The model's simplifications: time moves in ticks of the model clock (both the controller's and the brokers'),
 an HA connection's acks arrive in order, a slave's truncation keeps the longest prefix it shares with the new master
-(what the epoch comparison finds, tested on its own in tests/unit/store), and the HA client drops the acks its
-kernel still holds when it stops (the SO_LINGER reset of broker/ha/slave.py).
+(what the epoch comparison finds, tested on its own in tests/unit/store), the HA client drops the acks its
+kernel still holds when it stops (the SO_LINGER reset of broker/ha/slave.py), and a waiter gives no SEND_OK after
+its slaveTimeout (acks the old master's kernel buffered and its stalled loop reads late: ack_waiter checks it).
 """
 
 from __future__ import annotations
