@@ -77,7 +77,8 @@ The broker also ends the lease when its end of the controller connection closes 
 from the answers it gets, so an instance switched to unclean election while a master serves under (b) could elect
 outside the set before the master hears of it (switch it with the group stopped). A set of one is left to the lease
 on purpose: under clean election nobody else could be elected from it either, but a lone master cut off from the
-controller must stop (issue 23, item 2), and its data would be on no other broker.
+controller must stop (issue 23, item 2), and its data would be on no other broker. Every member of a group runs
+with the same ``slaveTimeout``: a new master holds for its own W, and an old master's waiters live for theirs.
 
 **Checked by** ``tests/unit/broker/test_fence_model.py``: a Hypothesis model of three brokers with the real
 election, SyncStateSet and fence rules under partitions, late acks, lost answers, resets only the controller sees
