@@ -74,19 +74,19 @@ class SyncStateSetWaiter:
         return PutStatus.SLAVE_NOT_AVAILABLE, self.fence.remark(size, self.all_ack)
 
     async def wait(self, next_offset: int, deadline: float | None = None) -> tuple[PutStatus, str]:
+        loop = asyncio.get_running_loop()
+        expire = loop.time() + self.timeout_s  # no SEND_OK after this, whatever runs first once the loop stalled
         if next_offset <= self.covered():
             self.released_upto = max(self.released_upto, next_offset)
-            return await self._held_answer(next_offset, deadline)
+            return await self._held_answer(next_offset, deadline, expire)
         size = self._view().size
         if not self.fence.lease.valid() and not self.fence.by_set(size, self.all_ack):
             self.fenced += 1  # nothing the replicas do can make this a SEND_OK now: say so at once
             return PutStatus.SLAVE_NOT_AVAILABLE, self.fence.remark(size, self.all_ack)
         if len(self._heap) >= MAX_WAITERS:
             return PutStatus.FLUSH_SLAVE_TIMEOUT, f"{MAX_WAITERS} puts already wait for the SyncStateSet"
-        loop = asyncio.get_running_loop()
         fut: asyncio.Future = loop.create_future()
         heapq.heappush(self._heap, (next_offset, next(self._seq), fut))
-        expire = loop.time() + self.timeout_s
         if deadline is not None and deadline < expire:
             timer = loop.call_at(deadline, self._expire, fut, next_offset)  # a sender in a hurry: its own timer
             fut.add_done_callback(lambda _f: timer.cancel())
@@ -97,18 +97,25 @@ class SyncStateSetWaiter:
         await fut
         if fut.result()[0] is not PutStatus.PUT_OK:
             return fut.result()
-        return await self._held_answer(next_offset, deadline)
+        return await self._held_answer(next_offset, deadline, expire)
 
-    async def _held_answer(self, next_offset: int, deadline: float | None) -> tuple[PutStatus, str]:
-        """The answer, after the fence's hold of a new master (fence.py: the old master's waiters expire first)."""
+    async def _held_answer(self, next_offset: int, deadline: float | None, expire: float) -> tuple[PutStatus, str]:
+        """The answer, after the fence's hold of a new master (fence.py: the old master's waiters expire first), and
+        never SEND_OK once ``slaveTimeout`` passed: a loop that stalled (SIGSTOP, a blocking call) runs the reads of
+        acks its kernel buffered before the timer that expires the waiter, and a new master's hold counts on that
+        timer (fence.py)."""
+        loop = asyncio.get_running_loop()
         hold = self.fence.hold_s()
         if hold > 0:
-            loop = asyncio.get_running_loop()
             if deadline is not None and loop.time() + hold > deadline:
                 return (PutStatus.FLUSH_SLAVE_TIMEOUT, f"this broker became master moments ago and answers SEND_OK "
                         f"only {hold:.1f} s from now (the old master's waiters must expire first); stored here, "
                         "do not resend")
             await asyncio.sleep(hold)
+        if loop.time() >= expire:
+            return (PutStatus.FLUSH_SLAVE_TIMEOUT, f"the SyncStateSet's acks were read only after slaveTimeout "
+                    f"({int(self.timeout_s * 1000)} ms) had passed (the broker stalled); stored on the master, do "
+                    "not resend")
         return self._answer(next_offset)
 
     def _expire_due(self) -> None:

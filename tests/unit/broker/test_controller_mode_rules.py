@@ -197,3 +197,38 @@ async def test_the_waiter_counts_a_proposed_member_once_told_and_shares_one_time
     acks.update({2: 150, 3: 150})
     waiter.on_ack()
     assert waiter.covered() == 150 and (await waiter.wait(150))[0] is PutStatus.PUT_OK
+
+
+async def test_a_stalled_master_never_answers_send_ok_after_slave_timeout_for_acks_its_kernel_buffered():
+    """After a stall (SIGSTOP, a blocking call) the loop reads the acks that arrived meanwhile before it runs the
+    timer that expires the waiter; a new master's hold counts on no SEND_OK after slaveTimeout (fence.py)."""
+    import socket
+    import time
+
+    lease = RoleLease(1500, 500)
+    fence = SendFence(lease)
+    fence.clean_election = True
+    view = SyncStateSetView(master_id=1, members=frozenset({1, 2}), epoch=1, epoch_start=0)
+    acks: dict[int, int] = {2: 0}
+    waiter = SyncStateSetWaiter(view=lambda: view, acks=lambda: acks, master_max=lambda: 100, fence=fence,
+                                slave_timeout_ms=50, all_ack=True)
+    ours, member = socket.socketpair()
+    ours.setblocking(False)
+    loop = asyncio.get_running_loop()
+
+    def read_ack() -> None:
+        acks[2] = int(ours.recv(32))
+        waiter.on_ack()
+
+    loop.add_reader(ours, read_ack)
+    try:
+        pending = asyncio.ensure_future(waiter.wait(100))
+        await asyncio.sleep(0)
+        member.send(b"100")  # the member's ack reaches the kernel in time
+        time.sleep(0.1)  # noqa: ASYNC251 - the broker's loop stalls past slaveTimeout
+        status, remark = await pending
+        assert status is PutStatus.FLUSH_SLAVE_TIMEOUT and "stalled" in remark
+        assert acks[2] == 100 and waiter.released_upto == 100  # the ack was read first, and released the put
+    finally:
+        loop.remove_reader(ours)
+        ours.close(), member.close()
