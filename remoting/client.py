@@ -40,8 +40,9 @@ def tls_args(context: ssl_module.SSLContext | None, host: str, timeout_s: float)
     """``create_connection`` keywords for TLS with ``context`` (none for plain TCP)."""
     if context is None:
         return {}
-    return {"ssl": context, "server_hostname": host if context.check_hostname else None,
-            "ssl_handshake_timeout": timeout_s}
+    # the host is named even when it is not checked: a connect over a socket of our own needs it (SNI is sent for
+    # names, never for IP addresses)
+    return {"ssl": context, "server_hostname": host, "ssl_handshake_timeout": timeout_s}
 
 
 def split_addr(addr: str) -> tuple[str, int]:
