@@ -16,7 +16,7 @@ import os
 import subprocess
 import time
 
-from bench.controller_failover_bench import measure, summarize
+from bench.failover_measure import measure, summarize
 from bench.report import median_of
 from client import AdminClient, Message, Producer, PullConsumer, SendStatus
 from harness.controller_compose import (
