@@ -5,6 +5,7 @@ decides. Fast timings for tests and benches: heartbeats every 200 ms, a silent b
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from client import Message, MessageQueue, Producer, PullConsumer, PullStatus, SendStatus
@@ -117,20 +118,23 @@ class SendLog:
         return check(self.sends, reads, send_oks=self.oks)
 
 
-async def drain(ns_addr: str, topic: str, group: str, queues: int) -> list[Read]:
-    """Every message of ``topic`` on ``group`` the consumer side sees now, as checker reads."""
-    consumer = await PullConsumer(f"drain-{group}", ns_addr).start()
+def _id_before_bar(body: bytes) -> str:
+    return body.split(b"|", 1)[0].decode()
+
+
+async def drain(ns_addr: str, topic: str, broker_name: str, queues: int, *,
+                ident: Callable[[bytes], str] = _id_before_bar, consumer_group: str = "") -> list[Read]:
+    """Every message of ``topic``'s queues 0..queues-1 on ``broker_name`` the consumer side sees now (its master, or
+    a slave while it has none), as ``harness.checker`` Reads whose ids ``ident`` takes from the bodies (default: the
+    body up to the first '|', as ``SendLog`` writes them). ``consumer_group`` defaults to ``drain-<broker_name>``."""
     reads: list[Read] = []
-    try:
+    async with PullConsumer(consumer_group or f"drain-{broker_name}", ns_addr) as consumer:
         for q in range(queues):
             offset = 0
             while True:
-                result = await consumer.pull(MessageQueue(topic, group, q), offset, max_nums=32, timeout_s=5)
+                result = await consumer.pull(MessageQueue(topic, broker_name, q), offset, max_nums=32, timeout_s=5)
                 if result.status is not PullStatus.FOUND:
                     break
-                reads += [Read(m.body.split(b"|", 1)[0].decode(), f"{topic}:{q}", m.queue_offset)
-                          for m in result.messages]
+                reads += [Read(ident(m.body), f"{topic}:{q}", m.queue_offset) for m in result.messages]
                 offset = result.next_begin_offset
-    finally:
-        await consumer.stop()
     return reads
