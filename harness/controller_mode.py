@@ -5,7 +5,8 @@ decides. Fast timings for tests and benches: heartbeats every 200 ms, a silent b
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from client import Message, MessageQueue, Producer, PullConsumer, PullStatus, SendStatus
@@ -13,6 +14,7 @@ from controller.client import ControllerClient, ReplicaInfo
 from harness.checker import Outcome, Read, Send, SendOk, check
 from harness.controller import FAST
 from harness.procs import Broker, Namesrv
+from harness.waiting import async_wait_until
 from remoting.message_codec.ids import parse_offset_msg_id
 
 BROKER_FAST = {
@@ -65,6 +67,24 @@ def sync_state_set_is(ns: Namesrv, name: str, members: set[int]):
         return (await replica_info(ns, name)).sync_state_set == members
 
     return check
+
+
+@asynccontextmanager
+async def group_of_three(workdir: Path, ns: Namesrv, name: str, *, join_timeout_s: float = 20,
+                         **conf: object) -> AsyncIterator[list[Broker]]:
+    """Brokers 1, 2 and 3 of group ``name`` (``conf`` for each), started and all three in the SyncStateSet within
+    ``join_timeout_s``; on exit each is resumed (a test may leave one paused) and stopped."""
+    brokers = [controller_broker(workdir, ns, name, i, **conf) for i in (1, 2, 3)]
+    try:
+        for b in brokers:
+            b.start()
+        await async_wait_until(sync_state_set_is(ns, name, {1, 2, 3}), join_timeout_s,
+                               "the slaves join the SyncStateSet")
+        yield brokers
+    finally:
+        for b in brokers:
+            b.resume()
+            b.stop()
 
 
 def commitlog_bytes(broker: Broker) -> bytes:
