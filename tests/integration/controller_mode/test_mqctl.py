@@ -7,13 +7,12 @@ with the members that could be elected; with etcd gone the commands say that etc
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from client import Message, Producer, SendStatus
 from harness.controller_mode import drain, group_of_three, replica_info, sync_state_set_is
+from harness.metrics_page import first_sample
 from harness.waiting import async_wait_until
 from tests.integration.ctl.cli import fails, mqctl, ok, ok_json
 
@@ -34,17 +33,6 @@ async def run_json(*args: str):
 
 async def run_fails(*args: str) -> str:
     return await asyncio.to_thread(fails, *args)
-
-
-def sample(port: int, name: str, **labels: str) -> float | None:
-    """The value of series ``name`` with ``labels`` on the /metrics page at ``port``; None when absent."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                return s.value
-    return None
 
 
 async def pulled_ids(ns, queues: int) -> set[str]:
@@ -128,15 +116,15 @@ async def test_mqctl_controller_commands_and_a_designated_switchover(tmp_path, c
             # elections and the group has a master
             port = brokers[1].metrics_port
             epoch = "rocketmq_controller_master_epoch"
-            await async_wait_until(lambda: sample(port, epoch) == 2, 20,
-                                   lambda: f"masterEpoch on the new master: {sample(port, epoch)}")
-            assert sample(port, "rocketmq_role_changes_total", to_role="MASTER") == 1
-            assert sample(port, "rocketmq_sync_state_set_size") >= 1
-            assert sample(port, "rocketmq_fenced_sends_total") == 0
-            assert sample(brokers[0].metrics_port, "rocketmq_controller_master_epoch") == 2
-            assert sample(cns.metrics_port, "rocketmq_controller_elections_total", broker_name=GROUP,
+            await async_wait_until(lambda: first_sample(port, epoch) == 2, 20,
+                                   lambda: f"masterEpoch on the new master: {first_sample(port, epoch)}")
+            assert first_sample(port, "rocketmq_role_changes_total", to_role="MASTER") == 1
+            assert first_sample(port, "rocketmq_sync_state_set_size") >= 1
+            assert first_sample(port, "rocketmq_fenced_sends_total") == 0
+            assert first_sample(brokers[0].metrics_port, "rocketmq_controller_master_epoch") == 2
+            assert first_sample(cns.metrics_port, "rocketmq_controller_elections_total", broker_name=GROUP,
                           result="elected") == 2
-            assert sample(cns.metrics_port, "rocketmq_controller_seconds_without_master", broker_name=GROUP) == 0
+            assert first_sample(cns.metrics_port, "rocketmq_controller_seconds_without_master", broker_name=GROUP) == 0
 
             # a broker outside the SyncStateSet is refused, with the members that could be elected
             await async_wait_until(sync_state_set_is(cns, GROUP, {1, 2, 3}), 30, "the group is whole again")
@@ -146,15 +134,15 @@ async def test_mqctl_controller_commands_and_a_designated_switchover(tmp_path, c
             assert "brokerId 3 of broker-a cannot be elected" in refused and "eligible now are" in refused, refused
             assert (await replica_info(cns, GROUP)).master_broker_id == 2
             brokers[2].resume()
-            assert sample(cns.metrics_port, "rocketmq_controller_elections_total", broker_name=GROUP,
+            assert first_sample(cns.metrics_port, "rocketmq_controller_elections_total", broker_name=GROUP,
                           result="refused") == 1
 
             # every broker gone: the controller counts the time the group has no live master
             for b in brokers:
                 b.kill()
-            await async_wait_until(
-                lambda: (sample(cns.metrics_port, "rocketmq_controller_seconds_without_master", broker_name=GROUP) or 0)
-                > 0.5, 20, "rocketmq_controller_seconds_without_master stays 0 with every broker dead")
+            without = "rocketmq_controller_seconds_without_master"
+            await async_wait_until(lambda: (first_sample(cns.metrics_port, without, broker_name=GROUP) or 0) > 0.5, 20,
+                                   f"{without} stays 0 with every broker dead")
 
             # etcd gone: the commands say so
             etcd.stop()
