@@ -6,6 +6,8 @@ consumer with a message the new master lacks (judged by ``harness.checker``)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import grpc
 import pytest
@@ -17,6 +19,7 @@ from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
 from client import AdminClient, Producer, SendStatus
 from harness.checker import Mode, Read, check
 from harness.controller_mode import group_of_three, master_first, replica_info, sync_state_set_is
+from harness.procs import Broker
 from harness.waiting import async_wait_until
 from remoting.codes import ResponseCode
 from tests.integration.broker.rpc import FLAG_SUBSCRIPTION, FLAG_SUSPEND, BrokerClient, group_config, message
@@ -36,49 +39,56 @@ async def bodies(client: BrokerClient, offset: int, **kw) -> tuple[int, list[byt
     return got.code, [m.body for m in got.messages]
 
 
-async def test_a_message_is_visible_only_once_every_member_holds_it(tmp_path, cns):
-    # slaveTimeout 1 s; haMaxTimeSlaveNotCatchup 60 s keeps the frozen member in the set for the whole test
+@asynccontextmanager
+async def one_confirmed_message(tmp_path, cns) -> AsyncIterator[tuple[list[Broker], BrokerClient, BrokerClient]]:
+    """The group (slaveTimeout 1 s; haMaxTimeSlaveNotCatchup 60 s keeps a frozen member in the set for the whole
+    test) with broker 1 master, TOPIC created and one message, ``confirmed``, sent to every member: the brokers
+    and clients of broker 1 and of broker 2."""
     async with group_of_three(tmp_path, cns, GROUP, slaveTimeout=1000, haMaxTimeSlaveNotCatchup=60_000) as brokers:
-        client = BrokerClient(brokers[0].addr)
-        slave = BrokerClient(brokers[1].addr)
+        master, member = BrokerClient(brokers[0].addr), BrokerClient(brokers[1].addr)
         try:
             assert (await replica_info(cns, GROUP)).master_broker_id == 1
-            assert (await client.create_topic(TOPIC, queues=1)).code == ResponseCode.SUCCESS
-            assert (await client.send(TOPIC, 0, [message(b"confirmed")])).code == ResponseCode.SUCCESS
-            assert await bodies(client, 0) == (ResponseCode.SUCCESS, [b"confirmed"])
-
-            async def slave_serves(*want: bytes):
-                async def check() -> bool:
-                    return await bodies(slave, 0) == (ResponseCode.SUCCESS, list(want))
-                return check
-
-            # the slave learns the master's confirm offset through the controller (a heartbeat round or two)
-            await async_wait_until(await slave_serves(b"confirmed"), 10, "the slave serves the confirmed message")
-
-            brokers[2].pause()
-            late = await client.send(TOPIC, 0, [message(b"pending")])
-            assert late.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (late.code, late.remark)
-            code, seen = await bodies(client, 1)
-            assert code == ResponseCode.PULL_NOT_FOUND and seen == [], (code, seen)
-            code, seen = await bodies(client, 0)
-            assert seen == [b"confirmed"], seen  # the queue ends, for consumers, before the pending message
-            # slave 2 holds the pending message (it acked it) but must not serve it either; two rounds pass meanwhile
-            for _ in range(3):
-                assert await bodies(slave, 0) == (ResponseCode.SUCCESS, [b"confirmed"])
-                await asyncio.sleep(1)  # not a pass/fail timing: gives the slave's rounds a chance to get it wrong
-
-            # a held pull (long polling) is answered with the message once the frozen member acked it
-            held = asyncio.ensure_future(
-                bodies(client, 1, sys_flag=FLAG_SUSPEND | FLAG_SUBSCRIPTION, suspend_ms=30_000, timeout=40))
-            await asyncio.sleep(0)
-            assert not held.done()
-            brokers[2].resume()
-            assert await asyncio.wait_for(held, 40) == (ResponseCode.SUCCESS, [b"pending"])
-            await async_wait_until(await slave_serves(b"confirmed", b"pending"), 10,
-                                   "the slave serves it once confirmed")
+            assert (await master.create_topic(TOPIC, queues=1)).code == ResponseCode.SUCCESS
+            assert (await master.send(TOPIC, 0, [message(b"confirmed")])).code == ResponseCode.SUCCESS
+            yield brokers, master, member
         finally:
-            await slave.close()
-            await client.close()
+            await member.close()
+            await master.close()
+
+
+async def test_a_message_is_visible_only_once_every_member_holds_it(tmp_path, cns):
+    async with one_confirmed_message(tmp_path, cns) as (brokers, client, slave):
+        assert await bodies(client, 0) == (ResponseCode.SUCCESS, [b"confirmed"])
+
+        async def slave_serves(*want: bytes):
+            async def check() -> bool:
+                return await bodies(slave, 0) == (ResponseCode.SUCCESS, list(want))
+            return check
+
+        # the slave learns the master's confirm offset through the controller (a heartbeat round or two)
+        await async_wait_until(await slave_serves(b"confirmed"), 10, "the slave serves the confirmed message")
+
+        brokers[2].pause()
+        late = await client.send(TOPIC, 0, [message(b"pending")])
+        assert late.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (late.code, late.remark)
+        code, seen = await bodies(client, 1)
+        assert code == ResponseCode.PULL_NOT_FOUND and seen == [], (code, seen)
+        code, seen = await bodies(client, 0)
+        assert seen == [b"confirmed"], seen  # the queue ends, for consumers, before the pending message
+        # slave 2 holds the pending message (it acked it) but must not serve it either; two rounds pass meanwhile
+        for _ in range(3):
+            assert await bodies(slave, 0) == (ResponseCode.SUCCESS, [b"confirmed"])
+            await asyncio.sleep(1)  # not a pass/fail timing: gives the slave's rounds a chance to get it wrong
+
+        # a held pull (long polling) is answered with the message once the frozen member acked it
+        held = asyncio.ensure_future(
+            bodies(client, 1, sys_flag=FLAG_SUSPEND | FLAG_SUBSCRIPTION, suspend_ms=30_000, timeout=40))
+        await asyncio.sleep(0)
+        assert not held.done()
+        brokers[2].resume()
+        assert await asyncio.wait_for(held, 40) == (ResponseCode.SUCCESS, [b"pending"])
+        await async_wait_until(await slave_serves(b"confirmed", b"pending"), 10,
+                               "the slave serves it once confirmed")
 
 
 async def test_a_message_becomes_visible_when_the_set_shrinks_without_the_member_lacking_it(tmp_path, cns):
@@ -190,48 +200,39 @@ async def test_a_new_master_shows_what_it_held_at_takeover_at_once_and_gates_wha
     """The elected member's confirm limit starts at its store end (``replicas_manager``: the new SyncStateSet is that
     member alone, so everything it holds is on every member), before any new send moves it; later records wait for
     the new set as on any master."""
-    async with group_of_three(tmp_path, cns, GROUP, slaveTimeout=1000, haMaxTimeSlaveNotCatchup=60_000) as brokers:
-        client = BrokerClient(brokers[0].addr)
-        new = BrokerClient(brokers[1].addr)
-        try:
-            assert (await replica_info(cns, GROUP)).master_broker_id == 1
-            assert (await client.create_topic(TOPIC, queues=1)).code == ResponseCode.SUCCESS
-            assert (await client.send(TOPIC, 0, [message(b"confirmed")])).code == ResponseCode.SUCCESS
-            brokers[2].pause()
-            late = await client.send(TOPIC, 0, [message(b"held-by-2")])  # broker 2 acked it, broker 3 could not
-            assert late.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (late.code, late.remark)
-            assert await bodies(new, 0) == (ResponseCode.SUCCESS, [b"confirmed"])  # as a slave it hides it
+    async with one_confirmed_message(tmp_path, cns) as (brokers, client, new):
+        brokers[2].pause()
+        late = await client.send(TOPIC, 0, [message(b"held-by-2")])  # broker 2 acked it, broker 3 could not
+        assert late.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (late.code, late.remark)
+        assert await bodies(new, 0) == (ResponseCode.SUCCESS, [b"confirmed"])  # as a slave it hides it
 
-            brokers[0].kill()
+        brokers[0].kill()
 
-            async def elected() -> bool:
-                info = await replica_info(cns, GROUP)
-                return info.master_broker_id == 2 and info.sync_state_set == {2}
+        async def elected() -> bool:
+            info = await replica_info(cns, GROUP)
+            return info.master_broker_id == 2 and info.sync_state_set == {2}
 
-            await async_wait_until(elected, 30, "broker 2 (the longest log) elected alone in the set", 0.05)
+        await async_wait_until(elected, 30, "broker 2 (the longest log) elected alone in the set", 0.05)
 
-            async def serves_as_master() -> bool:
-                try:  # the switch restarts its server; GET_MAX_OFFSET answers from the store either way
-                    return (await new.create_topic("TakeoverProbe", queues=1)).code == ResponseCode.SUCCESS
-                except Exception:  # noqa: BLE001 - the connection closed by the switch
-                    return False
+        async def serves_as_master() -> bool:
+            try:  # the switch restarts its server; GET_MAX_OFFSET answers from the store either way
+                return (await new.create_topic("TakeoverProbe", queues=1)).code == ResponseCode.SUCCESS
+            except Exception:  # noqa: BLE001 - the connection closed by the switch
+                return False
 
-            await async_wait_until(serves_as_master, 30, "broker 2 serving as master", 0.05)
-            # no send since the takeover: what it held is visible at once, both messages
-            assert await bodies(new, 0) == (ResponseCode.SUCCESS, [b"confirmed", b"held-by-2"])
+        await async_wait_until(serves_as_master, 30, "broker 2 serving as master", 0.05)
+        # no send since the takeover: what it held is visible at once, both messages
+        assert await bodies(new, 0) == (ResponseCode.SUCCESS, [b"confirmed", b"held-by-2"])
 
-            brokers[2].resume()
-            await async_wait_until(sync_state_set_is(cns, GROUP, {2, 3}), 40, "broker 3 rejoins the new master's set")
-            brokers[2].pause()
-            after = await new.send(TOPIC, 0, [message(b"after")])
-            assert after.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (after.code, after.remark)
-            assert await bodies(new, 2) == (ResponseCode.PULL_NOT_FOUND, [])  # gated: broker 3 lacks it
-            brokers[2].resume()
+        brokers[2].resume()
+        await async_wait_until(sync_state_set_is(cns, GROUP, {2, 3}), 40, "broker 3 rejoins the new master's set")
+        brokers[2].pause()
+        after = await new.send(TOPIC, 0, [message(b"after")])
+        assert after.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (after.code, after.remark)
+        assert await bodies(new, 2) == (ResponseCode.PULL_NOT_FOUND, [])  # gated: broker 3 lacks it
+        brokers[2].resume()
 
-            async def visible() -> bool:
-                return await bodies(new, 2) == (ResponseCode.SUCCESS, [b"after"])
+        async def visible() -> bool:
+            return await bodies(new, 2) == (ResponseCode.SUCCESS, [b"after"])
 
-            await async_wait_until(visible, 20, "the later message visible once broker 3 holds it")
-        finally:
-            await new.close()
-            await client.close()
+        await async_wait_until(visible, 20, "the later message visible once broker 3 holds it")
