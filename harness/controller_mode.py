@@ -73,14 +73,15 @@ def sync_state_set_is(ns: Namesrv, name: str, members: set[int]):
 async def group_of_three(workdir: Path, ns: Namesrv, name: str, *, join_timeout_s: float = 20,
                          **conf: object) -> AsyncIterator[list[Broker]]:
     """Brokers 1, 2 and 3 of group ``name`` (``conf`` for each), started and all three in the SyncStateSet within
-    ``join_timeout_s``; on exit each is resumed (a test may leave one paused) and stopped."""
+    ``join_timeout_s``, the master first (``master_first``); on exit each is resumed (a test may leave one paused)
+    and stopped."""
     brokers = [controller_broker(workdir, ns, name, i, **conf) for i in (1, 2, 3)]
     try:
         for b in brokers:
             b.start()
         await async_wait_until(sync_state_set_is(ns, name, {1, 2, 3}), join_timeout_s,
                                "the slaves join the SyncStateSet")
-        yield brokers
+        yield await master_first(ns, name, brokers)
     finally:
         for b in brokers:
             b.resume()

@@ -18,7 +18,7 @@ from broker.grpc_v2.pb import service_pb2 as spb
 from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
 from client import AdminClient, Producer, SendStatus
 from harness.checker import Mode, Read, check
-from harness.controller_mode import group_of_three, master_first, replica_info, sync_state_set_is
+from harness.controller_mode import group_of_three, replica_info, sync_state_set_is
 from harness.procs import Broker
 from harness.waiting import async_wait_until
 from remoting.codes import ResponseCode
@@ -175,8 +175,7 @@ async def test_a_v2_receive_gets_a_message_only_once_every_member_holds_it(tmp_p
         answers = [r async for r in stub.ReceiveMessage(req, metadata=V2_CLIENT, timeout=wait_s + 20)]
         return [r.message.body for r in answers if r.HasField("message")]
 
-    async with group_of_three(tmp_path, cns, GROUP, slaveTimeout=1000, haMaxTimeSlaveNotCatchup=60_000) as started:
-        brokers = await master_first(cns, GROUP, started)
+    async with group_of_three(tmp_path, cns, GROUP, slaveTimeout=1000, haMaxTimeSlaveNotCatchup=60_000) as brokers:
         client = BrokerClient(brokers[0].addr)
         try:
             assert (await client.create_topic(TOPIC, queues=1)).code == ResponseCode.SUCCESS
