@@ -29,6 +29,7 @@ MODULES = [
     "bench.rocketmq5_bench",
     "bench.deploy_bench",
     "bench.single_send_bench",
+    "bench.scaling",  # the cost curve; about 40 min at its defaults (10 s points, a 5 GiB backlog)
     "bench.spark_bench",
     "bench.chaos",
     "bench.fuzz",

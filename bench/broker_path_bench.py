@@ -35,7 +35,10 @@ BODY = 1024
 PULL = 128
 
 
-async def broker_context(root: Path, **store_options):
+async def broker_context(root: Path, *, broker_conf: dict | None = None, metrics: bool = True, **store_conf):
+    """A broker context on a real store under ``root`` (no sockets): what the in-process benches drive;
+    ``broker_conf`` overrides BrokerConfig fields and ``store_conf`` MessageStoreConfig fields; ``metrics=False``
+    leaves ``ctx.metrics`` None, so the handlers record nothing (a bench that measures the path without them)."""
     from broker.client_manager import ClientManager
     from broker.config import BrokerConfig, BrokerSettings, MessageStoreConfig
     from broker.context import BrokerContext
@@ -53,15 +56,17 @@ async def broker_context(root: Path, **store_options):
         mapped_file_size_commit_log=256 * 1024 * 1024,
         max_transfer_count_on_message_in_memory=PULL,
         max_transfer_bytes_on_message_in_memory=1024 * 1024,
-        **store_options,
+        **store_conf,
     )
-    broker_cfg = BrokerConfig(broker_name="bench", broker_ip1="127.0.0.1", listen_port=10911)
+    broker_cfg = BrokerConfig(broker_name="bench", broker_ip1="127.0.0.1", listen_port=10911, **(broker_conf or {}))
     settings = BrokerSettings(broker=broker_cfg, store=store_cfg)
     store = MessageStore(store_cfg, store_host=("127.0.0.1", 10911))
     await store.start()
     config_dir = store_cfg.config_dir
-    metrics = BrokerMetrics(new_registry(), cluster="c", broker_name="bench", broker_id=0, role=settings.role,
-                            broker_addr="127.0.0.1:10911", store_dir=root)
+    recorder = None
+    if metrics:
+        recorder = BrokerMetrics(new_registry(), cluster="c", broker_name="bench", broker_id=0, role=settings.role,
+                                 broker_addr="127.0.0.1:10911", store_dir=root)
     ctx = BrokerContext(
         settings=settings,
         store=store,
@@ -71,7 +76,7 @@ async def broker_context(root: Path, **store_options):
         delay_offsets=DelayOffsetManager(config_dir),
         clients=ClientManager(),
         hold=PullRequestHoldService(store.max_offset_in_queue),
-        metrics=metrics,
+        metrics=recorder,
     )
     for topic, queues in (("SendRaw", 1), ("SendDrafts", 1), ("SendProc", 1), ("Solo", 1), ("Mixed", 2)):
         ctx.topics.create_if_absent(topic, queues)

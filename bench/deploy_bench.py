@@ -230,6 +230,16 @@ def diff_counts(a: dict, b: dict) -> dict:
     return {k: b.get(k, 0) - a.get(k, 0) for k in sorted(set(a) | set(b)) if b.get(k, 0) - a.get(k, 0)}
 
 
+async def marked(pids: dict[str, int], clients: list[ClientProc]) -> tuple[list[dict], dict[str, float]]:
+    """Each client's counters (a ``mark``) and each process's CPU seconds, read around the marks and taken at the
+    middle of their span."""
+    cpu = {k: cpu_s(p) for k, p in pids.items()}
+    for c in clients:
+        c.send("mark")
+    reads = [await c.read() for c in clients]
+    return reads, {k: (v + cpu_s(pids[k])) / 2 for k, v in cpu.items()}
+
+
 HA_SECRET = "deploy-bench-" + "x" * 32
 
 
@@ -247,38 +257,45 @@ def tree_broker_keys(tree) -> dict:
     return extra
 
 
+async def start_cluster(tree, role: str, work: Path, servers: list[Server], *, master_metrics: bool = False
+                        ) -> tuple[Server, Server, Server, str]:
+    """Nameserver, master (``role``) and slave of ``tree``, fresh under ``work``, each appended to ``servers`` as
+    it starts (the caller stops them); returns them and the nameserver's address. ``master_metrics``: the master
+    serves /metrics (the replica wait and the loop lag of ``--stages``; off by default, as in RocketMQ)."""
+    ns = Server(tree, "namesrv", work / "namesrv", "namesrv",
+                lambda: {"listenPort": free_port(), "metricsPromExporterPort": free_port()}, NAMESRV_READY)
+    servers.append(await ns.start())
+    ns_addr = f"127.0.0.1:{ns.conf['listenPort']}"
+
+    extra = tree_broker_keys(tree)
+
+    def broker_conf(broker_id: int, broker_role: str, sub: str):
+        return lambda: {
+            "brokerName": BROKER_NAME, "brokerId": broker_id, "brokerRole": broker_role,
+            "namesrvAddr": ns_addr, "brokerIP1": "127.0.0.1", "listenPort": free_port(),
+            "haListenPort": free_port(), "metricsPromExporterPort": free_port(),
+            "storePathRootDir": str(work / sub / "store"),
+            **{key: value() for key, value in extra.items()},
+        }
+
+    plain_conf = broker_conf(0, ROLES[role], "master")
+
+    def master_conf() -> dict:
+        return {**plain_conf(), "metricsExporterType": "PROM"} if master_metrics else plain_conf()
+
+    master = Server(tree, "broker", work / "master", "master", master_conf, BROKER_READY)
+    servers.append(await master.start())
+    slave = Server(tree, "broker", work / "slave", "slave", broker_conf(1, "SLAVE", "slave"), BROKER_READY)
+    servers.append(await slave.start())
+    return ns, master, slave, ns_addr
+
+
 async def run_once(tree, role: str, run: int, args, root: Path) -> dict:
     work = root / f"{tree.name}-{role}-{run}"
     servers: list[Server] = []
     clients: list[ClientProc] = []
     try:
-        ns = Server(tree, "namesrv", work / "namesrv", "namesrv",
-                    lambda: {"listenPort": free_port(), "metricsPromExporterPort": free_port()}, NAMESRV_READY)
-        servers.append(await ns.start())
-        ns_addr = f"127.0.0.1:{ns.conf['listenPort']}"
-
-        extra = tree_broker_keys(tree)
-
-        def broker_conf(broker_id: int, broker_role: str, sub: str):
-            return lambda: {
-                "brokerName": BROKER_NAME, "brokerId": broker_id, "brokerRole": broker_role,
-                "namesrvAddr": ns_addr, "brokerIP1": "127.0.0.1", "listenPort": free_port(),
-                "haListenPort": free_port(), "metricsPromExporterPort": free_port(),
-                "storePathRootDir": str(work / sub / "store"),
-                **{key: value() for key, value in extra.items()},
-            }
-
-        master_conf = broker_conf(0, ROLES[role], "master")
-        if args.stages:  # the master's /metrics give the replica wait and the loop lag (off by default, as in RocketMQ)
-            plain_conf = master_conf
-
-            def master_conf():
-                return {**plain_conf(), "metricsExporterType": "PROM"}
-
-        master = Server(tree, "broker", work / "master", "master", master_conf, BROKER_READY)
-        servers.append(await master.start())
-        slave = Server(tree, "broker", work / "slave", "slave", broker_conf(1, "SLAVE", "slave"), BROKER_READY)
-        servers.append(await slave.start())
+        ns, master, slave, ns_addr = await start_cluster(tree, role, work, servers, master_metrics=args.stages)
         settled = await settle(master.pid, slave.pid)
 
         stamp = f"{tree.name}_{role}_{run}_{int(time.time() * 1000) % 10_000_000}"
@@ -301,11 +318,7 @@ async def run_once(tree, role: str, run: int, args, root: Path) -> dict:
         metrics_port = master.conf["metricsPromExporterPort"]
 
         async def mark() -> tuple[dict, dict, dict, dict]:
-            cpu = {k: cpu_s(p) for k, p in pids.items()}
-            producer.send("mark")
-            consumer.send("mark")
-            p, c = await producer.read(), await consumer.read()
-            cpu = {k: (v + cpu_s(pids[k])) / 2 for k, v in cpu.items()}  # the middle of the marks' span
+            (p, c), cpu = await marked(pids, [producer, consumer])
             return p, c, cpu, (await asyncio.to_thread(scrape, metrics_port) if args.stages else {})
 
         producer.send("start")

@@ -1,5 +1,6 @@
 """The deploy bench's two applications, each a process of its own: a producer (``--senders`` coroutines, each
-sending one message at a time) and a push consumer whose listener only counts.
+sending one message at a time, over ``--topics`` topics in turn) and a push consumer whose listener only counts
+(``--groups`` consumer groups, each subscribed to every topic: fan-out).
 
 ``bench.deploy_bench`` runs this file by path with the tree under test on PYTHONPATH, so a tree needs no copy of it
 and every pyrmq import here is that tree's: it uses only the public SDK (``client.Producer``,
@@ -52,6 +53,11 @@ def status_name(result) -> str:
     return getattr(status, "name", str(status))
 
 
+def topics(a) -> list[str]:
+    """``--topic`` itself, or ``<topic>_0`` ... ``<topic>_<n-1>`` with ``--topics n``: senders take them in turn."""
+    return [a.topic] if a.topics == 1 else [f"{a.topic}_{i}" for i in range(a.topics)]
+
+
 async def commands():
     """Lines from stdin, one at a time (a thread reads them: stdin is a pipe from the driver)."""
     loop = asyncio.get_running_loop()
@@ -66,16 +72,20 @@ async def serve_producer(a) -> None:
     import client
     from client import Message, Producer
 
-    topic, body = a.topic, os.urandom(a.body // 2 + 1).hex().encode()[: a.body]
+    names, body = topics(a), os.urandom(a.body // 2 + 1).hex().encode()[: a.body]
+    topic = names[0]
     created = "auto"
     try:  # as mqadmin updateTopic -c would; failing that, the first sends create it (autoCreateTopicEnable)
         async with client.AdminClient(a.namesrv) as admin:
-            await admin.create_topic_on_cluster(topic, read_queue_nums=a.queues, write_queue_nums=a.queues)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
+            for name in names:
+                await admin.create_topic_on_cluster(name, read_queue_nums=a.queues, write_queue_nums=a.queues)
+            deadline = time.monotonic() + 30 + len(names) / 10
+            waiting = list(names)
+            while waiting and time.monotonic() < deadline:
                 try:
-                    if (await admin.topic_route(topic)).publish_queues:
-                        break
+                    if (await admin.topic_route(waiting[-1])).publish_queues:
+                        waiting.pop()
+                        continue
                 except Exception:  # noqa: BLE001, S110 - no route yet
                     pass
                 await asyncio.sleep(0.1)
@@ -105,13 +115,15 @@ async def serve_producer(a) -> None:
     latencies: list[float] = []
     running = True
 
-    async def sender() -> None:
+    async def sender(first: int) -> None:
         nonlocal sent
         perf = time.perf_counter
+        turn = first
         while running:
+            turn += 1
             t0 = perf()
             try:
-                result = await producer.send(Message(topic, body))
+                result = await producer.send(Message(names[turn % len(names)], body))
             except Exception as exc:  # noqa: BLE001 - counted, and the sender goes on as an application would
                 name = type(exc).__name__
                 errors[name] = errors.get(name, 0) + 1
@@ -125,7 +137,7 @@ async def serve_producer(a) -> None:
     senders: list[asyncio.Task] = []
     async for cmd in commands():
         if cmd == "start":
-            senders = [asyncio.create_task(sender()) for _ in range(a.senders)]
+            senders = [asyncio.create_task(sender(i)) for i in range(a.senders)]
         elif cmd == "mark":
             lat, latencies[:] = sorted(latencies), []
             emit({"t": time.monotonic(), "sent": sent, "stored": stored + sent, "statuses": dict(statuses),
@@ -155,10 +167,15 @@ async def serve_consumer(a) -> None:
         received += len(msgs)
         return ConsumeStatus.CONSUME_SUCCESS
 
-    consumer = PushConsumer(a.group, a.namesrv, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
-    consumer.subscribe(a.topic)
-    consumer.register_message_listener(listener)
-    await consumer.start()
+    consumers = []
+    for i in range(a.groups):  # one group each: every group gets every message (fan-out)
+        group = a.group if a.groups == 1 else f"{a.group}_{i}"
+        consumer = PushConsumer(group, a.namesrv, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        for name in topics(a):
+            consumer.subscribe(name)
+        consumer.register_message_listener(listener)
+        await consumer.start()
+        consumers.append(consumer)
     emit({"ready": True, "client": client.__file__})
     async for cmd in commands():
         if cmd == "mark":
@@ -167,7 +184,8 @@ async def serve_consumer(a) -> None:
                   "e2e_p50_ms": pct(lat, 0.5), "e2e_p99_ms": pct(lat, 0.99)})
         elif cmd == "stop":
             break
-    await consumer.stop()
+    for consumer in consumers:
+        await consumer.stop()
     emit({"stopped": True, "received": received})
 
 
@@ -179,7 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group", required=True)
     ap.add_argument("--senders", type=int, default=64)
     ap.add_argument("--body", type=int, default=1024)
-    ap.add_argument("--queues", type=int, default=8, help="queues of the topic the producer creates")
+    ap.add_argument("--queues", type=int, default=8, help="queues of each topic the producer creates")
+    ap.add_argument("--topics", type=int, default=1, help="topics (--queues each) the senders take in turn")
+    ap.add_argument("--groups", type=int, default=1, help="consumer groups in the consumer process, each on every topic")
     args = ap.parse_args(argv)
     run_loop(serve_producer(args) if args.role == "producer" else serve_consumer(args))
     return 0

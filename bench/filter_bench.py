@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.broker_path_bench import broker_context
 from bench.report import median_of, print_table, write_json
 
 BODY = 1024
@@ -38,38 +39,6 @@ SUBSCRIPTIONS = [
     ("tag none", "TAG", "none"),
     ("sql none", "SQL92", "kind = 'never'"),
 ]
-
-
-async def _context(root: Path):
-    from broker.client_manager import ClientManager
-    from broker.config import BrokerConfig, BrokerSettings, MessageStoreConfig
-    from broker.context import BrokerContext
-    from broker.long_polling import PullRequestHoldService
-    from broker.metadata.consumer_offsets import ConsumerOffsetManager
-    from broker.metadata.delay_offsets import DelayOffsetManager
-    from broker.metadata.subscription_groups import SubscriptionGroupManager
-    from broker.metadata.topics import TopicConfigManager
-    from broker.store.message_store import MessageStore
-
-    store_cfg = MessageStoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=256 * 1024 * 1024)
-    broker_cfg = BrokerConfig(broker_name="bench", broker_ip1="127.0.0.1", listen_port=10911,
-                              enable_property_filter=True)
-    settings = BrokerSettings(broker=broker_cfg, store=store_cfg)
-    store = MessageStore(store_cfg, store_host=("127.0.0.1", 10911))
-    await store.start()
-    config_dir = store_cfg.config_dir
-    ctx = BrokerContext(
-        settings=settings,
-        store=store,
-        topics=TopicConfigManager(config_dir),
-        groups=SubscriptionGroupManager(config_dir),
-        offsets=ConsumerOffsetManager(config_dir),
-        delay_offsets=DelayOffsetManager(config_dir),
-        clients=ClientManager(),
-        hold=PullRequestHoldService(store.max_offset_in_queue),
-    )
-    ctx.topics.create_if_absent(TOPIC, 1)
-    return ctx
 
 
 async def _fill(ctx, messages: int) -> None:
@@ -148,7 +117,9 @@ def _evaluation_us(raw: bytes, expression: str, repeat: int = 20_000) -> dict[st
 async def run(messages: int, runs: int) -> dict:
     root = Path(tempfile.mkdtemp(prefix="filter-bench-"))
     try:
-        ctx = await _context(root)
+        # the default transfer limits of broker_context (128 messages, 1 MiB) do not bind a 32-message pull
+        ctx = await broker_context(root, broker_conf={"enable_property_filter": True}, metrics=False)
+        ctx.topics.create_if_absent(TOPIC, 1)
         await _fill(ctx, messages)
         samples: dict[str, list[tuple[float, int, int]]] = {name: [] for name, _, _ in SUBSCRIPTIONS}
         for _ in range(runs):

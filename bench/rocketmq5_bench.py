@@ -11,14 +11,20 @@ then, on a fresh topic each:
 - ``sdk_send``: the SDK Producer sends the same bodies one at a time (``await producer.send``, one remoting send
   per message: one sender, so nothing coalesces).
 
+- ``rmq5_send_async``: the official Producer keeps ``--inflight`` (64) ``send_async`` calls in flight, still one
+  message per SendMessage call;
+- ``rmq5_receive_Nc``: ``--consumers`` (4) SimpleConsumers of one group drain that topic at once (batch 32, one
+  AckMessage per message);
 - ``raw_send`` and ``floor_send`` (``bench.grpc_floor``): one plain grpc client sends ``--count`` SendMessage
-  calls one at a time, with the official client's headers, to the broker and to a grpc.aio server whose
-  SendMessage does nothing: the floor's CPU per call is what grpc.aio costs before any pyrmq code runs, the
-  difference is pyrmq's handler and store.
+  calls, one at a time and ``--inflight`` at once, with the official client's headers, to the broker and to
+  servers whose SendMessage does nothing (grpc.aio as the endpoint runs it, and the other grpcio server kinds
+  and options of ``bench.grpc_floor.SERVER_KINDS``): the floor's CPU per call is what grpcio costs before any
+  pyrmq code runs, the difference is pyrmq's handler and store.
 
 Reports msg/s, the broker's CPU per message and its main (event loop) thread's share (from /proc/<pid>/stat; for ``rmq5_send`` that is the CPU per
 SendMessage call, the issue aims at <= 150 µs). Never passes or fails. The machine is shared: keep ``--count``
-small. Usage: ``python -m bench.rocketmq5_bench [--count 3000]``.
+small. Usage: ``python -m bench.rocketmq5_bench [--count 3000] [--inflight 64] [--consumers 4] [--floors K,..]
+[--flush SYNC_FLUSH] [--floors-only --floor-rounds N]``.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.cpu import cpu_s, settle, stat_cpu_s
+from bench.grpc_floor import SERVER_KINDS
 from bench.report import print_table, write_json
 from client import AdminClient, Message, Producer
 from common import event_loop
@@ -63,10 +70,11 @@ def cpu_split(pid: int) -> tuple[float, float]:
     return cpu_s(pid), stat_cpu_s(f"/proc/{pid}/task/{pid}/stat")
 
 
-def row(name: str, messages: int, elapsed_s: float, cpu0: tuple[float, float], cpu1: tuple[float, float]) -> dict:
+def row(name: str, messages: int, elapsed_s: float, cpu0: tuple[float, float], cpu1: tuple[float, float],
+        inflight: int = 1) -> dict:
     broker_cpu_s, main_cpu_s = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
     return {
-        "variant": name, "messages": messages, "elapsed_s": round(elapsed_s, 2),
+        "variant": name, "inflight": inflight, "messages": messages, "elapsed_s": round(elapsed_s, 2),
         "msg_per_s": round(messages / elapsed_s) if elapsed_s else 0,
         "broker_cpu_us_per_msg": round(broker_cpu_s / messages * 1e6, 1) if messages else None,
         "main_thread_us_per_msg": round(main_cpu_s / messages * 1e6, 1) if messages else None,
@@ -89,10 +97,11 @@ async def sdk_send(ns_addr: str, broker: Broker, topic: str, count: int) -> dict
         return row("sdk_send", count, time.perf_counter() - t0, c0, cpu_split(broker.pid))
 
 
-def raw_send(name: str, addr: str, pid: int, topic: str, count: int) -> dict:
-    """``count`` SendMessage calls from ``bench.grpc_floor drive`` to ``addr``; CPU of process ``pid``."""
+def raw_send(name: str, addr: str, pid: int, topic: str, count: int, inflight: int = 1) -> dict:
+    """``count`` SendMessage calls from ``bench.grpc_floor drive`` to ``addr``, ``inflight`` at once; CPU of
+    process ``pid``."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    with subprocess.Popen([sys.executable, "-m", "bench.grpc_floor", "drive", addr, str(count), topic],
+    with subprocess.Popen([sys.executable, "-m", "bench.grpc_floor", "drive", addr, str(count), topic, str(inflight)],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env) as driver:
         if driver.stdout.readline().strip() != "ready":
             raise RuntimeError(f"bench.grpc_floor drive {addr} did not start (exit {driver.wait(10)})")
@@ -102,24 +111,43 @@ def raw_send(name: str, addr: str, pid: int, topic: str, count: int) -> dict:
         if driver.stdout.readline().strip() != "done":
             raise RuntimeError(f"bench.grpc_floor drive {addr} failed (exit {driver.wait(10)})")
         elapsed, c1 = time.perf_counter() - t0, cpu_split(pid)
-    return row(name, count, elapsed, c0, c1)
+    return row(name, count, elapsed, c0, c1, inflight)
 
 
-def floor_send(count: int) -> dict:
+def floor_send(kind: str, count: int, inflights: tuple[int, ...]) -> list[dict]:
+    """The null server of ``kind`` driven one call at a time and ``inflight`` at once (one server process)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    with subprocess.Popen([sys.executable, "-m", "bench.grpc_floor", "serve"], stdout=subprocess.PIPE, text=True,
-                          env=env) as server:
+    with subprocess.Popen([sys.executable, "-m", "bench.grpc_floor", "serve", kind], stdout=subprocess.PIPE,
+                          text=True, env=env) as server:
         try:
             port = int(server.stdout.readline())
-            return raw_send("floor_send", f"127.0.0.1:{port}", server.pid, "BenchFloor", count)
+            return [raw_send(f"floor_{kind}", f"127.0.0.1:{port}", server.pid, "BenchFloor", count, n)
+                    for n in inflights]
         finally:
             server.terminate()
 
 
+def drain_together(consumers: list[Rmq5Client]) -> list:
+    """Every consumer drains at once; all they received."""
+    cmds = [c.begin(op="drain", invisible_s=60, idle_receives=1, total_s=300) for c in consumers]
+    return [m for c, cmd in zip(consumers, cmds, strict=True) for m in c.result(cmd, timeout_s=600)]
+
+
 async def main_async(args) -> list[dict]:
-    python = client_python()
     results: list[dict] = []
-    with (scratch_broker("rmq5-bench-", role="ASYNC_MASTER", flushDiskType="ASYNC_FLUSH",
+    if not args.floors_only:
+        await broker_runs(args, results)
+    for _ in range(args.floor_rounds):
+        for kind in filter(None, args.floors.split(",")):
+            for r in floor_send(kind, args.count, (1, args.inflight)):
+                results.append(r)
+                print(json.dumps(r), flush=True)
+    return results
+
+
+async def broker_runs(args, results: list[dict]) -> None:
+    python = client_python()
+    with (scratch_broker("rmq5-bench-", role="ASYNC_MASTER", flushDiskType=args.flush,
                          mappedFileSizeCommitLog=256 * 1024 * 1024) as (work, ns, broker),
           contextlib.ExitStack() as clients):  # the clients close before the broker stops
         print(f"broker settled after {await settle(broker.pid):.1f} s", flush=True)
@@ -147,27 +175,53 @@ async def main_async(args) -> list[dict]:
         results.append(row("rmq5_receive", len(got), max(elapsed - 1.0, 1e-3), c0, c1))
         print(json.dumps(results[-1]), flush=True)
 
+        async_topic = f"BenchRmq5Async_{stamp}"
+        await make_topic(ns.addr, broker, async_topic, args.queues)
+        producer.call(op="send", topic=async_topic, body="warm")
+        _, elapsed, c0, c1 = measure(broker, lambda: producer.call(
+            timeout_s=600, op="send_many", topic=async_topic, count=args.count, prefix="a", inflight=args.inflight))
+        results.append(row("rmq5_send_async", args.count, elapsed, c0, c1, args.inflight))
+        print(json.dumps(results[-1]), flush=True)
+
+        group = f"BenchRmq5G4_{stamp}"
+        many = [Rmq5Client(python, work / f"consumer{i}") for i in range(args.consumers)]
+        for c in many:
+            clients.callback(c.close)
+            c.call(timeout_s=60, op="simple_consumer", endpoint=broker.grpc_addr, group=group, topic=async_topic,
+                   await_s=1)
+        got, elapsed, c0, c1 = measure(broker, lambda: drain_together(many))
+        results.append(row(f"rmq5_receive_{args.consumers}c", len(got), max(elapsed - 1.0, 1e-3), c0, c1,
+                           args.consumers))
+        print(json.dumps(results[-1]), flush=True)
+
         results.append(await sdk_send(ns.addr, broker, sdk_topic, args.count))
         print(json.dumps(results[-1]), flush=True)
 
-        results.append(raw_send("raw_send", broker.grpc_addr, broker.pid, topic, args.count))
-        print(json.dumps(results[-1]), flush=True)
-        results.append(floor_send(args.count))
-        print(json.dumps(results[-1]), flush=True)
-    return results
+        for n in (1, args.inflight):
+            results.append(raw_send("raw_send", broker.grpc_addr, broker.pid, topic, args.count, n))
+            print(json.dumps(results[-1]), flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--count", type=int, default=3000, help="messages per variant")
     ap.add_argument("--queues", type=int, default=4)
+    ap.add_argument("--inflight", type=int, default=64, help="calls in flight for the concurrent variants")
+    ap.add_argument("--consumers", type=int, default=4, help="SimpleConsumers draining together")
+    ap.add_argument("--floors", default=",".join(SERVER_KINDS), help="null server kinds (bench.grpc_floor); '' for none")
+    ap.add_argument("--floors-only", action="store_true", help="only the null servers (no broker, no clients)")
+    ap.add_argument("--floor-rounds", type=int, default=1, help="rounds over the floor kinds (interleaved)")
+    ap.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH",
+                    help="SYNC_FLUSH: every put waits for its group commit (concurrent sends then share appends)")
     args = ap.parse_args()
     results = event_loop.run(main_async(args))
     columns = list(results[0])
     print()
-    print_table(f"RocketMQ 5 endpoint: {args.count} messages per variant, one per call", columns,
+    print_table(f"RocketMQ 5 endpoint: {args.count} messages per variant, one per call (2 shared cores: noisy)", columns,
                 [[r[c] for c in columns] for r in results])
-    write_json("rocketmq5_bench", {"args": vars(args), "runs": results})
+    name = "rocketmq5_bench" if args.flush == "ASYNC_FLUSH" else "rocketmq5_bench_sync_flush"
+    write_json(name + "_floors" if args.floors_only else name,
+               {"args": vars(args), "runs": results})
 
 
 if __name__ == "__main__":

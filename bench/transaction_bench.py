@@ -22,27 +22,20 @@ import argparse
 import asyncio
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
 
 from bench.cpu import cpu_s
 from bench.report import print_table, write_json
 from client import AdminClient, Message, Producer
 from client.transaction_producer import LocalTransactionState, TransactionProducer
+from harness.metrics_page import first_sample
 from harness.procs import Broker, Namesrv
 from harness.waiting import async_wait_until
 
 
 def commits(broker: Broker) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "rocketmq_commit_messages_total":
-                return sample.value
-    return 0.0
+    return first_sample(broker.metrics_port, "rocketmq_commit_messages_total", timeout_s=5) or 0.0
 
 
 async def run_senders(senders: int, per_sender: int, send_one) -> None:

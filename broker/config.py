@@ -49,7 +49,7 @@ from remoting.message_codec import validate_topic
 
 # Environment variables that may override a few deployment keys (DESIGN.md §6).
 ENV_OVERRIDES = {"NAMESRV_ADDR": "namesrvAddr", "BROKER_IP1": "brokerIP1", "BROKER_IP2": "brokerIP2",
-                 "HA_AUTH_SECRET_FILE": "haAuthSecretFile"}
+                 "HA_AUTH_SECRET_FILE": "haAuthSecretFile", "CONTROLLER_ADDR": "controllerAddr"}
 
 MIN_HA_AUTH_SECRET_BYTES = 16
 HA_SECRET_HINT = ("generate one secret per cluster (python3 -c 'import secrets; print(secrets.token_hex(32))' > "

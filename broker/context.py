@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from broker.metrics import BrokerMetrics
     from broker.rebalance_lock import RebalanceLockManager
     from broker.retry import RetryService
+    from broker.slave_notify import SlaveNotifier
     from broker.store.message_store import MessageStore
     from broker.transaction.service import TransactionService
 
@@ -105,6 +106,7 @@ class BrokerContext:
     ha: HAService | None = None  # GET_BROKER_HA_STATUS; None in handler tests that run no HA
     master: MasterAddrs = field(default_factory=MasterAddrs)
     transactions: TransactionService | None = None  # on a master that takes transactional messages
+    slave_notifier: SlaveNotifier | None = None  # on a master: pushes metadata changes to subscribed slaves
     pop: PopProgress | None = None  # on a master serving RocketMQ 5 clients (GET_CONSUME_STATS' in-flight pops)
     stats: BrokerStats = field(default_factory=BrokerStats)
     filters: ConsumerFilters = field(default_factory=ConsumerFilters)  # compiled SQL92 subscriptions

@@ -7,9 +7,10 @@ Two kinds of series, so the hot path pays (almost) nothing:
   Each is a cached child lookup plus a few locked adds; the message-size histogram takes the batch's sizes in
   one call (see ``common.metrics.BatchHistogram``: exact, O(1) Python work when the batch is uniform).
 - **Gauges mirroring state** (commitlog offsets, flush/dispatch backlog, disk use, HA links, consumer lag) are
-  computed at SCRAPE time by a collector that calls providers set with ``set_providers``; nothing is
-  maintained between scrapes. Collection runs on the event loop (``common.metrics_server.MetricsServer`` takes a
-  snapshot there and renders the text in its own thread), so providers may read loop-owned state directly.
+  computed at SCRAPE time by collectors that call providers set with ``set_providers`` (the families are built
+  in ``state_metrics.py`` and ``lag_metrics.py``); nothing is maintained between scrapes. Collection runs on the
+  event loop (``common.metrics_server.MetricsServer`` takes a snapshot there and renders the text in its own
+  thread), so providers may read loop-owned state directly.
 
 Bounded cardinality: auto-created topics are unbounded (2,000 one-message topics made a 6.4 MB page), so every
 family labelled by topic or consumer group keeps at most ``series_limit`` (default ``SERIES_LIMIT``) label sets,
@@ -27,64 +28,39 @@ by a master and its slaves), ``broker_id`` and ``role`` (SYNC_MASTER / ASYNC_MAS
 
 from __future__ import annotations
 
-import heapq
-import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from operator import itemgetter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from broker.ha.status import HAStatus
-from broker.metadata.topics import is_system_topic
+from broker.lag_metrics import ConsumerLag, OffsetTableProvider, QueueMaxOffset, QueueStoreTimestamp, is_system_label
+from broker.state_metrics import StoreGauges, disk_families, ha_families, store_families
 from common.loop_lag import loop_lag_histogram
 from common.metrics import (
     BatchHistogram,
-    Deferred,
     LoopCounter,
     ScrapeCollector,
     const_labels,
-    deferring_now,
     label_value,
 )
 from common.series_cap import OTHER, CappedGroup, SeriesCap
-from remoting.message_codec import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 # RocketMQ 5's rocketmq_message_size buckets: 1K, 4K, 512K, 1M, 2M, 4M (bytes).
 MESSAGE_SIZE_BUCKETS = (1024, 4096, 512 * 1024, 1024**2, 2 * 1024**2, 4 * 1024**2)
 # SYNC_MASTER ack waits: sub-millisecond on loopback up to the 3 s slaveTimeout (FLUSH_SLAVE_TIMEOUT).
 SYNC_WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0)
-# At most this many lagging queues get a store read for the lag latency per scrape.
-LAG_LATENCY_MAX_READS = 2000
 # Per-topic / per-group label sets kept per family; the rest are summed under "_other". 50 keeps a broker's page
 # near 100 KB however many topics it has, and covers the topics a dashboard can show.
 SERIES_LIMIT = 50
 
 
-@dataclass(frozen=True, slots=True)
-class StoreGauges:
-    """What the store reports at scrape time. ``None`` fields are not exported."""
-
-    max_offset: int  # commitlog max physical offset (bytes)
-    min_offset: int  # commitlog min physical offset (bytes)
-    flushed_offset: int | None = None  # flushed-to-disk offset: flush_behind = max - flushed
-    dispatched_offset: int | None = None  # dispatcher position: dispatch_behind = max - dispatched
-
-
 # Providers: plain callables, called on the event loop at scrape time.
 StoreProvider = Callable[[], StoreGauges]
 HAProvider = Callable[[], HAStatus]  # HAService.status: the typed record GET_BROKER_HA_STATUS answers too
-OffsetTableProvider = Callable[[], Mapping[str, Mapping[int, int]]]  # "topic@group" -> {queue_id: offset}
-QueueMaxOffset = Callable[[str, int], int]
-QueueStoreTimestamp = Callable[[str, int, int], int]  # (topic, queue_id, offset) -> store time, epoch ms; 0 unknown
 ReplicaWaiter = Callable[[int], Awaitable[tuple[object, str]]]  # the store's: next_offset -> (PutStatus, remark)
-
-def _is_system(topic: str) -> bool:
-    return is_system_topic(topic) or topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
-
 
 class BrokerMetrics:
     """All broker series, registered in ``registry`` (the process's registry from ``common.metrics.new_registry``).
@@ -202,13 +178,10 @@ class BrokerMetrics:
         self._store: StoreProvider | None = None
         self._ha: HAProvider | None = None
         self._ha_duplicate_claims: Callable[[], dict[int, int]] | None = None  # a master's HACounters.duplicate_claims
-        self._offsets: OffsetTableProvider | None = None
-        self._queue_max: QueueMaxOffset | None = None
-        self._queue_ts: QueueStoreTimestamp | None = None
+        self.lag = ConsumerLag(series_limit, clock_s)
         reg.register(ScrapeCollector("broker-state", self._collect_state))
-        reg.register(ScrapeCollector("consumer-lag", self._collect_lag))
+        reg.register(ScrapeCollector("consumer-lag", self.lag.collect))
 
-        self._flags: dict[str, tuple[str, str]] = {}
         self._in_cells: dict[tuple[str, str], tuple] = {}
         self._out_cells: dict[tuple[str, str], tuple] = {}
         self._status_cells: dict[str, tuple] = {}
@@ -229,9 +202,8 @@ class BrokerMetrics:
     ) -> None:
         self._store = store or self._store
         self._ha = ha or self._ha
-        self._offsets = consumer_offsets or self._offsets
-        self._queue_max = queue_max_offset or self._queue_max
-        self._queue_ts = queue_store_timestamp or self._queue_ts
+        self.lag.set_providers(consumer_offsets=consumer_offsets, queue_max_offset=queue_max_offset,
+                               queue_store_timestamp=queue_store_timestamp)
 
     def attach(self, *, store=None, ha=None, offsets=None) -> None:
         """Set the providers from the real objects: a started ``MessageStore``, the ``HAService`` and the
@@ -273,7 +245,7 @@ class BrokerMetrics:
             key = (topic, message_type)
             cells = self._in_cells.get(key)
             if cells is None:
-                labels = (topic, message_type, label_value(_is_system(topic)))
+                labels = (topic, message_type, label_value(is_system_label(topic)))
                 cells = self._in_cells[key] = (self.messages_in.cell(*labels), self.throughput_in.cell(*labels), labels)
             cells[0][0] += msg_count
             cells[1][0] += total_bytes
@@ -304,7 +276,7 @@ class BrokerMetrics:
             key = (topic, group)
             cells = self._out_cells.get(key)
             if cells is None:
-                labels = (topic, group, label_value(_is_system(topic)))
+                labels = (topic, group, label_value(is_system_label(topic)))
                 cells = self._out_cells[key] = (self.messages_out.cell(*labels), self.throughput_out.cell(*labels))
             cells[0][0] += msg_count
             cells[1][0] += total_bytes
@@ -329,7 +301,7 @@ class BrokerMetrics:
         """A consumer returned messages of ``topic`` (the original topic); ``to_dlq`` when they went to %DLQ%."""
         self.send_back.inc(msg_count, topic, group)
         if to_dlq:
-            self.send_to_dlq.inc(msg_count, topic, group, label_value(_is_system(topic)))
+            self.send_to_dlq.inc(msg_count, topic, group, label_value(is_system_label(topic)))
 
     def attach_transactions(self, open_count: Callable[[], int]) -> None:
         """``rocketmq_half_messages`` reads ``open_count`` (the transaction service's ledger) at scrape time."""
@@ -379,11 +351,11 @@ class BrokerMetrics:
         info.add_metric([self.broker_addr], 1)
         out.append(info)
         if self._store is not None:
-            out.extend(self._store_families(self._store()))
+            out.extend(store_families(self._store()))
         if self.store_dir is not None:
-            out.extend(self._disk_families())
+            out.extend(disk_families(self.store_dir))
         if self._ha is not None:
-            out.extend(self._ha_families(self._ha()))
+            out.extend(ha_families(self._ha(), self.broker_name, self._clock_s()))
         if self._ha_duplicate_claims is not None and self.role != "SLAVE":
             claims = CounterMetricFamily("rocketmq_ha_duplicate_slave_claims",
                                          "Peers that proved the HA secret and claimed the brokerId of a live slave "
@@ -393,159 +365,6 @@ class BrokerMetrics:
                 claims.add_metric([str(broker_id)], count)
             out.append(claims)
         return out
-
-    @staticmethod
-    def _store_families(s: StoreGauges) -> Iterator[Metric]:
-        yield GaugeMetricFamily("rocketmq_commitlog_max_offset_bytes", "Commitlog max physical offset.", s.max_offset)
-        yield GaugeMetricFamily("rocketmq_commitlog_min_offset_bytes", "Commitlog min physical offset.", s.min_offset)
-        storage = {"storage_type": "local", "storage_medium": "disk"}
-        if s.flushed_offset is not None:
-            g = GaugeMetricFamily("rocketmq_storage_flush_behind_bytes", "Commitlog bytes written but not yet flushed.",
-                                  labels=list(storage))
-            g.add_metric(list(storage.values()), max(0, s.max_offset - s.flushed_offset))
-            yield g
-        if s.dispatched_offset is not None:
-            g = GaugeMetricFamily("rocketmq_storage_dispatch_behind_bytes",
-                                  "Commitlog bytes not yet dispatched to consume queues.", labels=list(storage))
-            g.add_metric(list(storage.values()), max(0, s.max_offset - s.dispatched_offset))
-            yield g
-
-    def _disk_families(self) -> Iterator[Metric]:
-        path = self.store_dir
-        while path is not None and not path.exists() and path != path.parent:
-            path = path.parent
-        st = os.statvfs(path)
-        total = st.f_blocks * st.f_frsize
-        used = total - st.f_bfree * st.f_frsize
-        labels = ["storage_type", "storage_medium"]
-        size = GaugeMetricFamily("rocketmq_storage_size", "Bytes used on the store's filesystem (RocketMQ 5).",
-                                 labels=labels)
-        size.add_metric(["local", "disk"], used)
-        yield size
-        cap = GaugeMetricFamily("rocketmq_storage_capacity_bytes", "Size of the store's filesystem.", labels=labels)
-        cap.add_metric(["local", "disk"], total)
-        yield cap
-
-    def _ha_families(self, ha: HAStatus) -> Iterator[Metric]:
-        """The typed status as ``broker/ha/status.py`` defines it: epoch ms timestamps, states, a master's
-        ``connections_accepted`` and a slave's ``reconnects``."""
-        if ha.client is None:
-            yield GaugeMetricFamily("rocketmq_ha_connections", "Slaves connected over HA.",
-                                    sum(1 for s in ha.slaves if s.connected))
-            yield GaugeMetricFamily("rocketmq_ha_in_sync_slaves", "Connected slaves that are in sync (state OK).",
-                                    ha.in_sync_slave_nums)
-            per_slave = ["slave_addr", "slave_broker_id"]
-            ack = GaugeMetricFamily("rocketmq_ha_slave_ack_offset_bytes", "Offset the slave acked.", labels=per_slave)
-            behind = GaugeMetricFamily("rocketmq_ha_slave_fall_behind_bytes",
-                                       "Master max offset minus the slave's ack (haStatus #Diff); a disconnected "
-                                       "slave's keeps growing.", labels=per_slave)
-            sent = CounterMetricFamily("rocketmq_ha_transfer_bytes", "Commitlog bytes sent to the slave.",
-                                       labels=per_slave)
-            diff = GaugeMetricFamily("rocketmq_broker_commitlog_diff",
-                                     "rocketmq-exporter alias of the fall-behind bytes.", labels=["brokerIP", "broker"])
-            for s in ha.slaves:
-                values = [s.addr, str(s.broker_id)]
-                ack.add_metric(values, max(0, s.ack_offset))
-                behind.add_metric(values, s.diff)
-                sent.add_metric(values, s.transferred_bytes)
-                diff.add_metric([s.addr, self.broker_name], s.diff)
-            yield from (ack, behind, sent, diff)
-            reconnects = ha.connections_accepted
-        else:
-            client = ha.client
-            yield GaugeMetricFamily("rocketmq_ha_connected", "1 while connected to the master over HA.",
-                                    1 if client.connected else 0)
-            read_s = client.last_read_timestamp / 1000.0
-            yield GaugeMetricFamily("rocketmq_ha_master_last_read_timestamp_seconds",
-                                    "Epoch seconds of the last frame read from the master.", read_s)
-            age = max(0.0, self._clock_s() - read_s) if read_s > 0 else -1
-            yield GaugeMetricFamily("rocketmq_ha_master_last_read_age_seconds",
-                                    "Seconds since the last frame from the master (-1: never).", age)
-            yield CounterMetricFamily("rocketmq_ha_replicated_bytes", "Commitlog bytes replicated from the master.",
-                                      client.replicated_bytes)
-            reconnects = ha.reconnects
-        yield CounterMetricFamily("rocketmq_ha_reconnects",
-                                  "HA (re)connections: to the master on a slave, accepted on a master.", reconnects)
-
-    def _topic_flags(self, topic: str) -> tuple[str, str]:
-        """``is_retry`` and ``is_system`` label values of a topic (cached: the lag scrape asks for every topic)."""
-        flags = self._flags.get(topic)
-        if flags is None:
-            flags = self._flags[topic] = (label_value(topic.startswith(RETRY_GROUP_TOPIC_PREFIX)),
-                                          label_value(_is_system(topic)))
-        return flags
-
-    def _collect_lag(self) -> Iterable[Metric | Deferred]:
-        """Lag of every (topic, group) from the offset table; series for the ``series_limit`` largest, the rest
-        summed under ``_other``. The latency needs a store read per lagging queue, so only the kept pairs get one
-        (at most ``LAG_LATENCY_MAX_READS`` per scrape).
-
-        What reads loop-owned state (the offset table, the queues' max offsets, the store reads) runs where the
-        collection runs: on the loop, per pair one subtraction per queue. Inside the metrics server's snapshot the
-        rest (the ``_other`` sums, labels, families) is deferred to its thread."""
-        if self._offsets is None or self._queue_max is None:
-            return []
-        queue_max = self._queue_max
-        pairs: list[tuple[int, str, list[tuple[int, int]] | None]] = []
-        for key, queues in self._offsets().items():
-            topic = key.rpartition("@")[0]
-            lag, behind_queues = 0, None
-            for queue_id, committed in queues.items():
-                behind = queue_max(topic, queue_id) - committed
-                if behind > 0:
-                    lag += behind
-                    if behind_queues is None:
-                        behind_queues = []
-                    behind_queues.append((queue_id, committed))
-            pairs.append((lag, key, behind_queues))
-        kept = heapq.nlargest(self.series_limit, pairs, key=itemgetter(0))  # as a stable sort by lag, descending
-        latencies: list[int] | None = None
-        if self._queue_ts is not None:
-            now_ms = int(self._clock_s() * 1000)
-            reads, latencies = 0, []
-            for _lag, key, behind_queues in kept:
-                topic = key.rpartition("@")[0]
-                oldest_ms = 0
-                for queue_id, committed in behind_queues or ():
-                    if reads >= LAG_LATENCY_MAX_READS:
-                        break
-                    reads += 1
-                    ts = self._queue_ts(topic, queue_id, committed)
-                    if ts > 0:
-                        oldest_ms = max(oldest_ms, now_ms - ts)
-                latencies.append(max(0, oldest_ms))
-
-        def finish() -> list[Metric]:
-            return self._lag_families(pairs, kept, latencies)
-
-        return [Deferred(finish)] if deferring_now() else finish()
-
-    def _lag_families(self, pairs: list, kept: list, latencies: list[int] | None) -> list[Metric]:
-        labels = ["topic", "consumer_group", "is_retry", "is_system"]
-        lag_family = GaugeMetricFamily("rocketmq_consumer_lag_messages",
-                                       "Messages not yet consumed: queue max offset minus committed offset. At most "
-                                       f"{self.series_limit} topic and group pairs (the largest lags) have series "
-                                       f'of their own; the others are summed under topic="{OTHER}",'
-                                       f'consumer_group="{OTHER}".', labels=labels)
-        latency_family = GaugeMetricFamily("rocketmq_consumer_lag_latency_milliseconds",
-                                           "Age of the oldest unconsumed message (0 when caught up), for the topic "
-                                           "and group pairs that have a series of their own in "
-                                           "rocketmq_consumer_lag_messages.", labels=labels)
-        for i, (lag, key, _behind) in enumerate(kept):
-            topic, _, group = key.rpartition("@")
-            values = [topic, group, *self._topic_flags(topic)]
-            lag_family.add_metric(values, lag)
-            if latencies is not None:
-                latency_family.add_metric(values, latencies[i])
-        kept_ids = {id(pair) for pair in kept}
-        other: dict[tuple[str, str], int] = {}
-        for pair in pairs:
-            if id(pair) not in kept_ids:
-                flags = self._topic_flags(pair[1].rpartition("@")[0])
-                other[flags] = other.get(flags, 0) + pair[0]
-        for (is_retry, is_system), lag in sorted(other.items()):
-            lag_family.add_metric([OTHER, OTHER, is_retry, is_system], lag)
-        return [lag_family, latency_family] if latencies is not None else [lag_family]
 
 
 _STORED_NAMES = frozenset({"PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE"})

@@ -50,6 +50,7 @@ from broker.rebalance_lock import RebalanceLockManager
 from broker.registration import RegistrationService
 from broker.retry import RetryService
 from broker.schedule import ScheduleService
+from broker.slave_notify import SlaveNotifier
 from broker.transaction.service import transaction_service
 from broker.slave_sync import (
     SlaveSynchronize,
@@ -232,6 +233,11 @@ class BrokerServer(Service):
         store.add_dispatch_listener(hold.notify, confirmed=True)
         self._services = [hold, clients, LoopLagProbe(metrics.loop_lag)]
         if settings.role.is_master:
+            ctx.slave_notifier = notifier = SlaveNotifier(topics=topics, groups=groups, offsets=offsets)
+            topics.change_listeners.append(notifier.on_tables_changed)
+            groups.change_listeners.append(notifier.on_tables_changed)
+            offsets.change_listeners.append(notifier.on_offsets_changed)
+            self._services.append(notifier)
             self.schedule = ScheduleService(
                 store, delay_offsets, levels, flush_interval_ms=store_cfg.flush_delay_offset_interval
             )
@@ -284,6 +290,8 @@ class BrokerServer(Service):
         if self.slave_sync is not None:
             self.slave_sync.client.signer = auth_setup.inner_signer(settings.auth)
             self.slave_sync.auth_store = None if self.auth_gate is None else self.auth_gate.store
+        if ctx.slave_notifier is not None and self.auth_gate is not None:
+            self.auth_gate.store.change_listeners.append(ctx.slave_notifier.on_auth_changed)
         for service in self._services:
             await service.start()
         await self.remoting.start()
@@ -292,7 +300,8 @@ class BrokerServer(Service):
         if broker.grpc_server_port:
             v2_auth = None if self.auth_gate is None else V2Auth(
                 self.auth_gate, settings.auth.authentication_date_time_skew_millis)
-            self.grpc_v2 = GrpcEndpoint(ctx, LISTEN_HOST, broker.grpc_server_port, auth=v2_auth)
+            self.grpc_v2 = GrpcEndpoint(ctx, LISTEN_HOST, broker.grpc_server_port, auth=v2_auth,
+                                        on_refused=held.closed)  # counted with the remoting ports' closes
             await self.grpc_v2.start()
         await self.registration.start()
         log.info(

@@ -24,12 +24,21 @@ registers, with its slaves' addresses (``fetch_slave_addrs``: GET_BROKER_CLUSTER
 nameservers): it sends GET_ALL_CONSUMER_OFFSET to each slave (both signed with the inner credentials) and merges
 with ``merge_from_slave``, so commits the slave accepted while the master was down survive the master's return.
 
+Pushes (``broker/slave_notify.py``): the topic pull carries ``notifyMetadataChange=true``, so a pyrmq master keeps
+the connection and sends NOTIFY_METADATA_CHANGED on it when a table changes: the consumer offsets it carries are
+merged at once, the topic or group table it names is pulled at once (one pull at a time, sharing the lock with the
+periodic round), so the slave holds a change within milliseconds instead of up to ``slaveSynchronizeInterval``.
+A push from any connection but the one to the current master is ignored. A new master address starts a round at
+once (no 3 s initial delay: in controller mode this is a switch), and a closed subscribed connection one a second
+later. A RocketMQ master never pushes: the 10 s round alone then, as in RocketMQ. Delay offsets stay on the round.
+
 Task-safety: event loop only. One ``RemotingClient`` per SlaveSynchronize (one connection to the master), closed
 at stop; a connection to an address no longer in use is dropped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -38,19 +47,24 @@ from typing import Any
 from broker.auth.model import Acl, AuthError, User
 from broker.auth.processors import WITH_PASSWORD
 from broker.metadata.subscription_groups import SubscriptionGroupConfig
+from broker.slave_notify import AUTH, GROUPS, SUBSCRIBE_FIELD, TOPICS
+from common.log import RateLimitedLog
 from common.service import Service
 from remoting import fastjson
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode, describe
+from remoting.connection import Connection
 from remoting.data_version import DataVersion
 from remoting.frame_codec import RemotingCommand
 from remoting.headers import parse_int
 from remoting.topic_config import TopicConfig
 
 log = logging.getLogger(__name__)
+quiet = RateLimitedLog(log)
 
 RPC_TIMEOUT_S = 3.0
 INITIAL_DELAY_S = 3.0
+RESUBSCRIBE_DELAY_S = 1.0  # after the subscribed connection closed (a master restarting: no reconnect storm)
 
 
 class SyncError(Exception):
@@ -59,7 +73,8 @@ class SyncError(Exception):
 
 async def fetch(client: RemotingClient, addr: str, code: RequestCode, timeout_s: float,
                 ext: dict[str, str] | None = None, shape: type = dict) -> Any:
-    """Send ``code`` (no header but ``ext``) to ``addr`` and return the body as a JSON object (or ``shape``)."""
+    """Send ``code`` (no header; ``ext`` adds fields a RocketMQ master ignores) to ``addr``; the body as a JSON object
+    (or ``shape``)."""
     resp = await client.invoke(addr, RemotingCommand(int(code), ext=dict(ext) if ext else None), timeout_s)
     if resp.code != ResponseCode.SUCCESS:
         raise SyncError(f"{code.name} from {addr} answered {describe(resp.code)}: {resp.remark or '(no remark)'}")
@@ -128,6 +143,12 @@ class SlaveSynchronize(Service):
         self.last_sync_ms = 0
         self.metrics = None  # broker.metrics.BrokerMetrics, set by the server
         self.auth_store = None  # broker.auth.store.AuthStore when ACL 2.0 is on here: users and ACLs are copied too
+        self.pushes = 0  # NOTIFY_METADATA_CHANGED taken from the master
+        self._wanted: set[str] = set()  # what pushes asked for: "topics", "groups", "all" (a whole round)
+        self._wake = asyncio.Event()
+        self._steps = asyncio.Lock()  # one pull at a time: the periodic round and the pushed ones never overlap
+        self._watched: Connection | None = None
+        self.client.register(RequestCode.NOTIFY_METADATA_CHANGED, self._on_notify)
 
     def update_master_addr(self, addr: str) -> None:
         """The registration reply's ``masterAddr`` (empty when the nameserver knows no master: sync pauses)."""
@@ -136,11 +157,78 @@ class SlaveSynchronize(Service):
             if self.master_addr:
                 self.client.drop(self.master_addr, "the master address changed")
             self.master_addr = addr
+            if addr:
+                self._want("all")  # sync (and subscribe) now, not at the next round: this may be a new master
 
     async def on_start(self) -> None:
         self.run_every("sync", self.interval_s, self.sync_all, initial_delay_s=self.initial_delay_s)
+        self.spawn("pushed", self._pushed_rounds())
+
+    # pushes from the master (broker/slave_notify.py) ------------------------------------------------------------
+    def _want(self, what: str) -> None:
+        self._wanted.add(what)
+        self._wake.set()
+
+    def _on_notify(self, conn: Connection, request: RemotingCommand) -> None:
+        """NOTIFY_METADATA_CHANGED: merge the offsets it carries now; pull the tables it names next."""
+        if not self.master_addr or conn.attrs.get("addr") != self.master_addr:
+            quiet.warning("metadata change notification from %s ignored: not the master %s", conn.peer,
+                          self.master_addr or "(none)")
+            return None
+        self.pushes += 1
+        ext = request.ext or {}
+        if ext.get(TOPICS) == "true":
+            self._want("topics")
+        if ext.get(GROUPS) == "true":
+            self._want("groups")
+        if ext.get(AUTH) == "true":
+            self._want("auth")
+        body = request.body_bytes()
+        if body:
+            try:
+                obj = fastjson.loads(body)
+                if not isinstance(obj, dict):
+                    raise SyncError(f"the body is a JSON {type(obj).__name__}, not an object")
+                table, versions = parse_consumer_offsets(obj)
+            except (fastjson.JsonBodyError, UnicodeDecodeError, SyncError, ValueError) as exc:
+                quiet.warning("metadata change notification from %s: offsets unreadable (%s); pulling them all",
+                              conn.peer, exc)
+                self._want("all")
+                return None
+            self.offsets.merge_from_master(table, versions)  # marks the file dirty: written within its interval
+        return None
+
+    async def _pushed_rounds(self) -> None:
+        while not self.stopping:
+            await self._wake.wait()
+            self._wake.clear()
+            wanted, self._wanted = self._wanted, set()
+            if self.stopping:
+                return
+            if "all" in wanted:
+                await self.sync_all()
+                continue
+            addr = self.master_addr
+            if not addr or addr == self.own_addr:
+                continue
+            for what, name, step in (("topics", "topic config", self.sync_topic_config),
+                                     ("groups", "subscription groups", self.sync_subscription_group_config),
+                                     ("auth", "users and ACLs", self.sync_auth)):
+                if what in wanted:
+                    await self._step(addr, name, step)
+
+    def _watch(self, addr: str) -> None:
+        """Once subscribed on a connection: when it closes, sync (and so subscribe) again within a second."""
+        conn = self.client.cached(addr)
+        if conn is None or conn is self._watched or conn.closed is None:
+            return
+        self._watched = conn
+        loop = asyncio.get_running_loop()
+        conn.closed.add_done_callback(lambda _f: None if self.stopping else loop.call_later(
+            RESUBSCRIBE_DELAY_S, self._want, "all"))
 
     async def on_stop(self) -> None:
+        self._wake.set()  # the pushed rounds' loop sees ``stopping``
         await self.client.close()
 
     async def sync_all(self) -> bool:
@@ -153,17 +241,7 @@ class SlaveSynchronize(Service):
                            ("delay offsets", self.sync_delay_offset),
                            ("subscription groups", self.sync_subscription_group_config),
                            ("users and ACLs", self.sync_auth)):
-            try:
-                await step(addr)
-                if self.metrics is not None:
-                    self.metrics.on_slave_sync(name.replace(" ", "_"), True)
-            except Exception as exc:  # noqa: BLE001 - each step logs its own failure; the others still run
-                if self.metrics is not None:
-                    self.metrics.on_slave_sync(name.replace(" ", "_"), False)
-                ok = False
-                self.failures += 1
-                log.warning("slave sync of %s from master %s failed: %s; retrying in %.0f s", name, addr,
-                            _describe(exc), self.interval_s)
+            ok = await self._step(addr, name, step) and ok
         self.rounds += 1
         if self.metrics is not None:
             self.metrics.on_slave_sync("all", ok)
@@ -171,12 +249,31 @@ class SlaveSynchronize(Service):
             self.last_sync_ms = int(time.time() * 1000)
         return ok
 
-    async def _fetch(self, addr: str, code: RequestCode) -> dict[str, Any]:
-        return await fetch(self.client, addr, code, self.rpc_timeout_s)
+    async def _step(self, addr: str, name: str, step) -> bool:
+        async with self._steps:
+            try:
+                await step(addr)
+                if self.metrics is not None:
+                    self.metrics.on_slave_sync(name.replace(" ", "_"), True)
+                return True
+            except Exception as exc:  # noqa: BLE001 - each step logs its own failure; the others still run
+                if self.metrics is not None:
+                    self.metrics.on_slave_sync(name.replace(" ", "_"), False)
+                self.failures += 1
+                log.warning("slave sync of %s from master %s failed: %s; retrying in %.0f s", name, addr,
+                            _describe(exc), self.interval_s)
+                return False
+
+    async def _fetch(self, addr: str, code: RequestCode, ext: dict[str, str] | None = None) -> dict[str, Any]:
+        return await fetch(self.client, addr, code, self.rpc_timeout_s, ext)
 
     async def sync_topic_config(self, addr: str) -> None:
-        configs, version = parse_topic_configs(await self._fetch(addr, RequestCode.GET_ALL_TOPIC_CONFIG))
-        if self.topics.replace_all(configs, version):
+        body = await self._fetch(addr, RequestCode.GET_ALL_TOPIC_CONFIG, {SUBSCRIBE_FIELD: "true"})
+        self._watch(addr)
+        configs, version = parse_topic_configs(body)
+        replaced = self.topics.replace_all(configs, version)
+        await self._report_held(addr, TOPICS, self.topics.data_version.counter)
+        if replaced:
             log.info("slave sync: took %d topic configs from master %s", len(configs), addr)
             await self.topics.persist()
 
@@ -193,11 +290,20 @@ class SlaveSynchronize(Service):
             await self.delay_offsets.persist()
 
     async def sync_subscription_group_config(self, addr: str) -> None:
-        body = await self._fetch(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        # on a subscribed connection the ext field is not needed; a new connection subscribes on its topic pull
+        body = await self._fetch(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {SUBSCRIBE_FIELD: "true"})
         groups, version = parse_subscription_groups(body)
-        if self.groups.replace_all(groups, version):
+        replaced = self.groups.replace_all(groups, version)
+        await self._report_held(addr, GROUPS, self.groups.data_version.counter)
+        if replaced:
             log.info("slave sync: took %d subscription groups from master %s", len(groups), addr)
             await self.groups.persist()
+
+    async def _report_held(self, addr: str, kind: str, counter: int) -> None:
+        """Tell the master which version we hold now (ONEWAY on the sync connection; a RocketMQ master drops it)."""
+        if self.client.cached(addr) is not None:
+            await self.client.invoke_oneway(
+                addr, RemotingCommand(int(RequestCode.NOTIFY_METADATA_CHANGED), ext={kind: str(counter)}))
 
 
     async def sync_auth(self, addr: str) -> None:

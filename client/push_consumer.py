@@ -1,9 +1,9 @@
 """PushConsumer: pulls the queues it owns with long polling and hands messages to a listener.
 
 Clustering (default): the group's queues are split with ``allocate_averagely`` over the sorted consumer ids
-the brokers report (GET_CONSUMER_LIST_BY_GROUP, 38). The consumer rebalances at once when a broker sends
-NOTIFY_CONSUMER_IDS_CHANGED (40) on its connection, when a GET_CONSUMER_LIST_BY_GROUP poll every
-``membership_poll_interval_s`` shows a change (a safety net for a lost oneway notification), and anyway every
+the brokers report (GET_CONSUMER_LIST_BY_GROUP, 38; client/group_members.py). The consumer rebalances at once
+when a broker sends NOTIFY_CONSUMER_IDS_CHANGED (40) on its connection, when a GET_CONSUMER_LIST_BY_GROUP poll
+every ``membership_poll_interval_s`` shows a change (a safety net for a lost oneway notification), and anyway every
 ``rebalance_interval_s``. A queue given up is stopped, its running consumption allowed to finish (up to
 ``drop_wait_s``) and its offset committed before it is forgotten; a queue taken over while other members exist
 starts after ``takeover_delay_s``, so the previous owner has committed first. ``%RETRY%<group>`` is
@@ -15,10 +15,11 @@ slaves) of its topics' groups, and UNREGISTER_CLIENT (35) to them when it stops.
 
 Per owned queue one pull task long-polls (``suspend_ms`` at the broker, RPC deadline ``pull_timeout_s``, above
 the suspend time) and follows the broker's read advice like PullConsumer. A queue without a committed offset
-starts at CONSUME_FROM_WHERE: the queue's max offset (GET_MAX_OFFSET 30), 0, or SEARCH_OFFSET_BY_TIMESTAMP (29);
-a retry topic always starts at 0. ``pull_interval_ms`` (RocketMQ's pullInterval, default 0)
-pauses a queue after a pull that returned less than a full batch: one pull RPC costs about as much broker CPU
-as tens of messages, so a consumer that keeps up can trade that much latency for far fewer pulls. Messages go
+starts at CONSUME_FROM_WHERE (client/start_offset.py): the queue's max offset (GET_MAX_OFFSET 30), 0, or
+SEARCH_OFFSET_BY_TIMESTAMP (29); a retry topic always starts at 0. ``pull_interval_ms`` (RocketMQ's
+pullInterval, default 0) pauses a queue after a pull that returned less than a full batch: one pull RPC costs
+about as much broker CPU as tens of messages, so a consumer that keeps up can trade that much latency for far
+fewer pulls. Messages go
 to the ConsumeService (client/consume_service.py: listener workers, send-back of RECONSUME_LATER, local
 retries, backpressure at ``max_inflight_messages``). Offsets advance only past consumed messages (the
 lowest one still in flight) and are committed every ``persist_interval_s``, when a queue is given up, and on
@@ -38,11 +39,12 @@ import time
 from pathlib import Path
 
 from client.consume_service import ConsumeService, ConsumeStatus, Listener
-from client.errors import BrokerError, ClientStateError, MQClientError
+from client.errors import ClientStateError, MQClientError
 from client.heartbeat import check_client_config, consumer_heartbeat_body, new_client_id, send_heartbeats, unregister
 from client.lifecycle import Lifecycle
 from client.message import MessageQueue
-from client.namesrv import NamesrvClient, parse_body
+from client.group_members import consumer_ids
+from client.namesrv import NamesrvClient
 from client.offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
 from client.process_queue import ProcessQueue, allocate_averagely
 from client.producer import Producer
@@ -50,13 +52,13 @@ from client.pull_api import PullAPI, PullStatus
 from client.route_cache import RouteCache
 from client.rpc import ClientRemoting
 from client.selector import MessageSelector, Selector, as_selector
+from client.start_offset import ConsumeFromWhere, start_offset
 from client.trace import ConsumeTrace, TraceDispatcher
 from client.trace_codec import TRACE_PRODUCER_GROUP, TRACE_TOPIC
 from common.service import Service
 from remoting.codes import RequestCode, ResponseCode
 from remoting.connection import Connection
 from remoting.frame_codec import RemotingCommand, response_to
-from remoting.headers import parse_int
 from remoting.message_codec import RETRY_GROUP_TOPIC_PREFIX
 
 __all__ = ["ConsumeFromWhere", "ConsumeStatus", "MessageModel", "PushConsumer"]
@@ -67,12 +69,6 @@ log = logging.getLogger(__name__)
 class MessageModel(enum.Enum):
     CLUSTERING = "CLUSTERING"
     BROADCASTING = "BROADCASTING"
-
-
-class ConsumeFromWhere(enum.Enum):
-    CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
-    CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
-    CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
 
 
 MISSING_ROUTE_RETRY_S = 2.0  # how often a subscribed topic without a route (yet) is looked up again
@@ -306,29 +302,6 @@ class PushConsumer(Lifecycle):
         return None if request.is_oneway else response_to(request, ResponseCode.SUCCESS)
 
     # rebalance --------------------------------------------------------------------------------------------
-    async def _consumer_ids(self, topic: str) -> list[str] | None:
-        route = self.routes.cached(topic)
-        if route is None:
-            return None
-        for name in sorted(route.broker_addrs):
-            addr = self.routes.find_any_address(name)
-            if addr is None:
-                continue
-            try:
-                resp = await self.remoting.call(
-                    addr,
-                    RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                    {"consumerGroup": self.group},
-                    timeout_s=self.request_timeout_s,
-                )
-                body = parse_body(resp, f"consumer list of {self.group}")
-            except MQClientError:
-                continue
-            ids = body.get("consumerIdList") if isinstance(body, dict) else None
-            if isinstance(ids, list):
-                return sorted(str(i) for i in ids)
-        return None
-
     async def _wait_rebalance_due(self) -> bool:
         """Until a notification or the next membership poll; True when the consumer is stopping."""
         try:
@@ -347,7 +320,7 @@ class PushConsumer(Lifecycle):
                 changed = notified
                 if not changed and self.message_model is MessageModel.CLUSTERING:
                     for topic in self._subscriptions:
-                        cids = await self._consumer_ids(topic)
+                        cids = await consumer_ids(self.routes, self.remoting, self.group, topic, self.request_timeout_s)
                         if cids is not None and cids != self._last_cids.get(topic):
                             changed = True
                             break
@@ -385,7 +358,7 @@ class PushConsumer(Lifecycle):
                 mqs = sorted(route.subscribe_queues)
                 others = False
                 if self.message_model is MessageModel.CLUSTERING:
-                    cids = await self._consumer_ids(topic)
+                    cids = await consumer_ids(self.routes, self.remoting, self.group, topic, self.request_timeout_s)
                     if cids is None:
                         continue
                     self._last_cids[topic] = cids
@@ -450,38 +423,15 @@ class PushConsumer(Lifecycle):
         return self._consume.consumed if self._consume is not None else 0
 
     # pulling ----------------------------------------------------------------------------------------------
-    async def _start_offset(self, mq: MessageQueue) -> int:
-        stored = await self.offsets.read(mq)
-        if stored >= 0:
-            return stored
-        cfw = self.consume_from_where
-        if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or cfw is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
-            return 0
-        ext = {"topic": mq.topic, "queueId": str(mq.queue_id)}
-        if cfw is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
-            ext["timestamp"] = str(self.consume_timestamp_ms)
-            return await self._queue_offset(mq, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext)
-        return await self._queue_offset(mq, RequestCode.GET_MAX_OFFSET, ext)
-
-    async def _queue_offset(self, mq: MessageQueue, code: int, ext: dict[str, str]) -> int:
-        """GET_MAX_OFFSET / SEARCH_OFFSET_BY_TIMESTAMP on a node of the queue's group: the ``offset`` header."""
-        addr = self.routes.find_any_address(mq.broker_name)
-        if addr is None:
-            raise MQClientError(f"no address for broker group {mq.broker_name}", hint="check the topic route")
-        resp = await self.remoting.call(addr, code, ext, timeout_s=self.request_timeout_s)
-        try:
-            return parse_int((resp.ext or {})["offset"], what="offset")
-        except (KeyError, ValueError):
-            raise BrokerError(resp.code, "answer without a numeric offset header", addr, request=f"{code}",
-                              request_code=code) from None
-
     async def _pull_loop(self, pq: ProcessQueue, start_delay_s: float) -> None:
         mq = pq.mq
         if start_delay_s > 0 and await self._svc.sleep(start_delay_s):
             return
         while pq.next_offset < 0 and not pq.dropped:
             try:
-                pq.next_offset = await self._start_offset(mq)
+                pq.next_offset = await start_offset(
+                    self.offsets, self.routes, self.remoting, mq, self.consume_from_where, self.consume_timestamp_ms,
+                    self.request_timeout_s)
                 self.offsets.update(mq, pq.next_offset)
             except MQClientError as exc:
                 log.warning("cannot read the start offset of %s: %s", mq, exc)

@@ -332,7 +332,9 @@ def held_bytes_collector(snapshot: HeldBytesSnapshot) -> ScrapeCollector:
             "rocketmq_remoting_connections_closed",
             "Remoting connections this process closed to bound its memory, by reason: frame_refused (a large frame "
             "while the connections held the cap), shed (the largest holders past the cap), frame_timeout (a frame "
-            "not whole in time), unread_answers (the peer did not read), malformed (not a remoting frame).",
+            "not whole in time), unread_answers (the peer did not read), malformed (not a remoting frame); on TLS ports (remoting, and a "
+            "broker's permissive v2 front) tls_handshake_timeout, tls_handshake_failed, plaintext_on_tls_port, "
+            "tls_pending_full.",
             labels=["reason"],
         )
         for reason, count in closes.items():

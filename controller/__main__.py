@@ -18,6 +18,11 @@ def _boot_line(server) -> str:
             f"etcd={server.store.describe()}")
 
 
+def _render(config: ControllerConfig) -> list[tuple[str, str]]:
+    """Every effective key for --print-config, the TLS keys too (tls.server.keyPath reads ``<set>``)."""
+    return conf.render(config) + (conf.render(config.tls) if config.tls is not None else [])
+
+
 def _make_server(config: ControllerConfig):
     from controller.service import ControllerService
 
@@ -30,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="mqcontroller",
         description="Run a pyrmq controller (RocketMQ 5 controller mode, state in etcd).",
         load=load_controller_config,
-        render=conf.render,
+        render=_render,
         make_server=_make_server,
         boot_line=_boot_line,
     )

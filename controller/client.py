@@ -67,12 +67,14 @@ def _replica_info(resp: RemotingCommand) -> ReplicaInfo:
 
 
 class ControllerClient:
-    def __init__(self, addrs: list[str], *, client: RemotingClient | None = None, timeout_s: float = 3.0) -> None:
+    def __init__(self, addrs: list[str], *, client: RemotingClient | None = None, timeout_s: float = 3.0,
+                 owns_client: bool = False) -> None:
+        """``client``: a RemotingClient to share (closed by ``close`` only with ``owns_client``); None: its own."""
         if not addrs:
             raise ValueError("no controller address given (controllerAddr)")
         self.addrs = list(addrs)
         self.timeout_s = timeout_s
-        self._own_client = client is None
+        self._own_client = client is None or owns_client
         self.client = client or RemotingClient(name="controller-client")
         self.active: str | None = None  # the active controller as last learnt
 

@@ -20,7 +20,7 @@ metrics exporter keys of the nameserver (off unless ``metricsExporterType=PROM``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import conf
@@ -63,6 +63,10 @@ class ControllerConfig:
     metrics_exporter_type: str = "DISABLE"
     metrics_prom_exporter_port: int = conf.port(5558, zero_means="any free port")
     metrics_prom_exporter_host: str = ""
+    # a standalone controller's own ACL 2.0 and TLS keys, as RocketMQ's controller has its own auth switch
+    # (authenticationEnabled ... tls.server.mode ... in its file); an embedded one is behind its nameserver's
+    auth: object = field(default=None, init=False, compare=False, repr=False)  # broker.auth.config.AuthConfig
+    tls: object = field(default=None, init=False, compare=False, repr=False)  # remoting.tls.TlsConfig
 
     def __post_init__(self) -> None:
         conf.validate_ranges(self)
@@ -98,5 +102,14 @@ class ControllerConfig:
 
 
 def load_controller_config(path: str | Path | None) -> ControllerConfig:
-    (config,) = conf.load((ControllerConfig,), path)
+    """A standalone controller's file: its keys, ACL 2.0's and TLS's (``common.errors.ConfigError`` names a bad
+    one)."""
+    from broker.auth.config import AuthConfig
+    from remoting.tls import TlsConfig
+
+    config, auth, tls = conf.load((ControllerConfig, AuthConfig, TlsConfig), path)
+    auth.check(str(path) if path else "<defaults>")
+    tls.check(str(path) if path else "<defaults>")
+    object.__setattr__(config, "auth", auth)
+    object.__setattr__(config, "tls", tls)
     return config

@@ -23,6 +23,7 @@ import os
 import secrets
 import socket
 import time
+from pathlib import Path
 
 from common.log import RateLimitedLog
 from common.metrics import new_registry
@@ -39,6 +40,7 @@ from remoting.server import RemotingServer
 log = logging.getLogger(__name__)
 store_log = RateLimitedLog(log, every_s=10.0)
 STOP_GRACE_S = 3.0
+CONTROLLER_HOME = "~/controller"  # a standalone controller's users and ACLs (auth.json), unless authConfigPath
 STANDBY_POLL_S = 0.5
 
 
@@ -52,7 +54,8 @@ class ControllerService(Service):
             f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}")
         self.store = EtcdStore(config.etcd_endpoints, prefix=config.controller_store_path_prefix,
                                timeout_s=config.etcd_request_timeout_millis / 1000)
-        self.remoting = remoting or RemotingServer("controller", config.listen_host, config.listen_port)
+        self.remoting = remoting or RemotingServer("controller", config.listen_host, config.listen_port,
+                                                   tls=config.tls)
         self.bound_port = 0
         self.campaign = Campaign(self.store, self.instance_id, "", config.controller_lease_ttl_seconds)
         self.metrics_registry = metrics_registry if metrics_registry is not None else new_registry()
@@ -64,6 +67,12 @@ class ControllerService(Service):
         self.processors = ControllerProcessors(self.manager, describe_not_active=self._not_active,
                                                metadata=self._metadata)
         self.processors.register(self.remoting)
+        if not self.embedded and config.auth is not None:
+            # standalone, its own ACL 2.0 (embedded: the nameserver's gate covers its port): with authentication on
+            # only the inner credentials and Super users are answered (controller codes are in no Normal policy)
+            from broker.auth import setup as auth_setup
+
+            auth_setup.install(config.auth, Path(CONTROLLER_HOME).expanduser(), [self.remoting], name="controller")
         self.remoting.on_close(self.manager.on_connection_closed)
         self.metrics_server: MetricsServer | None = None
         self.store_error = ""  # the last etcd failure of the campaign, "" once etcd answers again

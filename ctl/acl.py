@@ -1,9 +1,10 @@
 """ACL 2.0 commands with mqadmin's names and letters: createUser updateUser deleteUser getUser listUser (-u user,
 -p password, -t userType Super|Normal, -s userStatus enable|disable, -f filter) and createAcl updateAcl deleteAcl
 getAcl listAcl (-s subject User:<name>, -r resources, -a actions, -d decision Allow|Deny, -i source IPs, comma
-separated). Each goes to one broker (-b), or to every broker of a cluster, slaves too, and the nameservers (-c):
-each server keeps its own users and ACLs. Requests are signed with ``MQCTL_ACCESS_KEY`` / ``MQCTL_SECRET_KEY``
-(or --accessKey / --secretKey); a server that checks them wants a Super user. No output ever holds a password.
+separated). Each goes to one broker (-b), or to the nameservers and the brokers of a cluster (-c): a change to
+every master (each slave takes its master's users and ACLs, pushed at once by NOTIFY_METADATA_CHANGED, so writing
+to it too would race with that copy), a read to every broker, slaves too. Requests are signed with
+``MQCTL_ACCESS_KEY`` / ``MQCTL_SECRET_KEY`` (or --accessKey / --secretKey); a server that checks them wants a Super user. No output ever holds a password.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ def _split(text: str | None) -> list[str]:
     return [p.strip() for p in (text or "").split(",") if p.strip()]
 
 
-def _each_broker(namesrv, broker_addr, cluster_name, access_key, secret_key, call) -> list:
-    """Run ``call(admin, addr)`` on each target broker; the answers in order."""
+def _each_broker(namesrv, broker_addr, cluster_name, access_key, secret_key, call, *, change: bool = False) -> list:
+    """Run ``call(admin, addr)`` on each target broker; the answers in order. A ``change`` with -c goes to the
+    masters only: their slaves copy it from them."""
     one_target(broker_addr, cluster_name)
     from client.errors import BrokerError
     from ctl.rpc import Cluster
@@ -42,10 +44,9 @@ def _each_broker(namesrv, broker_addr, cluster_name, access_key, secret_key, cal
     with Cluster(namesrv) as cluster:
         if access_key and secret_key:
             cluster.client.remoting.use_credentials(access_key, secret_key)
-        # -c: every broker of the cluster, slaves too (each keeps its own users and ACLs, as in RocketMQ), and the
-        # nameservers of -n
+        # -c: every broker of the cluster (a change: every master) and the nameservers of -n
         results = [(addr, cluster.run(call(cluster.client, addr)))
-                   for addr in cluster.target_addrs(broker_addr, cluster_name, masters_only=False)]
+                   for addr in cluster.target_addrs(broker_addr, cluster_name, masters_only=change)]
         for addr in cluster.namesrv_addrs if cluster_name else ():
             try:  # a nameserver checks route queries with its own copy, when it checks at all
                 results.append((addr, cluster.run(call(cluster.client, addr))))
@@ -75,7 +76,7 @@ def create_user(username: UserOpt,
     info = acl_admin.user_info(username, password, user_type)
     _done(json, f"create user [{username}]", _each_broker(
         namesrv, broker_addr, cluster_name, access_key, secret_key,
-        lambda admin, addr: acl_admin.create_user(admin, addr, info)))
+        lambda admin, addr: acl_admin.create_user(admin, addr, info), change=True))
 
 
 @app.command("updateUser")
@@ -93,7 +94,7 @@ def update_user(username: UserOpt,
     info = acl_admin.user_info(username, password, user_type, user_status)
     _done(json, f"update user [{username}]", _each_broker(
         namesrv, broker_addr, cluster_name, access_key, secret_key,
-        lambda admin, addr: acl_admin.update_user(admin, addr, info)))
+        lambda admin, addr: acl_admin.update_user(admin, addr, info), change=True))
 
 
 @app.command("deleteUser")
@@ -105,7 +106,7 @@ def delete_user(username: UserOpt, namesrv: NamesrvOpt = DEFAULT_NAMESRV, broker
 
     _done(json, f"delete user [{username}]", _each_broker(
         namesrv, broker_addr, cluster_name, access_key, secret_key,
-        lambda admin, addr: acl_admin.delete_user(admin, addr, username)))
+        lambda admin, addr: acl_admin.delete_user(admin, addr, username), change=True))
 
 
 def _show_users(json: bool, results: list) -> None:
@@ -159,7 +160,7 @@ def _acl_command(name: str, verb: str):
         info = acl_admin.acl_info(subject, _split(resources), _split(actions), decision, _split(source_ip))
         call = getattr(acl_admin, verb)
         _done(json, f"{name} [{subject}]", _each_broker(namesrv, broker_addr, cluster_name, access_key, secret_key,
-                                                        lambda admin, addr: call(admin, addr, info)))
+                                                        lambda admin, addr: call(admin, addr, info), change=True))
 
     command.__doc__ = f"{name}: a policy entry per resource, with these actions, decision and source IPs."
     return command
@@ -180,7 +181,7 @@ def delete_acl(subject: SubjectOpt,
 
     _done(json, f"delete acl [{subject}]", _each_broker(
         namesrv, broker_addr, cluster_name, access_key, secret_key,
-        lambda admin, addr: acl_admin.delete_acl(admin, addr, subject, resource)))
+        lambda admin, addr: acl_admin.delete_acl(admin, addr, subject, resource), change=True))
 
 
 def _show_acls(json: bool, results: list) -> None:

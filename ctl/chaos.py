@@ -15,6 +15,14 @@ and then B is disconnected from every network it shares with A, which isolates B
 networks. The disconnections are recorded in a state file so ``heal`` reconnects B with its service alias;
 ``heal`` also removes every blackhole route. Each command prints what it did, then clusterList. With ``--dir DIR``
 kill/stop/start/restart/pause/unpause act on the ``mqctl dev`` cluster in DIR instead (``ctl.dev.dev_lifecycle``).
+
+Controller mode (docker-compose.controller.yml): a broker container labelled ``pyrmq.brokerName`` belongs to that
+group, whose roles the controller decides, so ``master -b broker-a`` is the container whose address (its
+``BROKER_IP1``, or its address on the compose network) is the master's in the active controller's records, and
+``slave -b broker-a`` the first running other member; the controllers are the label ``pyrmq.controllerAddr`` (the
+nameservers running it, as the host reaches them), which also stands in for ``-n`` when neither ``-n`` nor
+``NAMESRV_ADDR`` is given. ``start``/``unpause master -b broker-a`` in controller mode act on the member of
+the group that is down/paused, whatever the controller now names master (it rejoins as a slave).
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ app = typer.Typer()
 
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
+BROKER_NAME_LABEL = "pyrmq.brokerName"  # controller mode: the group of this broker container
+CONTROLLER_LABEL = "pyrmq.controllerAddr"  # controller mode: the controllers, host:port;host:port as the host sees them
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STOP_TIMEOUT_S = 10
 
@@ -99,10 +109,64 @@ class Project:
                 projects.add(container.labels[PROJECT_LABEL])
         return projects.pop() if len(projects) == 1 else None
 
+    def controller_groups(self) -> dict[str, list[str]]:
+        """Controller-mode broker groups: brokerName -> the services of its members (label pyrmq.brokerName)."""
+        groups: dict[str, list[str]] = {}
+        for service, containers in self.services.items():
+            name = containers[0].labels.get(BROKER_NAME_LABEL)
+            if name:
+                groups.setdefault(name, []).append(service)
+        return {name: sorted(services) for name, services in groups.items()}
+
+    def controller_addrs(self) -> list[str]:
+        from ctl.controller import split_addrs
+
+        return sorted({a for cs in self.services.values() for c in cs
+                       for a in split_addrs(c.labels.get(CONTROLLER_LABEL, ""))})
+
+    def namesrv_addr(self, given: str) -> str:
+        """``-n`` as given; in controller mode with neither ``-n`` nor NAMESRV_ADDR, the nameservers it labels."""
+        if given == DEFAULT_NAMESRV and not os.environ.get("NAMESRV_ADDR") and self.controller_addrs():
+            return ";".join(self.controller_addrs())
+        return given
+
     def brokers(self) -> list[str]:
-        return sorted(
-            s for s in self.services if f"{s}-s" in self.services or (s.startswith("broker") and not s.endswith("-s"))
-        )
+        groups = self.controller_groups()
+        members = {s for services in groups.values() for s in services}
+        classic = {s for s in self.services if s not in members
+                   and (f"{s}-s" in self.services or (s.startswith("broker") and not s.endswith("-s")))}
+        return sorted(classic | set(groups))
+
+    def member_down(self, broker_name: str, action: str) -> str | None:
+        """For ``start``/``unpause master|slave -b`` in controller mode: the group's member that is down (exited) or
+        paused. By then the controller names another master, so the role would point at a running broker; the one
+        that was killed or paused is what the operator means (it comes back as a slave)."""
+        wanted = {"start": ("exited", "created", "dead"), "unpause": ("paused",)}.get(action)
+        for service in self.controller_groups().get(broker_name, []) if wanted else []:
+            if self.services[service][0].status in wanted:
+                return service
+        return None
+
+    def member_by_role(self, target: str, broker_name: str) -> str:
+        """The service of a controller-mode group's master (or first running slave), by the controller's word."""
+        from ctl.controller import group_roles
+        from ctl.errors import CtlError
+
+        addrs = self.controller_addrs()
+        if not addrs:
+            raise CtlError(f"the containers of {broker_name} carry no {CONTROLLER_LABEL} label: no controller to ask "
+                           "who is master", hint="name the container's service instead, e.g. broker-a-1")
+        master, slaves = group_roles(addrs, broker_name)
+        services = self.controller_groups()[broker_name]
+        for addr in [master] if target == "master" else slaves:
+            host = (addr or "").rpartition(":")[0]
+            for service in services:
+                container = self.services[service][0]
+                if host and host in _addresses(container) and (target == "master" or container.status == "running"):
+                    return service
+        raise CtlError(f"{broker_name} has no {target} now (the controller names master {master or 'none'}, "
+                       f"slaves {slaves or 'none'})",
+                       hint=f"see `mqctl getSyncStateSet -b {broker_name} -a '{';'.join(addrs)}'`")
 
     def service(self, target: str, broker_name: str | None) -> str:
         from ctl.errors import UnknownName
@@ -114,7 +178,10 @@ class Project:
                 raise UnknownName(
                     "broker", broker_name, self.brokers(), hint=f"pass -b with a broker of compose project {self.name}"
                 )
-            service = broker_name if target == "master" else f"{broker_name}-s"
+            if broker_name in self.controller_groups():
+                service = self.member_by_role(target, broker_name)
+            else:
+                service = broker_name if target == "master" else f"{broker_name}-s"
         else:
             service = target
         if service not in self.services:
@@ -138,7 +205,7 @@ def _show(project: Project, did: list[str], namesrv: str, settle_s: float, json:
     if settle_s:
         time.sleep(settle_s)
     try:
-        with Cluster(namesrv) as cluster:
+        with Cluster(project.namesrv_addr(namesrv)) as cluster:
             rows = cluster_rows(cluster)
         state = format_table(CLUSTER_COLUMNS, rows)
     except CtlError as exc:
@@ -164,7 +231,8 @@ def _lifecycle(action: str):
             dev_lifecycle(action, dev_dir, target, broker_name, settle_s, json)
             return
         proj = Project(project)
-        service = proj.service(target, broker_name)
+        down = proj.member_down(broker_name, action) if target in ("master", "slave") and broker_name else None
+        service = down or proj.service(target, broker_name)
         did = []
         for container in proj.containers(service):
             if action == "kill":
@@ -191,6 +259,15 @@ def _lifecycle(action: str):
 
 for _action in ("kill", "stop", "start", "restart", "pause", "unpause"):
     app.command(_action)(_lifecycle(_action))
+
+
+def _addresses(container) -> set[str]:
+    """Every address a broker container is known by, stopped or not: its BROKER_IP1, its fixed and current IPs."""
+    env = dict(e.split("=", 1) for e in container.attrs.get("Config", {}).get("Env") or [] if "=" in e)
+    networks = container.attrs.get("NetworkSettings", {}).get("Networks") or {}
+    fixed = {(net.get("IPAMConfig") or {}).get("IPv4Address") for net in networks.values()}
+    current = {net.get("IPAddress") for net in networks.values()}
+    return {a for a in {env.get("BROKER_IP1"), *fixed, *current} if a}
 
 
 def _ips(container) -> dict[str, str]:

@@ -142,14 +142,28 @@ def parse_sync_state_data(body: bytes) -> dict[str, GroupView]:
         raise CtlError(f"the controller's GET_SYNC_STATE_DATA answer does not parse: {exc}") from None
 
 
+def controller_client(addrs: list[str], timeout_s: float = 3.0):
+    """A ControllerClient connecting as this mqctl run does: its TLS and its ACL 2.0 credentials (a controller with
+    authentication on, embedded in a nameserver or not, answers only signed requests of a Super user)."""
+    from controller.client import ControllerClient
+    from ctl.rpc import env_credentials, tls
+    from remoting.acl_signature import signer
+    from remoting.client import RemotingClient
+
+    remoting = RemotingClient(name="mqctl-controller", ssl=tls())
+    credentials = env_credentials()
+    if credentials is not None:
+        remoting.signer = signer(*credentials)
+    return ControllerClient(addrs, client=remoting, timeout_s=timeout_s, owns_client=True)
+
+
 async def fetch_view(addrs: list[str], names: list[str], timeout_s: float = 5.0) -> ControllerView:
     """The active controller's view of ``names`` and the metadata of the instance that answered."""
     import orjson
 
-    from controller.client import ControllerClient
     from remoting.codes import RequestCode, ResponseCode
 
-    client = ControllerClient(addrs, timeout_s=timeout_s)
+    client = controller_client(addrs, timeout_s=timeout_s)
     try:
         resp = await client.call(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, body=orjson.dumps(sorted(names)))
         if resp.code != ResponseCode.SUCCESS:
@@ -159,6 +173,19 @@ async def fetch_view(addrs: list[str], names: list[str], timeout_s: float = 5.0)
     finally:
         await client.close()
     return ControllerView(addrs, metadata, groups)
+
+
+def group_roles(addrs: list[str], broker_name: str) -> tuple[str | None, list[str]]:
+    """(the master's address, the other members' addresses) of a controller-mode group as the active controller
+    records them: what ``mqctl kill master -b`` acts on in controller mode, dev processes and compose containers."""
+    import asyncio
+
+    view = asyncio.run(fetch_view(addrs, [broker_name]))
+    group = view.groups.get(broker_name)
+    if group is None:
+        return None, []
+    return group.master_address or None, [r["brokerAddress"] for r in group.replicas
+                                          if r["brokerId"] != group.master_broker_id]
 
 
 @dataclass(frozen=True)
@@ -208,9 +235,21 @@ def _controller_addrs(addr: str | None, namesrv: str) -> list[str]:
 
 
 def _run(coro):
+    """Run one command's calls; a connection the controller's port closed while this run speaks plaintext gets the
+    hint the brokers' and nameservers' ports get (an enforcing TLS port closes plaintext)."""
     import asyncio
 
-    return asyncio.run(coro)
+    from ctl.rpc import tls
+    from remoting.errors import RemotingError
+
+    try:
+        return asyncio.run(coro)
+    except RemotingError as exc:
+        text = str(exc)
+        if tls() is None and ("connection lost" in text or "closed by the peer" in text):
+            raise RemotingError(exc.addr, exc.detail, hint="a port with tls.server.mode=enforcing closes plaintext: "
+                                "connect with --tls (or MQCTL_TLS=true)") from None
+        raise
 
 
 # commands ----------------------------------------------------------------------------------------------------
@@ -218,13 +257,12 @@ def _run(coro):
 def get_controller_metadata(controller_addr: ControllerAddrOpt = None, namesrv: NamesrvOpt = DEFAULT_NAMESRV,
                             json: JsonOpt = False):
     """Each controller instance's view: its group (the etcd store), the active instance and whether it is it."""
-    from controller.client import ControllerClient
     from remoting.errors import RemotingError
 
     addrs = _controller_addrs(controller_addr, namesrv)
 
     async def collect() -> list[dict[str, Any]]:
-        client = ControllerClient(addrs)
+        client = controller_client(addrs)
         rows = []
         try:
             for addr in addrs:
@@ -324,13 +362,12 @@ def elect_master(
     json: JsonOpt = False,
 ):
     """A designated switchover: make SyncStateSet member -i master of -b (refused for any other broker)."""
-    from controller.client import ControllerClient
     from remoting.codes import ResponseCode as RC
 
     addrs = _controller_addrs(controller_addr, namesrv)
 
     async def elect():
-        client = ControllerClient(addrs)
+        client = controller_client(addrs)
         try:
             return await client.elect(cluster_name, broker_name, broker_id, designate=True)
         finally:

@@ -408,14 +408,11 @@ def up(
             f"{root} holds a {'controller-mode' if is_controller_mode(root) else 'classic'} dev cluster's stores",
             hint="pick another --dir (the two modes' stores and broker names differ)",
         )
-    if secure and controller:
-        raise DevClusterError("--secure runs the classic cluster; controller mode has no secure variant yet",
-                              hint="drop --controller or --secure")
     (root / MODE_FILE).write_text((CONTROLLER_MODE if controller else "classic") + "\n")
     secret_file = ensure_ha_secret(root)
     certs = admin_secret = inner_secret = None
     if secure:
-        certs = ensure_certs(root, [m.name for m in members(root)])
+        certs = ensure_certs(root, [m.name for m in members(root) if m.module != "etcd"])
         admin_secret = ensure_secret_file(root / ADMIN_SECRET_FILE)
         inner_secret = ensure_secret_file(root / INNER_SECRET_FILE)
         use_secure_client(certs, admin_secret)  # this run's own checks (wait_ready) connect as mqctl users will
@@ -430,9 +427,9 @@ def up(
             elif controller:
                 values, addr = controller_conf(member, p["home"], namesrv_addr, etcd_endpoint, file_size_mb,
                                                secret_file)
-                write_conf(p["conf"], values)
             else:
                 values, addr = member_conf(member, p["home"], namesrv_addr, file_size_mb, secret_file)
+            if member.module != "etcd":
                 if certs is not None:
                     values.update(secure_conf(member, certs, admin_secret, inner_secret))
                 write_conf(p["conf"], values)
@@ -582,16 +579,9 @@ def _group_roles(root: Path, broker_name: str) -> tuple[str | None, list[str]]:
 
     namesrv = _namesrv_addr(root)
     if is_controller_mode(root):
-        import asyncio
+        from ctl.controller import group_roles
 
-        from ctl.controller import fetch_view
-
-        view = asyncio.run(fetch_view([namesrv], [broker_name]))
-        group = view.groups.get(broker_name)
-        if group is None:
-            return None, []
-        return group.master_address or None, [r["brokerAddress"] for r in group.replicas
-                                              if r["brokerId"] != group.master_broker_id]
+        return group_roles([namesrv], broker_name)
     with Cluster(namesrv) as cluster:
         addrs = cluster.broker_group(broker_name).broker_addrs
         master = addrs.get(0) or addrs.get("0")

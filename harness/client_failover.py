@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from client import AdminClient, MessageQueue, PullConsumer, PullStatus
+from client import AdminClient
 from controller.client import ReplicaInfo
-from harness.checker import Outcome, Read, Send
+from harness.checker import Outcome, Send
 from harness.controller_mode import controller_broker, controller_namesrv, replica_info
 from harness.etcd import EtcdServer
 from harness.procs import Broker, Namesrv
@@ -152,19 +151,3 @@ class SendLog:
             return None
         return self.first_ok_after_kill - self.killed_at
 
-
-async def drain(namesrv_addr: str, topic: str, queues: int, *, broker_name: str = GROUP,
-                ident: Callable[[bytes], str] = bytes.decode, group: str = "failover-drain") -> list[Read]:
-    """Every message of ``topic``'s queues 0..queues-1 on ``broker_name`` now (its master, or a slave while it has
-    none), as ``harness.checker`` Reads whose ids ``ident`` takes from the bodies."""
-    reads: list[Read] = []
-    async with PullConsumer(group, namesrv_addr) as consumer:
-        for q in range(queues):
-            offset = 0
-            while True:
-                result = await consumer.pull(MessageQueue(topic, broker_name, q), offset, max_nums=32, timeout_s=5)
-                if result.status is not PullStatus.FOUND:
-                    break
-                reads += [Read(ident(m.body), f"{topic}:{q}", m.queue_offset) for m in result.messages]
-                offset = result.next_begin_offset
-    return reads

@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 
 from controller.client import ControllerClient
-from harness.procs import ServerProcess, free_port, write_conf
+from harness.procs import ListeningProcess, free_port
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.errors import RemotingError
@@ -29,27 +29,14 @@ FAST = {"scanNotActiveBrokerInterval": 200, "controllerHeartBeatTimeoutMills": 1
 CONTROLLER_READY = re.compile(r"The Controller boot success\. listen=(\S+) id=(\S+)")
 
 
-class Controller(ServerProcess):
+class Controller(ListeningProcess):
     def __init__(self, workdir: Path, etcd_endpoints: str, name: str = "controller", **conf: object) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
-        self.port = int(conf.pop("listenPort", 0) or free_port())
         self.instance_id = str(conf.pop("controllerInstanceId", name))
-        values = {"listenPort": self.port, "listenHost": "127.0.0.1", "controllerInstanceId": self.instance_id,
-                  "controllerStoreEtcdEndpoints": etcd_endpoints, "metricsExporterType": "PROM",
-                  "metricsPromExporterPort": free_port(), **conf}
-        self.metrics_port = int(values["metricsPromExporterPort"])
-        self._values = values
-        super().__init__("controller", write_conf(workdir / f"{name}.conf", values), workdir / f"{name}.log",
-                         CONTROLLER_READY)
-
-    def reassign_ports(self) -> None:
-        self.port, self.metrics_port = free_port(), free_port()
-        self._values.update(listenPort=self.port, metricsPromExporterPort=self.metrics_port)
-        write_conf(self.conf_path, self._values)
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        values = {"listenPort": int(conf.pop("listenPort", 0) or free_port()), "listenHost": "127.0.0.1",
+                  "controllerInstanceId": self.instance_id, "controllerStoreEtcdEndpoints": etcd_endpoints,
+                  "metricsExporterType": "PROM", "metricsPromExporterPort": free_port(), **conf}
+        super().__init__("controller", workdir / f"{name}.conf", workdir / f"{name}.log", CONTROLLER_READY, values)
 
 
 class BrokerDriver:

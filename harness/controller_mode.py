@@ -5,6 +5,8 @@ decides. Fast timings for tests and benches: heartbeats every 200 ms, a silent b
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from client import Message, MessageQueue, Producer, PullConsumer, PullStatus, SendStatus
@@ -12,6 +14,7 @@ from controller.client import ControllerClient, ReplicaInfo
 from harness.checker import Outcome, Read, Send, SendOk, check
 from harness.controller import FAST
 from harness.procs import Broker, Namesrv
+from harness.waiting import async_wait_until
 from remoting.message_codec.ids import parse_offset_msg_id
 
 BROKER_FAST = {
@@ -47,6 +50,16 @@ async def replica_info(ns: Namesrv, name: str) -> ReplicaInfo:
         await client.close()
 
 
+async def master_first(ns: Namesrv, name: str, brokers: list[Broker]) -> list[Broker]:
+    """``brokers`` reordered so that the one the controller names master comes first: on a loaded machine the first
+    broker started may have lost its role (a late heartbeat) before the others joined, and a test that writes to
+    "the master" must write to the real one."""
+    info = await replica_info(ns, name)
+    master = [b for b in brokers if b.addr == info.master_address]
+    assert master, f"the controller names {info.master_address}, none of {[b.addr for b in brokers]}"
+    return master + [b for b in brokers if b is not master[0]]
+
+
 def sync_state_set_is(ns: Namesrv, name: str, members: set[int]):
     """A condition for ``async_wait_until``: the group's SyncStateSet is ``members``."""
 
@@ -54,6 +67,25 @@ def sync_state_set_is(ns: Namesrv, name: str, members: set[int]):
         return (await replica_info(ns, name)).sync_state_set == members
 
     return check
+
+
+@asynccontextmanager
+async def group_of_three(workdir: Path, ns: Namesrv, name: str, *, join_timeout_s: float = 20,
+                         **conf: object) -> AsyncIterator[list[Broker]]:
+    """Brokers 1, 2 and 3 of group ``name`` (``conf`` for each), started and all three in the SyncStateSet within
+    ``join_timeout_s``, the master first (``master_first``); on exit each is resumed (a test may leave one paused)
+    and stopped."""
+    brokers = [controller_broker(workdir, ns, name, i, **conf) for i in (1, 2, 3)]
+    try:
+        for b in brokers:
+            b.start()
+        await async_wait_until(sync_state_set_is(ns, name, {1, 2, 3}), join_timeout_s,
+                               "the slaves join the SyncStateSet")
+        yield await master_first(ns, name, brokers)
+    finally:
+        for b in brokers:
+            b.resume()
+            b.stop()
 
 
 def commitlog_bytes(broker: Broker) -> bytes:
@@ -107,20 +139,23 @@ class SendLog:
         return check(self.sends, reads, send_oks=self.oks)
 
 
-async def drain(ns_addr: str, topic: str, group: str, queues: int) -> list[Read]:
-    """Every message of ``topic`` on ``group`` the consumer side sees now, as checker reads."""
-    consumer = await PullConsumer(f"drain-{group}", ns_addr).start()
+def _id_before_bar(body: bytes) -> str:
+    return body.split(b"|", 1)[0].decode()
+
+
+async def drain(ns_addr: str, topic: str, broker_name: str, queues: int, *,
+                ident: Callable[[bytes], str] = _id_before_bar, consumer_group: str = "") -> list[Read]:
+    """Every message of ``topic``'s queues 0..queues-1 on ``broker_name`` the consumer side sees now (its master, or
+    a slave while it has none), as ``harness.checker`` Reads whose ids ``ident`` takes from the bodies (default: the
+    body up to the first '|', as ``SendLog`` writes them). ``consumer_group`` defaults to ``drain-<broker_name>``."""
     reads: list[Read] = []
-    try:
+    async with PullConsumer(consumer_group or f"drain-{broker_name}", ns_addr) as consumer:
         for q in range(queues):
             offset = 0
             while True:
-                result = await consumer.pull(MessageQueue(topic, group, q), offset, max_nums=32, timeout_s=5)
+                result = await consumer.pull(MessageQueue(topic, broker_name, q), offset, max_nums=32, timeout_s=5)
                 if result.status is not PullStatus.FOUND:
                     break
-                reads += [Read(m.body.split(b"|", 1)[0].decode(), f"{topic}:{q}", m.queue_offset)
-                          for m in result.messages]
+                reads += [Read(ident(m.body), f"{topic}:{q}", m.queue_offset) for m in result.messages]
                 offset = result.next_begin_offset
-    finally:
-        await consumer.stop()
     return reads

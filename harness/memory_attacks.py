@@ -1,7 +1,7 @@
 """Peers that try to make a server hold memory, for the tests and bench/attack_memory.py: half-sent large remoting
 frames kept alive by a trickle of bytes, and requests whose answers are never read. Plain blocking sockets in one
-thread each, so they keep attacking whatever the test's event loop does. Also the server's RSS, read from /proc,
-and its /metrics samples."""
+thread each, so they keep attacking whatever the test's event loop does. Also the server's RSS, read from /proc
+(its /metrics samples: ``harness.metrics_page``)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,7 @@ import socket
 import struct
 import threading
 import time
-import urllib.request
 from pathlib import Path
-
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.samples import Sample
 
 from remoting.codes import RequestCode
 from remoting.frame_codec import RemotingCommand, encode
@@ -27,19 +23,6 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
-def scrape_samples(metrics_port: int) -> list[Sample]:
-    """Every sample of a server's /metrics page now."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    return [s for family in text_string_to_metric_families(text) for s in family.samples]
-
-
-def sample_value(metrics_port: int, name: str, **labels: str) -> float:
-    """The value of the one sample ``name`` with ``labels`` (0 when the page has none)."""
-    return sum(s.value for s in scrape_samples(metrics_port)
-               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 class RssPeak:

@@ -222,17 +222,17 @@ class ServerProcess:
             os.kill(self.pid, signal.SIGCONT)
 
 
-class Namesrv(ServerProcess):
-    def __init__(self, workdir: Path, **conf: object) -> None:
-        workdir.mkdir(parents=True, exist_ok=True)
-        self.port = int(conf.pop("listenPort", 0) or free_port())
-        # the KV config (updateTopic -o) stays in the test directory, not in the user's ~/namesrv
-        # metrics on (the servers' default is off, as RocketMQ's): tests scrape every process's /metrics
-        values = {"listenPort": self.port, "metricsExporterType": "PROM", "metricsPromExporterPort": free_port(),
-                  "kvConfigPath": workdir / "kvConfig.json", **conf}
+class ListeningProcess(ServerProcess):
+    """A server at 127.0.0.1:``listenPort`` with a /metrics port (``metricsPromExporterPort``): ``values`` is its
+    conf, written to ``conf_path``; a port conflict on the first start picks both ports again. The nameserver's,
+    the controller's and (with its HA and gRPC ports) the broker's shape."""
+
+    def __init__(self, module: str, conf_path: Path, log_path: Path, ready: re.Pattern[str],
+                 values: dict[str, object]) -> None:
+        self.port = int(values["listenPort"])
         self.metrics_port = int(values["metricsPromExporterPort"])
         self._values = values
-        super().__init__("namesrv", write_conf(workdir / "namesrv.conf", values), workdir / "namesrv.log", NAMESRV_READY)
+        super().__init__(module, write_conf(conf_path, values), log_path, ready)
 
     def reassign_ports(self) -> None:
         self.port, self.metrics_port = free_port(), free_port()
@@ -244,7 +244,17 @@ class Namesrv(ServerProcess):
         return f"127.0.0.1:{self.port}"
 
 
-class Broker(ServerProcess):
+class Namesrv(ListeningProcess):
+    def __init__(self, workdir: Path, **conf: object) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        # the KV config (updateTopic -o) stays in the test directory, not in the user's ~/namesrv
+        # metrics on (the servers' default is off, as RocketMQ's): tests scrape every process's /metrics
+        values = {"listenPort": int(conf.pop("listenPort", 0) or free_port()), "metricsExporterType": "PROM",
+                  "metricsPromExporterPort": free_port(), "kvConfigPath": workdir / "kvConfig.json", **conf}
+        super().__init__("namesrv", workdir / "namesrv.conf", workdir / "namesrv.log", NAMESRV_READY, values)
+
+
+class Broker(ListeningProcess):
     def __init__(
         self,
         workdir: Path,
@@ -257,7 +267,7 @@ class Broker(ServerProcess):
         **conf: object,
     ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
-        self.port = int(conf.pop("listenPort", 0) or free_port())
+        port = int(conf.pop("listenPort", 0) or free_port())
         self.ha_port = int(conf.pop("haListenPort", 0) or free_port())
         self.grpc_port = int(conf.pop("grpcServerPort", None) or free_port())  # the RocketMQ 5 endpoint
         self.store_dir = workdir / "store"
@@ -268,7 +278,7 @@ class Broker(ServerProcess):
             "brokerRole": role,
             "namesrvAddr": namesrv_addr,
             "brokerIP1": "127.0.0.1",
-            "listenPort": self.port,
+            "listenPort": port,
             "fastListenPort": 0,  # off: listenPort - 2 is not known to be free (a test may set a free port)
             "haListenPort": self.ha_port,
             "grpcServerPort": self.grpc_port,
@@ -281,16 +291,10 @@ class Broker(ServerProcess):
         if not HA_AUTH_KEYS & conf.keys():
             values["haAuthSecret"] = TEST_HA_AUTH_SECRET
         values.update(conf)
-        self.metrics_port = int(values["metricsPromExporterPort"])
-        self._values = values
         self.name = name
         self.broker_id = broker_id
-        super().__init__("broker", write_conf(workdir / f"{name}-{broker_id}.conf", values),
-                         workdir / f"{name}-{broker_id}.log", BROKER_READY)
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        super().__init__("broker", workdir / f"{name}-{broker_id}.conf", workdir / f"{name}-{broker_id}.log",
+                         BROKER_READY, values)
 
     @property
     def grpc_addr(self) -> str:

@@ -4,7 +4,8 @@ Runs in its own venv (``.venv/rocketmq5-client``, see rocketmq5.py): its top-lev
 with the C++ client's, and its protos with the broker's stubs, so it never shares a process with pyrmq. One JSON
 command per stdin line, one JSON answer per stdout line (``{"ok": ...}`` or ``{"error": "..."}``). Commands:
 ``producer`` {endpoint, topics}, ``send`` {topic, body, tag?, keys?, props?, group?, delay_s?, async?},
-``send_many`` {topic, count, prefix} (message ids), ``simple_consumer`` {endpoint, group, topic, expression?, await_s},
+``send_many`` {topic, count, prefix, inflight?} (message ids; with ``inflight`` that many ``send_async`` calls
+are kept in flight), ``simple_consumer`` {endpoint, group, topic, expression?, await_s},
 ``receive`` {max, invisible_s}, ``ack`` {id}, ``change`` {id, invisible_s}, ``drain`` {invisible_s, idle_receives,
 total_s} (receive and ack until ``idle_receives`` receives in a row came back empty; every message received, with
 the monotonic time of its receive and of its ack), ``push_consumer`` {endpoint, group, topic, fail_once?} (its
@@ -124,6 +125,18 @@ def main() -> None:
                 msg.delivery_timestamp = int(time.time()) + int(cmd["delay_s"])  # the client's unit: seconds
             receipt = producer.send_async(msg).result() if cmd.get("async") else producer.send(msg)
             return {"message_id": receipt.message_id, "offset": receipt.offset, "due_s": msg.delivery_timestamp}
+        if op == "send_many" and cmd.get("inflight", 1) > 1:
+            slots = threading.BoundedSemaphore(cmd["inflight"])
+            pending = []
+            for i in range(cmd["count"]):
+                msg = Message()
+                msg.topic = cmd["topic"]
+                msg.body = f"{cmd['prefix']}{i}".encode()
+                slots.acquire()
+                fut = producer.send_async(msg)
+                fut.add_done_callback(lambda _f: slots.release())
+                pending.append(fut)
+            return [f.result(timeout=60).message_id for f in pending]
         if op == "send_many":
             ids = []
             for i in range(cmd["count"]):

@@ -46,11 +46,16 @@ class CertSet:
                 "tls.client.keyPath": self.key(name)}
 
 
-def make_certs(out: Path, services: list[str], *, extra_sans: str = "") -> CertSet:
+def make_certs(out: Path, services: list[str], *, extra_sans: str = "", service_days: int | None = None,
+               local_sans: bool = True) -> CertSet:
+    """``service_days=-1``: the services' certificates expired a day ago; ``local_sans=False``: they name only the
+    service, not localhost or 127.0.0.1 (a client dialing 127.0.0.1 sees a wrong host name)."""
     binary, why = find_or_install("openssl", "openssl")
     if binary is None:
         raise CertsUnavailable(f"no openssl to make test certificates: {why}")
-    env = {"PATH": "/usr/bin:/bin", "EXTRA_SANS": extra_sans}
+    env = {"PATH": "/usr/bin:/bin", "EXTRA_SANS": extra_sans, "LOCAL_SANS": "yes" if local_sans else "no"}
+    if service_days is not None:
+        env["SERVICE_DAYS"] = str(service_days)
     done = subprocess.run(["sh", str(GEN_CERTS), str(out), *services], env=env, capture_output=True, text=True,
                           timeout=60)
     if done.returncode != 0:

@@ -19,10 +19,13 @@ with default confs on one host therefore never contend for 5557 (RocketMQ's name
 ``enableControllerInNamesrv=true`` (RocketMQ 5's key, default false) runs the controller of controller mode inside
 the nameserver, on its port; the controller's keys (controller.config, ``controllerStoreEtcdEndpoints`` first) are
 read from the same file. Keys both declare (``listenPort``, the metrics keys) are the nameserver's.
+``CONTROLLER_ADVERTISED_ADDR`` in the environment overrides ``controllerAdvertisedAddr`` (as ``BROKER_IP1`` does a
+broker's address): one conf then serves every nameserver of a compose file, each telling peers its own address.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +38,8 @@ from remoting.held_bytes import DEFAULT_MAX_HELD_BYTES
 
 METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")
 _INTERVAL_MS = "milliseconds between scans; 0 would spin the loop"
+# Environment variables that may override a deployment key (DESIGN.md §6), as broker.config's ENV_OVERRIDES.
+ENV_OVERRIDES = {"CONTROLLER_ADVERTISED_ADDR": "controllerAdvertisedAddr"}
 
 
 @dataclass(frozen=True)
@@ -99,9 +104,12 @@ class NamesrvConfig:
         return ports
 
 
-def load_namesrv_config(path: str | Path | None) -> NamesrvConfig:
-    """Load ``path`` (``None``: defaults only); raises ``common.errors.ConfigError`` naming file, key and fix."""
-    config, controller, auth, tls = conf.load((NamesrvConfig, ControllerConfig, AuthConfig, TlsConfig), path)
+def load_namesrv_config(path: str | Path | None, environ: dict[str, str] | None = None) -> NamesrvConfig:
+    """Load ``path`` (``None``: defaults only) plus ``ENV_OVERRIDES``; raises ``common.errors.ConfigError`` naming
+    file, key and fix."""
+    overrides = conf.env_overrides(environ if environ is not None else dict(os.environ), ENV_OVERRIDES)
+    config, controller, auth, tls = conf.load((NamesrvConfig, ControllerConfig, AuthConfig, TlsConfig), path,
+                                              overrides=overrides)
     auth.check(str(path) if path else "<defaults>")
     tls.check(str(path) if path else "<defaults>")
     object.__setattr__(config, "auth", auth)

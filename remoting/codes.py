@@ -194,6 +194,9 @@ class RequestCode(enum.IntEnum):
     NOTIFY_BROKER_ROLE_CHANGED = 1008
     CONTROLLER_GET_NEXT_BROKER_ID = 1012
     CONTROLLER_APPLY_BROKER_ID = 1013
+    # pyrmq's, RocketMQ's framing: a master tells a subscribed slave, ONEWAY on the slave's own sync connection, that
+    # its metadata changed (broker/slave_notify.py); no RocketMQ code does this, and a RocketMQ slave drops it
+    NOTIFY_METADATA_CHANGED = 9101
     # ACL 2.0 management (RocketMQ 5.3)
     AUTH_CREATE_USER = 3001
     AUTH_UPDATE_USER = 3002

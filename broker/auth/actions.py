@@ -158,6 +158,7 @@ TABLE: dict[int, Callable[[RemotingCommand], list[Need]]] = {
     RC.GET_TOPICS_BY_CLUSTER: _cluster(GET_LIST),
     RC.GET_ALL_TOPIC_CONFIG: _cluster(GET_LIST),
     RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: _cluster(GET_LIST),
+    RC.NOTIFY_METADATA_CHANGED: _cluster(GET_LIST),  # a slave reporting what its GET_ALL_* pulls gave it (pyrmq's)
     RC.GET_ALL_CONSUMER_OFFSET: _cluster(GET),
     RC.GET_ALL_DELAY_OFFSET: _cluster(GET),
     RC.GET_BROKER_CONFIG: _cluster(GET),

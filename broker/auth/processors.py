@@ -4,12 +4,14 @@ bodies (UserInfo, AclInfo JSON). A user's password never leaves the broker: GET 
 except LIST with pyrmq's ``withPassword=true`` asked with the inner credentials (a slave copying its master's users,
 ``broker.slave_sync``).
 A create of an ACL that exists, and an update, merge entries by resource (a new entry replaces the one for the
-same resource), as RocketMQ's ``updateAcl`` does. Bad input is INVALID_PARAMETER with what to fix; nothing changes.
+same resource), as RocketMQ's ``updateAcl`` does; a create of a user that exists exactly as given succeeds (a slave
+took it from its master's push before a tool wrote it there too). Bad input is INVALID_PARAMETER with what to fix; nothing changes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hmac
 
 import orjson
 
@@ -46,6 +48,11 @@ def _subject_name(subject: object) -> str:
     return name
 
 
+def _same_user(a: User, b: User) -> bool:
+    return (a.user_type, a.status) == (b.user_type, b.status) and hmac.compare_digest(
+        a.password.encode(), b.password.encode())
+
+
 WITH_PASSWORD = "withPassword"  # pyrmq's AUTH_LIST_USER flag: the slave's sync needs the passwords to check signatures
 
 
@@ -64,7 +71,10 @@ def register(server, store: AuthStore, gate=None) -> None:
 
     def _create_user(cmd):
         user = _user_from_request(cmd)
-        if user.username in store.users:
+        old = store.users.get(user.username)
+        if old is not None:
+            if _same_user(old, user):
+                return _ok(cmd)  # as given already: a slave that took it from its master's push, a retried create
             raise AuthError(f"user {user.username!r} exists; use updateUser")
         store.users[user.username] = user
         return _ok(cmd)

@@ -23,6 +23,7 @@ class AuthStore:
         self.users: dict[str, User] = {}
         self.acls: dict[str, Acl] = {}
         self.version = 0  # bumped on every change: caches of decisions compare it
+        self.change_listeners: list = []  # called (no arguments) after a management change is persisted
         self._lock = asyncio.Lock()
 
     def load(self) -> None:
@@ -100,4 +101,6 @@ class AuthStore:
                     self.users, self.acls = users, acls  # not persisted: not applied either
                     self.version += 1
                     raise
-            return result
+        for listener in self.change_listeners:
+            listener()
+        return result

@@ -31,8 +31,23 @@ after its put, and any put the new master acked was made before the new master l
 broker that becomes master *after being a slave* answers its first SEND_OK no sooner than W after it last read a
 byte from its old master (``SendFence.hold_until``; after a SIGKILL of the old master most of W has passed by the
 time the new one takes over). The old master's last possible SEND_OK is then before the new master's first one. The
-HA client resets its connection when it stops (SO_LINGER 0), so acks the kernel still holds are dropped, not
-delivered after a partition heals. The two clocks only need the same rate over W.
+HA client resets its connection when it stops (SO_LINGER 0), which drops the acks its own kernel still holds; acks
+already in the old master's receive buffer stay readable after the reset (Linux), and a stalled old master (SIGSTOP,
+a blocking call) reads them before its loop runs the timer that expires the waiter, so the waiter checks W itself at
+the answer and never gives SEND_OK after it (``ack_waiter``). What this relies on: the two clocks have the same rate
+over W; W is counted from the waiter's start, one loop iteration after the append (a stall of the old master within
+that iteration, after its HA master sent the bytes, would count it late); the SEND_OK is decided at the answer (a
+stall after it delays only the delivery, as under any lease).
+
+**Why the hold does not end sooner.** Ending it once every other member of the old master's set is this broker's
+slave (so none can ack the old master) is not safe, and the model has a scenario for the first two reasons, in which
+the early end overlaps SEND_OKs: (1) this broker knows the set as of its last read as a slave, while the old master
+counts a local superset (a grow counts at once, before the controller accepts it; a read up to a heartbeat interval
+old misses one it accepted); (2) the old master releases puts with no new ack when its counted set shrinks, on the
+acks the members sent before they switched: a grow refused after the election (CONTROLLER_FENCED_MASTER_EPOCH settles
+it back), or a shrink accepted before the election whose answer arrives within the request's timeout; (3) acks in the
+old master's receive buffer (above). Only W bounds all three, and with ``allAckInSyncStateSet=false`` (one ack
+releases) the early end has even less to stand on.
 
 (b) does not cover ``allAckInSyncStateSet=false`` (one ack: the new master may not hold the message), a set of the
 master alone, or unclean election (a new master from outside the set): there only (a) gives SEND_OK.
@@ -62,12 +77,14 @@ The broker also ends the lease when its end of the controller connection closes 
 from the answers it gets, so an instance switched to unclean election while a master serves under (b) could elect
 outside the set before the master hears of it (switch it with the group stopped). A set of one is left to the lease
 on purpose: under clean election nobody else could be elected from it either, but a lone master cut off from the
-controller must stop (issue 23, item 2), and its data would be on no other broker.
+controller must stop (issue 23, item 2), and its data would be on no other broker. Every member of a group runs
+with the same ``slaveTimeout``: a new master holds for its own W, and an old master's waiters live for theirs.
 
 **Checked by** ``tests/unit/broker/test_fence_model.py``: a Hypothesis model of three brokers with the real
 election, SyncStateSet and fence rules under partitions, late acks, lost answers, resets only the controller sees
 and etcd losing its majority (no SEND_OK lost from etcd's set, the local set a superset of etcd's, SEND_OKs never
-back to an older masterEpoch), with one scenario per guard that fails without it. Pure: the clock is injected.
+back to an older masterEpoch), with one scenario per guard that fails without it, and the scenarios in which an
+early end of the hold overlaps SEND_OKs. Pure: the clock is injected.
 """
 
 from __future__ import annotations

@@ -4,19 +4,24 @@ Joining is three steps: GET_NEXT_BROKER_ID, then ``brokerIdentity-temp`` is writ
 registerCheckCode (``address;nanoseconds``), then APPLY_BROKER_ID, then ``brokerIdentity`` replaces the temp file.
 A broker that crashed between the steps finds the temp file and applies again with the same code, which the
 controller accepts (the id is already its own); a lost race for an id (another broker applied first) starts over.
+``obtain`` runs the steps against the controller; the rest of this module is the files.
 Files are ``key=value`` lines: clusterName, brokerName, brokerId (and registerCheckCode in the temp file).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from common.errors import PyrmqError
 from common.persist import write_bytes_atomic
+from controller.client import ControllerClient, ControllerError
+from remoting.codes import ResponseCode
 
 FILE = "brokerIdentity"
 TEMP = "brokerIdentity-temp"
+MAX_APPLY_ATTEMPTS = 20  # lost races for an id before the broker gives up
 
 
 class IdentityError(PyrmqError):
@@ -73,3 +78,27 @@ def commit(root: Path, cluster: str, broker_name: str, broker_id: int) -> None:
         os.unlink(Path(root) / TEMP)
     except FileNotFoundError:
         pass
+
+
+async def obtain(controller: ControllerClient, root: Path, cluster: str, broker_name: str, address: str) -> int:
+    """This broker's id: the one on disk, else the three steps above with ``controller`` (crash-safe at each)."""
+    known = load(root, cluster, broker_name)
+    if known is not None:
+        return known
+    pending = load_pending(root, cluster, broker_name)
+    for _ in range(MAX_APPLY_ATTEMPTS):
+        if pending is None:
+            broker_id = await controller.next_broker_id(cluster, broker_name)
+            check = f"{address};{time.time_ns()}"
+            save_pending(root, cluster, broker_name, broker_id, check)
+            pending = (broker_id, check)
+        try:
+            await controller.apply_broker_id(cluster, broker_name, *pending)
+        except ControllerError as exc:
+            if exc.code != ResponseCode.CONTROLLER_BROKER_ID_INVALID:
+                raise
+            pending = None  # another broker took that id first: ask again
+            continue
+        commit(root, cluster, broker_name, pending[0])
+        return pending[0]
+    raise PyrmqError(f"controller mode: could not obtain a brokerId in {MAX_APPLY_ATTEMPTS} attempts")

@@ -2,7 +2,7 @@
 
 The controller decides the role; this service carries it out:
 
-- **Identity**: the brokerId comes from the controller (``identity``: next id, apply, persist in
+- **Identity**: the brokerId comes from the controller (``identity.obtain``: next id, apply, persist in
   ``<storePathRootDir>/brokerIdentity``); ``brokerRole``/``brokerId`` of the conf are ignored.
 - **Heartbeat and role reads**: every ``brokerHeartbeatInterval`` a BROKER_HEARTBEAT (epoch, max offset, confirm
   offset, priority, ``controllerHeartBeatTimeoutMills``, and pyrmq's ``allAckInSyncStateSet``, which lets the
@@ -21,10 +21,9 @@ The controller decides the role; this service carries it out:
   at once (its start), and a heartbeat round makes the lease valid.
 
   *To slave*: the master's history comes from GET_BROKER_EPOCH_CACHE (``epoch_cache``, with its HA address); the
-  store is opened alone, the consistent point computed (``epoch_file.consistent_offset``); a longer local log is cut
-  by ``truncation.request`` and a store restart (crash-safe); the master's later epoch entries are copied; then the
-  server starts as SLAVE with ``haMasterAddress`` set to the master's HA address (authenticated hello as always) and
-  registers with its own id.
+  store is opened alone and fitted to the master's history (``store_fit``: a longer local log is cut back to the
+  consistent point, the master's later epoch entries are copied); then the server starts as SLAVE with
+  ``haMasterAddress`` set to the master's HA address (authenticated hello as always) and registers with its own id.
 
 - **SyncStateSet** (on the master, every ``checkSyncStateSetPeriod``): shrink members that are not connected or not
   caught up for ``haMaxTimeSlaveNotCatchup``; grow with connected slaves that caught up within this epoch and hold
@@ -54,11 +53,10 @@ from broker.config import BrokerSettings
 from broker.controller_mode import epoch_cache, identity, metrics
 from broker.controller_mode.ack_waiter import SyncStateSetWaiter
 from broker.controller_mode.fence import RoleLease, SendFence
-from broker.controller_mode.roles import Kind, Role, decide, role_settings, same_role
+from broker.controller_mode.roles import Kind, Role, RoleSwitchError, decide, role_settings, same_role
+from broker.controller_mode.store_fit import fit_to_master
 from broker.controller_mode.sync_state_set import SyncStateSetView
 from broker.server import BrokerServer
-from broker.store import truncation
-from broker.store.epoch_file import consistent_offset
 from broker.store.message_store import MessageStore
 from common.errors import PyrmqError
 from common.log import RateLimitedLog
@@ -83,10 +81,6 @@ SETTLED_REFUSALS = frozenset({ResponseCode.CONTROLLER_INVALID_REPLICAS, Response
 MASTER_ANSWER_WAIT_S = 30.0  # how long a new slave asks the master for its epochs before the next round retries
 
 
-class RoleSwitchError(PyrmqError):
-    """A role the controller gave could not be taken now (the next round tries again)."""
-
-
 class ReplicasManager(Service):
     def __init__(self, settings: BrokerSettings) -> None:
         super().__init__("replicas-manager")
@@ -101,7 +95,8 @@ class ReplicasManager(Service):
         self.fence = SendFence(self.lease)
         self._asking = False  # an ALTER_SYNC_STATE_SET is in flight
         self._streamed_until = float("-inf")  # when this broker last stopped streaming from a master (fence.py)
-        self.client = RemotingClient(name="broker-controller")
+        self.client = RemotingClient(name="broker-controller")  # TLS as the broker's tls.enable says
+        self.client.signer = inner_signer(settings.auth)  # a controller with ACL 2.0 on answers only signed requests
         self.client.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self._on_notify)
         self.controller = ControllerClient(self.cfg.controller_addrs, client=self.client)
         self.peers = RemotingClient(name="broker-peers")
@@ -137,7 +132,8 @@ class ReplicasManager(Service):
 
     # lifecycle ----------------------------------------------------------------------------------------------
     async def on_start(self) -> None:
-        self.broker_id = await self._obtain_id()
+        self.broker_id = await identity.obtain(self.controller, self.base.store.root_dir, self.cluster,
+                                               self.broker_name, self.address)
         await self.controller.register(self.cluster, self.broker_name, self.broker_id, self.address)
         log.info("controller mode: %s/%s is brokerId %d at %s", self.cluster, self.broker_name, self.broker_id,
                  self.address)
@@ -161,29 +157,6 @@ class ReplicasManager(Service):
                 await self._stop_server()
         await self.peers.close()
         await self.controller.close()
-
-    async def _obtain_id(self) -> int:
-        root = self.base.store.root_dir
-        known = identity.load(root, self.cluster, self.broker_name)
-        if known is not None:
-            return known
-        pending = identity.load_pending(root, self.cluster, self.broker_name)
-        for _ in range(20):
-            if pending is None:
-                broker_id = await self.controller.next_broker_id(self.cluster, self.broker_name)
-                check = f"{self.address};{time.time_ns()}"
-                identity.save_pending(root, self.cluster, self.broker_name, broker_id, check)
-                pending = (broker_id, check)
-            try:
-                await self.controller.apply_broker_id(self.cluster, self.broker_name, *pending)
-            except ControllerError as exc:
-                if exc.code != ResponseCode.CONTROLLER_BROKER_ID_INVALID:
-                    raise
-                pending = None  # another broker took that id first: ask again
-                continue
-            identity.commit(root, self.cluster, self.broker_name, pending[0])
-            return pending[0]
-        raise PyrmqError("controller mode: could not obtain a brokerId in 20 attempts")
 
     def facts(self) -> metrics.ControllerModeFacts:
         """What the metrics show, read at scrape time."""
@@ -376,11 +349,11 @@ class ReplicasManager(Service):
                 view=lambda: self.view, acks=lambda: {i: c.link.ack_offset for i, c in ha_master.connections.items()},
                 master_max=lambda: store.max_phy_offset, fence=self.fence,
                 slave_timeout_ms=settings.store.slave_timeout, all_ack=self.cfg.all_ack_in_sync_state_set)
+            ha_master.ack_observers.append(waiter.on_ack)  # first: it reads the acks the gate's refresh uses
             gate = store.confirm_gate
             if gate is not None:
                 gate.confirm = waiter.covered if self.cfg.all_ack_in_sync_state_set else lambda: store.max_phy_offset
                 ha_master.ack_observers.append(gate.refresh)
-            ha_master.ack_observers.append(waiter.on_ack)
             wait = waiter.wait if s.metrics is None else s.metrics.timed_replica_waiter(waiter.wait)
             store.set_replica_waiter(wait)
             self.waiter = waiter
@@ -398,7 +371,7 @@ class ReplicasManager(Service):
         await self._stop_server()
         self.role = None
         settings = role_settings(self.base, role, self.broker_id, cache.ha_server_addr)
-        await self._fit_store(settings, cache)
+        await fit_to_master(settings, cache)
         self._master_confirm = 0
         server = BrokerServer(settings)
         server.state_version = role.master_epoch
@@ -425,32 +398,6 @@ class ReplicasManager(Service):
                 last = str(exc)
             await asyncio.sleep(0.1)
         raise RoleSwitchError(f"the master {role.master_addr} did not give its epoch history: {last}")
-
-    async def _fit_store(self, settings: BrokerSettings, cache: epoch_cache.EpochCache) -> None:
-        """Cut the local log back to where it agrees with the master's, and copy the master's newer epochs."""
-        host = (settings.broker.broker_ip1, settings.broker.listen_port)
-        store = MessageStore(settings.store, store_host=host)
-        await store.start()
-        try:
-            local, local_end = list(store.epochs.entries), store.max_phy_offset
-            point = consistent_offset(local, local_end, list(cache.entries), cache.max_offset)
-            if point is None:
-                raise RoleSwitchError(
-                    f"this store's epoch history {local} shares no epoch with the master's {list(cache.entries)}",
-                    hint="move this broker's store aside so it copies the group's log again as a new replica")
-            if point < local_end:
-                log.warning("controller mode: cutting the log from %d back to %d (never confirmed: the master's "
-                            "history diverges there)", local_end, point)
-                await store.stop()
-                truncation.request(settings.store.root_dir, point)
-                store = MessageStore(settings.store, store_host=host)
-                await store.start()
-            loop = asyncio.get_running_loop()
-            for entry in cache.entries:
-                if entry.epoch > store.epochs.last_epoch:
-                    await loop.run_in_executor(None, store.epochs.append, entry.epoch, entry.start_offset)
-        finally:
-            await store.stop()
 
     # SyncStateSet -------------------------------------------------------------------------------------------
     def _set_changed(self) -> None:
@@ -483,6 +430,7 @@ class ReplicasManager(Service):
             if proposal is None:
                 return
             view.proposed = proposal  # counted from now on: before the controller can accept it
+            self._set_changed()  # the waiter reads the acks against both sets at once
         self._asking = True
         try:
             members, epoch = await self.controller.alter_sync_state_set(

@@ -11,6 +11,11 @@ import enum
 from dataclasses import dataclass, replace
 
 from broker.config import BrokerRole, BrokerSettings
+from common.errors import PyrmqError
+
+
+class RoleSwitchError(PyrmqError):
+    """A role the controller gave could not be taken now (the next round tries again)."""
 
 
 class Kind(enum.Enum):

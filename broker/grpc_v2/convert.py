@@ -21,6 +21,8 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 
+from google.protobuf.duration_pb2 import Duration
+
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.processors import validate
 from broker.store.types import MessageDraft
@@ -37,6 +39,11 @@ from remoting.message_codec import (
 )
 
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+# read for every message: an attribute of a protobuf enum is a Python-level __getattr__, a module constant is not
+_BAD_ID, _BAD_PROPERTY = pb.Code.ILLEGAL_MESSAGE_ID, pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY
+_BAD_TAG, _BAD_KEY, _BAD_GROUP = pb.Code.ILLEGAL_MESSAGE_TAG, pb.Code.ILLEGAL_MESSAGE_KEY, pb.Code.ILLEGAL_MESSAGE_GROUP
+_CRC32, _IDENTITY = pb.DigestType.CRC32, pb.Encoding.IDENTITY
+_FIFO, _DELAY, _NORMAL = pb.MessageType.FIFO, pb.MessageType.DELAY, pb.MessageType.NORMAL
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_POP_CK = "POP_CK"
 KEY_SEPARATOR = " "
@@ -98,17 +105,16 @@ def to_draft(
         if name in RESERVED:
             raise BadMessage(pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {name!r} is a name RocketMQ reserves;"
                              " rename it")
-        props[_clean(name, "user property name", pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY)] = _clean(
-            value, "user property value", pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY)
-    props[PROPERTY_UNIQ_KEY] = _clean(sp.message_id, "message_id", pb.Code.ILLEGAL_MESSAGE_ID)
+        props[_clean(name, "user property name", _BAD_PROPERTY)] = _clean(value, "user property value", _BAD_PROPERTY)
+    props[PROPERTY_UNIQ_KEY] = _clean(sp.message_id, "message_id", _BAD_ID)
     if sp.HasField("tag") and sp.tag:
         if "||" in sp.tag:
             raise BadMessage(pb.Code.ILLEGAL_MESSAGE_TAG, f"tag {sp.tag!r} contains '||'; use one tag per message")
-        props[PROPERTY_TAGS] = _clean(sp.tag, "tag", pb.Code.ILLEGAL_MESSAGE_TAG)
+        props[PROPERTY_TAGS] = _clean(sp.tag, "tag", _BAD_TAG)
     if sp.keys:
-        props[PROPERTY_KEYS] = KEY_SEPARATOR.join(_clean(k, "key", pb.Code.ILLEGAL_MESSAGE_KEY) for k in sp.keys)
+        props[PROPERTY_KEYS] = KEY_SEPARATOR.join(_clean(k, "key", _BAD_KEY) for k in sp.keys)
     if sp.HasField("message_group") and sp.message_group:
-        props[PROPERTY_SHARDING_KEY] = _clean(sp.message_group, "message_group", pb.Code.ILLEGAL_MESSAGE_GROUP)
+        props[PROPERTY_SHARDING_KEY] = _clean(sp.message_group, "message_group", _BAD_GROUP)
     if sp.HasField("delivery_timestamp"):
         deliver_ms = sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000
         if not 0 <= deliver_ms <= validate.MAX_TIMESTAMP_MS:
@@ -167,8 +173,6 @@ def to_proto(
     """A stored record as the v2 message a consumer receives: ``topic`` is the one it subscribed (retry copies
     show the original), delivery_attempt = ``attempt`` (FIFO pop counts deliveries itself) or else reconsumeTimes
     + 1, a CRC32 body digest in upper-case hex. ``Unconvertible`` when a field cannot be given to a consumer."""
-    from google.protobuf.duration_pb2 import Duration
-
     props = m.properties
     body = _body(m, max_inflated)
     delivery_attempt = attempt or m.reconsume_times + 1
@@ -176,8 +180,8 @@ def to_proto(
         raise Unconvertible(f"reconsumeTimes {m.reconsume_times} does not give a delivery attempt in 1..{INT_MAX}")
     sp = pb.SystemProperties(
         message_id=props.get(PROPERTY_UNIQ_KEY) or m.msg_id,
-        body_digest=pb.Digest(type=pb.DigestType.CRC32, checksum=format(zlib.crc32(body) & 0xFFFFFFFF, "08X")),
-        body_encoding=pb.Encoding.IDENTITY,
+        body_digest=pb.Digest(type=_CRC32, checksum=format(zlib.crc32(body) & 0xFFFFFFFF, "08X")),
+        body_encoding=_IDENTITY,
         born_timestamp=_timestamp(m.born_timestamp, "bornTimestamp"),
         born_host=m.born_host[0],
         store_timestamp=_timestamp(m.store_timestamp, "storeTimestamp"),
@@ -195,9 +199,9 @@ def to_proto(
     group = props.get(PROPERTY_SHARDING_KEY)
     if group:
         sp.message_group = group
-        sp.message_type = pb.MessageType.FIFO
+        sp.message_type = _FIFO
     elif PROPERTY_TIMER_DELIVER_MS in props:
-        sp.message_type = pb.MessageType.DELAY
+        sp.message_type = _DELAY
         try:  # int() would take "٣" as 3 and fail on "²"
             deliver_ms = parse_int(props[PROPERTY_TIMER_DELIVER_MS], 0, validate.MAX_TIMESTAMP_MS,
                                    what=PROPERTY_TIMER_DELIVER_MS)
@@ -205,7 +209,7 @@ def to_proto(
             raise Unconvertible(str(exc)) from None
         sp.delivery_timestamp.CopyFrom(_timestamp(deliver_ms, PROPERTY_TIMER_DELIVER_MS))
     else:
-        sp.message_type = pb.MessageType.NORMAL
+        sp.message_type = _NORMAL
     user = {k: v for k, v in props.items() if k not in RESERVED and not k.startswith(("1ST_POP", "POP_"))}
     return pb.Message(
         topic=pb.Resource(resource_namespace=namespace, name=topic), user_properties=user, system_properties=sp,

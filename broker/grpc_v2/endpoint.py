@@ -62,8 +62,11 @@ def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:
 
 
 class GrpcEndpoint:
-    def __init__(self, ctx: BrokerContext, host: str, port: int, *, auth: V2Auth | None = None) -> None:
+    def __init__(self, ctx: BrokerContext, host: str, port: int, *, auth: V2Auth | None = None,
+                 on_refused=None) -> None:
+        """``on_refused(reason)``: counts the permissive TLS front's refusals (``PermissiveFront``)."""
         self.ctx = ctx
+        self.on_refused = on_refused
         self.host = host
         self.port = port
         self.metrics = V2Metrics(ctx.metrics)
@@ -106,7 +109,8 @@ class GrpcEndpoint:
                 context = tls.server_context()
                 assert context is not None
                 self._front = PermissiveFront(self.host, self.port, tls_port=tls_port, plain_port=plain_port,
-                                              context=context, handshake_timeout_s=tls.handshake_timeout_s)
+                                              context=context, handshake_timeout_s=tls.handshake_timeout_s,
+                                              on_refused=self.on_refused)
                 bound = await self._front.start()
         except (RuntimeError, OSError) as exc:
             raise OSError(f"grpcServerPort {self.port} cannot be bound ({exc}); choose another port, or 0 in"

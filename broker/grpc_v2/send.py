@@ -1,6 +1,7 @@
 """SendMessage (RocketMQ's proxy ``SendMessageActivity``): one or many messages, each admitted by the same
 function as a remoting send (``broker.processors.send_admit.admit``: role, permission, topic, queue), converted by
-``convert.to_draft`` and appended with ``MessageStore.put_messages``.
+``convert.to_draft`` and appended with ``MessageStore.put_messages``; concurrent calls that arrive in one loop
+turn share one append (``send_coalesce``), except transaction halves and delay messages.
 
 Queue choice: a message with a message_group (FIFO) goes to ``crc32(group) % writeQueueNums`` so a group stays in
 one queue; any other to a queue ``admit`` picks. The answer has one entry per message (the official client sends
@@ -21,6 +22,7 @@ from broker.grpc_v2 import codes
 from broker.grpc_v2.convert import BadMessage, to_draft
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
+from broker.grpc_v2.send_coalesce import SendCoalescer
 from broker.grpc_v2.transaction import transaction_id
 from broker.processors import validate
 from broker.processors.send_admit import Refusal, admit
@@ -41,7 +43,8 @@ def _header(topic: str, queue_id: int, born_ms: int) -> SendHeader:
     )
 
 
-async def _send_one(ctx: BrokerContext, msg: pb.Message, born_host: tuple[str, int]) -> spb.SendResultEntry:
+async def _send_one(ctx: BrokerContext, msg: pb.Message, born_host: tuple[str, int],
+                    coalescer: SendCoalescer | None) -> spb.SendResultEntry:
     sp = msg.system_properties
     entry = spb.SendResultEntry(message_id=sp.message_id)
     half = sp.message_type == TRANSACTION
@@ -65,7 +68,8 @@ async def _send_one(ctx: BrokerContext, msg: pb.Message, born_host: tuple[str, i
     try:
         # the levels are parsed from messageDelayLevel on every read (it can change at runtime): only a delay
         # message needs them, and the parse was a sixth of a plain send's handler time
-        levels = ctx.settings.store.delay_levels_ms if sp.HasField("delivery_timestamp") else ()
+        delayed = sp.HasField("delivery_timestamp")
+        levels = ctx.settings.store.delay_levels_ms if delayed else ()
         draft = to_draft(msg, born_host=born_host, levels_ms=levels, max_body=ctx.max_message_size, now_ms=now_ms,
                          cluster=ctx.settings.broker.broker_cluster_name)
     except BadMessage as exc:
@@ -75,18 +79,23 @@ async def _send_one(ctx: BrokerContext, msg: pb.Message, born_host: tuple[str, i
     if bad:
         entry.status.CopyFrom(codes.status(pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY, bad.remark))
         return entry
+    index = 0  # the message's place in a coalesced append
     if half:  # PGROUP is the topic: v2 producers are registered under the topics they publish (presence)
         result = await ctx.transactions.put_half(draft, target.topic, target.queue_id, target.topic, True, None)
         if result.status.stored:
             entry.transaction_id = transaction_id(ctx.offset_msg_ids(result.physical_offsets)[0],
                                                   result.queue_offset)
+    elif coalescer is not None and not delayed:
+        # a FIFO message keeps its group's queue; any other joins whichever queue the batch's opener got
+        key = (target.topic, target.queue_id) if queue_id >= 0 else target.topic
+        result, index = await coalescer.put(key, target.topic, target.queue_id, draft)
     else:
         result = await ctx.store.put_messages(target.topic, target.queue_id, [draft])
     # PUT_OK (nearly every send) copies the prebuilt OK status; put_status builds one, with its advice, per call
     ok = result.status is PutStatus.PUT_OK
     entry.status.CopyFrom(codes.OK if ok else codes.put_status(result.status, result.remark))
     if result.status.stored:
-        entry.offset = result.queue_offset
+        entry.offset = result.queue_offset + index
         ctx.stats.put.add(1)
     if ctx.metrics is not None:
         ctx.metrics.on_send(target.topic, 1, len(draft.body), result.status, sizes=[len(draft.body)])
@@ -94,13 +103,15 @@ async def _send_one(ctx: BrokerContext, msg: pb.Message, born_host: tuple[str, i
 
 
 async def send_message(
-    ctx: BrokerContext, req: spb.SendMessageRequest, born_host: tuple[str, int]
+    ctx: BrokerContext, req: spb.SendMessageRequest, born_host: tuple[str, int],
+    coalescer: SendCoalescer | None = None,
 ) -> spb.SendMessageResponse:
+    """``coalescer``: plain and FIFO messages of concurrent calls are appended together (``send_coalesce``)."""
     if not req.messages:
         return spb.SendMessageResponse(status=codes.status(pb.Code.BAD_REQUEST, "no message in the request"))
     if len(req.messages) > MAX_MESSAGES_PER_REQUEST:
         return spb.SendMessageResponse(status=codes.status(
             pb.Code.BAD_REQUEST, f"{len(req.messages)} messages in one request; send at most {MAX_MESSAGES_PER_REQUEST}"))
-    entries = [await _send_one(ctx, m, born_host) for m in req.messages]
+    entries = [await _send_one(ctx, m, born_host, coalescer) for m in req.messages]
     first_bad = next((e.status for e in entries if e.status.code != CODE_OK), None)
     return spb.SendMessageResponse(status=first_bad or codes.OK, entries=entries)

@@ -96,11 +96,14 @@ class PermissiveFront:
     """Owns ``host:port``; splices TLS connections to ``tls_port`` and plaintext ones to ``plain_port``."""
 
     def __init__(self, host: str, port: int, *, tls_port: int, plain_port: int, context: ssl.SSLContext,
-                 handshake_timeout_s: float) -> None:
+                 handshake_timeout_s: float, on_refused: Callable[[str], None] | None = None) -> None:
+        """``on_refused(reason)``: a connection closed before its backend (the broker's remoting closes counter,
+        so ``rocketmq_remoting_connections_closed_total`` counts the v2 port's refusals with the remoting ports')."""
         self.tls_port = tls_port
         self.plain_port = plain_port
         self.listener = GuardedListener("v2-tls-front", host, port, mode=TlsMode.PERMISSIVE, context=context,
-                                        serve=self._splice, handshake_timeout_s=handshake_timeout_s)
+                                        serve=self._splice, handshake_timeout_s=handshake_timeout_s,
+                                        on_refused=on_refused)
         self._halves: set[_Half] = set()
 
     async def start(self) -> int:

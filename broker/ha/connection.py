@@ -11,10 +11,11 @@ the close), then streams frames of at most ``haTransferBatchSize`` body bytes, e
   into one ``transport.write`` (one copy, no thread hop; a SYNC_MASTER's in-flight batches stay on this path);
 - catch-up (lag >= ``sendfile_min_lag``): up to SENDFILE_BATCH_BYTES of frames per hop to a worker thread that
   writes each 12-byte header and ``os.sendfile``s the body from the segment fd at its file position (no Python
-  copy, GIL released, one hop per ~64 frames). The thread works on ``dup``ed socket and file descriptors it
-  owns, so a file deleted by cleanup or a connection closed meanwhile can never make it write the wrong bytes;
-  it runs only while the transport's buffer is empty and the writer task (the only writer) awaits it. When the
-  buffer is not empty, one frame goes through ``loop.sendfile`` instead (it waits for the buffer to drain).
+  copy, GIL released, one hop per ~64 frames; the thread's side is ``frame_streamer.stream_frames``). The thread
+  works on ``dup``ed socket and file descriptors it owns, so a file deleted by cleanup or a connection closed
+  meanwhile can never make it write the wrong bytes; it runs only while the transport's buffer is empty and the
+  writer task (the only writer) awaits it. When the buffer is not empty, one frame goes through ``loop.sendfile``
+  instead (it waits for the buffer to drain).
 When caught up it waits on ``wake`` (set by the store's append listener), never polls. A heartbeat frame goes out
 after ``haSendHeartbeatInterval`` without writes; the writer also expires the connection after
 ``haHousekeepingInterval`` without reads, also while it waits for a full socket to drain (a frozen slave reads
@@ -35,14 +36,13 @@ import asyncio
 import contextlib
 import logging
 import os
-import select
-import socket
 import threading
 import time
 from dataclasses import dataclass
 from typing import Protocol
 
 from broker.config import CatchUpFrom, MessageStoreConfig
+from broker.ha.frame_streamer import FdFile, stream_frames
 from broker.ha.state import (
     CloseReason,
     ConnState,
@@ -102,19 +102,6 @@ class ConnectionOwner(Protocol):
 
     def on_connection_closed(self, conn: MasterConnection) -> None:
         """``conn`` closed (called once, from ``close``)."""
-
-
-class _FdFile:
-    """``loop.sendfile`` wants a file object; the store hands out a raw fd it keeps open."""
-
-    __slots__ = ("_fd",)
-    mode = "rb"
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    def fileno(self) -> int:
-        return self._fd
 
 
 class MasterConnection:
@@ -407,7 +394,7 @@ class MasterConnection:
         # Acks may arrive while the thread streams: count the batch as sent before it starts (a failure closes
         # the connection anyway). From here the worker thread owns sock_fd and the file dups and closes them.
         link.next_transfer = nxt
-        sent = await loop.run_in_executor(None, _stream_frames, sock_fd, frames, list(dups.values()), self._abort,
+        sent = await loop.run_in_executor(None, stream_frames, sock_fd, frames, list(dups.values()), self._abort,
                                           self.idle_s)
         link.transferred_bytes += sent
         link.frames += len(frames)
@@ -431,7 +418,7 @@ class MasterConnection:
         try:
             try:
                 async with asyncio.timeout(self.idle_s):
-                    sent = await loop.sendfile(transport, _FdFile(sl.fd), sl.file_position, sl.length, fallback=False)
+                    sent = await loop.sendfile(transport, FdFile(sl.fd), sl.file_position, sl.length, fallback=False)
             except TimeoutError:
                 raise ConnectionError(f"HA slave {link.slave_addr} took no frame bytes for {self.idle_s:.1f} s "
                                       "(haHousekeepingInterval)") from None
@@ -453,56 +440,3 @@ class MasterConnection:
         self.counters.bytes_sent += sl.length
         self.counters.frames_sent += 1
         return sl.length
-
-
-def _wait_writable(poller: select.poll, abort: threading.Event, deadline: float) -> None:
-    while not poller.poll(100):
-        if abort.is_set():
-            raise ConnectionError("HA connection closed while streaming")
-        if time.monotonic() > deadline:
-            raise TimeoutError("HA slave did not read for haHousekeepingInterval; its socket stayed full")
-
-
-def _stream_frames(sock_fd: int, frames: list[tuple[bytes, int, int, int]], file_fds: list[int],
-                   abort: threading.Event, stall_s: float) -> int:
-    """Worker thread: write each header, then sendfile its body. Owns and closes ``sock_fd`` and ``file_fds``.
-
-    The socket is non-blocking (asyncio's); EAGAIN waits in poll() for at most ``stall_s`` without progress.
-    TCP_CORK keeps a header and its body in the same segments.
-    """
-    sock = socket.socket(fileno=sock_fd)  # owns sock_fd; never change its blocking mode (shared with asyncio)
-    poller = select.poll()
-    poller.register(sock_fd, select.POLLOUT)
-    sent_bodies = 0
-    try:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
-        for header, fd, pos, length in frames:
-            if abort.is_set():
-                raise ConnectionError("HA connection closed while streaming")
-            deadline = time.monotonic() + stall_s
-            view = memoryview(header)
-            while view:
-                try:
-                    view = view[os.write(sock_fd, view):]
-                except BlockingIOError:
-                    _wait_writable(poller, abort, deadline)
-            while length > 0:
-                try:
-                    n = os.sendfile(sock_fd, fd, pos, length)
-                except BlockingIOError:
-                    _wait_writable(poller, abort, deadline)
-                    continue
-                if n == 0:
-                    raise ConnectionError(f"sendfile wrote nothing at file position {pos}: file shorter than the slice")
-                pos += n
-                length -= n
-                sent_bodies += n
-                deadline = time.monotonic() + stall_s
-        return sent_bodies
-    finally:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
-        sock.close()
-        for fd in file_fds:
-            os.close(fd)

@@ -3,17 +3,18 @@
 The master's HA address is ``haMasterAddress`` when set, else whatever the broker passes to
 ``update_master_address`` after each nameserver registration (a change closes the current connection and
 reconnects to the new address). Per connection:
-- connect with a 5 s timeout; send the hello (a fresh nonce, and this broker's address so the master's
-  ``haStatus`` can name it); the master answers a challenge. With a secret the
+- connect with a 5 s timeout (a stop cuts a pending connect short); send the hello (a fresh nonce, and this
+  broker's address so the master's ``haStatus`` can name it); the master answers a challenge. With a secret the
   slave checks the master's proof first (an impostor posing as the master gets nothing: no proof, no report), then
   sends its own proof and the first report (the local max offset) at once (RocketMQ waited ~5 s before the first
   report). A master that authenticates while this slave has no secret, or the reverse, is a configuration error:
   logged at ERROR with what to set, retried every MAX_BACKOFF_S;
-- receive side: an ``asyncio.BufferedProtocol`` lets the kernel write straight into an 8 MiB buffer; the reader
-  task parses every complete frame in place (``parse_frames``, zero-copy), checks each header's offset against
-  the local max (an empty store accepts any offset: it starts at the master's choice), appends the body view
-  with ``store.append_replicated`` (one pwrite, no Python copy), then writes ONE report for the whole batch
-  (coalesced acks), at once; reading pauses while the buffer lacks room for a whole frame;
+- receive side: an ``asyncio.BufferedProtocol`` (``receive_buffer.ReceiveBuffer``) lets the kernel write straight
+  into an 8 MiB buffer; the reader task parses every complete frame in place (``parse_frames``, zero-copy), checks
+  each header's offset against the local max (an empty store accepts any offset: it starts at the master's
+  choice), appends the body view with ``store.append_replicated`` (one pwrite, no Python copy), then writes ONE
+  report for the whole batch (coalesced acks), at once; reading pauses while the buffer lacks room for a whole
+  frame;
 - writer task: the hello, then (once the reader answered the challenge) a report every
   ``haSendHeartbeatInterval`` (or when the local max grew without an ack); expires the connection after
   ``haHousekeepingInterval`` without reads (RocketMQ 5.x's last-read rule). Both tasks write whole 8-byte
@@ -40,14 +41,12 @@ import time
 import ssl as ssl_module
 
 from broker.config import MessageStoreConfig
+from broker.ha.receive_buffer import ReceiveBuffer
 from broker.ha.state import CloseReason, HACounters, proof_matches, task_end
 from broker.store.types import StoreOffsetMismatch
 from common.log import RateLimitedLog
 from common.service import Service
 from remoting.ha_codec import (
-    ERROR_FIXED_SIZE,
-    HEADER_SIZE,
-    MAX_ERROR_MESSAGE_BYTES,
     NONCE_BYTES,
     Challenge,
     ErrorCode,
@@ -144,6 +143,30 @@ class HASlave(Service):
         if self._conn is not None:
             self._conn.close(CloseReason.SHUTDOWN)
 
+    async def _connect(self, host: str, port: int) -> tuple[asyncio.Transport, ReceiveBuffer] | None:
+        """The connection within CONNECT_TIMEOUT_S, or None as soon as the service stops. A controller-mode role
+        switch stops this client while it may be connecting to a master whose address no longer answers at all (a
+        killed container's: no refusal, the SYN goes nowhere); stop() must not wait out the connect timeout, which
+        held the new master's switch, and so its route, for 5 s."""
+        loop = asyncio.get_running_loop()
+        connect = asyncio.ensure_future(asyncio.wait_for(loop.create_connection(
+            lambda: ReceiveBuffer(BUFFER_BYTES, self.cfg.ha_transfer_batch_size), host, port,
+            **tls_args(self.ssl, host, CONNECT_TIMEOUT_S)), CONNECT_TIMEOUT_S))
+        stopped = asyncio.ensure_future(self.sleep(CONNECT_TIMEOUT_S + 1.0))
+        try:
+            await asyncio.wait({connect, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if connect.done() and not self.stopping:
+            return connect.result()  # raises what the connect raised
+        connect.cancel()
+        try:
+            transport, _ = await connect
+        except (asyncio.CancelledError, OSError, TimeoutError):
+            return None
+        transport.close()  # connected just as the service stopped
+        return None
+
     # main loop -------------------------------------------------------------------------------------------
     async def _run(self) -> None:
         backoff = MIN_BACKOFF_S
@@ -157,10 +180,7 @@ class HASlave(Service):
             addr = self.master_addr
             try:
                 host, port = parse_master_addr(addr)
-                async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                    transport, proto = await asyncio.get_running_loop().create_connection(
-                        lambda: _ReceiveBuffer(BUFFER_BYTES, self.cfg.ha_transfer_batch_size), host, port,
-                        **tls_args(self.ssl, host, CONNECT_TIMEOUT_S))
+                connected = await self._connect(host, port)
             except (OSError, TimeoutError, ValueError) as exc:  # ssl.SSLError is an OSError
                 self.last_error = f"connect to {addr} failed: {exc!r}"
                 self.connect_log.warning("%s: cannot connect to master HA %s: %r; retrying in %.1f s (is "
@@ -170,6 +190,9 @@ class HASlave(Service):
                     return
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
+            if connected is None:  # stopping
+                return
+            transport, proto = connected
             self.counters.connects += 1
             conn = _SlaveConnection(self, transport, proto, addr)
             self._conn = conn
@@ -193,68 +216,8 @@ class HASlave(Service):
             backoff = min(backoff * 2, MAX_BACKOFF_S)
 
 
-class _ReceiveBuffer(asyncio.BufferedProtocol):
-    """Zero-copy receive side: the kernel writes into ``buf`` (recv_into), the reader parses and appends in place.
-
-    ``buf[start:end]`` holds unparsed bytes. The reader moves the tail of a partial frame to the front when less
-    than one whole frame fits after ``end``; reading pauses when the free space drops below one frame and resumes
-    once the reader made room, so memory stays bounded at ``size`` bytes.
-    """
-
-    def __init__(self, size: int, max_body: int) -> None:
-        self.buf = bytearray(size)
-        self.view = memoryview(self.buf)
-        self.start = 0
-        self.end = 0
-        self.room = HEADER_SIZE + max(max_body, ERROR_FIXED_SIZE + MAX_ERROR_MESSAGE_BYTES)
-        self.ready = asyncio.Event()
-        self.transport: asyncio.Transport | None = None
-        self.paused = False
-        self.eof = False
-        self.lost: BaseException | None = None
-        self.received = 0
-
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.view[self.end:]
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.end += nbytes
-        self.received += nbytes
-        self.ready.set()
-        if len(self.buf) - self.end < self.room and not self.paused:
-            self.paused = True
-            self.transport.pause_reading()
-
-    def eof_received(self) -> bool:
-        self.eof = True
-        self.ready.set()
-        return False
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self.eof = True
-        self.lost = exc
-        self.ready.set()
-
-    def consumed(self, pos: int) -> None:
-        """The reader parsed up to ``pos``: reuse the space and resume reading when there is room again."""
-        self.start = pos
-        if self.start == self.end:
-            self.start = self.end = 0
-        elif len(self.buf) - self.end < self.room:
-            tail = bytes(self.view[self.start:self.end])  # < one frame; copied first: the regions may overlap
-            n = len(tail)
-            self.buf[:n] = tail  # same-size slice assignment: no resize, so outstanding views stay valid
-            self.start, self.end = 0, n
-        if self.paused and len(self.buf) - self.end >= self.room and not self.eof:
-            self.paused = False
-            self.transport.resume_reading()
-
-
 class _SlaveConnection:
-    def __init__(self, owner: HASlave, transport: asyncio.Transport, proto: _ReceiveBuffer, addr: str) -> None:
+    def __init__(self, owner: HASlave, transport: asyncio.Transport, proto: ReceiveBuffer, addr: str) -> None:
         self.owner = owner
         self.transport = transport
         self.proto = proto

@@ -21,6 +21,7 @@ Loading falls back to ``.bak`` when the main file is missing, empty or damaged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ class ConfigFile:
     def __init__(self, path: str | Path, *, persist_interval_s: float = 0.0) -> None:
         self.path = Path(path)
         self.writer = BatchedJsonWriter(self.path, self.file_snapshot, min_interval_s=persist_interval_s)
+        # called on every change, on the loop (a master's push to its slaves, ``broker.slave_notify``); keep them O(1)
+        self.change_listeners: list[Callable[[], None]] = []
 
     # subclasses ---------------------------------------------------------------------------------------------
     def to_json(self) -> Any:
@@ -71,6 +74,8 @@ class ConfigFile:
     def mark_dirty(self) -> None:
         """A change: the file is written within the persist interval (or at once after a quiet period)."""
         self.writer.changed()
+        for listener in self.change_listeners:
+            listener()
 
     async def persist(self, *, force: bool = False) -> None:
         """Return once every change so far is on disk (sharing the next batched write); ``force`` writes even

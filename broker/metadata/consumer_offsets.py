@@ -48,6 +48,9 @@ class ConsumerOffsetManager(ConfigFile):
         super().__init__(Path(config_dir) / "consumerOffset.json", persist_interval_s=persist_interval_s)
         self.table: dict[str, dict[int, int]] = {}
         self.reset_versions: dict[str, int] = {}
+        # keys changed since the master last told its slaves (``broker.slave_notify``); None while nobody listens.
+        # Bounded by the table: a set of its keys.
+        self.changed_keys: set[str] | None = None
 
     # persistence --------------------------------------------------------------------------------------------
     def to_json(self) -> Any:
@@ -82,6 +85,8 @@ class ConsumerOffsetManager(ConfigFile):
                 "offset of %s queue %d moves back from %d to %d (consumer commit)", key, queue_id, previous, offset
             )
         queues[queue_id] = offset
+        if self.changed_keys is not None:
+            self.changed_keys.add(key)
         self.mark_dirty()
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
@@ -94,6 +99,8 @@ class ConsumerOffsetManager(ConfigFile):
         version = max(self.reset_versions.get(key, 0) + 1, int(time.time() * 1000))
         self.table[key] = dict(offsets)
         self.reset_versions[key] = version
+        if self.changed_keys is not None:
+            self.changed_keys.add(key)
         self.mark_dirty()
         return version
 
@@ -121,6 +128,11 @@ class ConsumerOffsetManager(ConfigFile):
     # metadata sync ------------------------------------------------------------------------------------------
     def snapshot(self) -> tuple[dict[str, dict[int, int]], dict[str, int]]:
         return {key: dict(qs) for key, qs in self.table.items()}, dict(self.reset_versions)
+
+    def entries(self, keys: Iterable[str]) -> tuple[dict[str, dict[int, int]], dict[str, int]]:
+        """The current offsets and reset versions of ``keys`` (those still in the table)."""
+        table = {key: dict(self.table[key]) for key in keys if key in self.table}
+        return table, {key: self.reset_versions[key] for key in table if key in self.reset_versions}
 
     def merge_from_master(self, table: Mapping[str, Mapping[int, int]], reset_versions: Mapping[str, int]) -> set[str]:
         """Slave side of the sync; returns the keys whose offsets changed here."""
@@ -157,6 +169,8 @@ class ConsumerOffsetManager(ConfigFile):
             if not local:
                 del self.table[key]
         if changed or versions_adopted:
+            if self.changed_keys is not None:
+                self.changed_keys.update(key for key in table if key in self.table)
             self.mark_dirty()
         return changed
 

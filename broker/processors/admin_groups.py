@@ -43,6 +43,7 @@ from broker.metadata.topics import retry_topic
 from broker.processors import validate
 from broker.processors.admin_rates import ConsumeRate
 from broker.processors.admin_topics import master_only, message_queue
+from broker.slave_notify import GROUPS, slaves_hold
 from common.conf import conf_key
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
@@ -79,8 +80,10 @@ def parse_group_config(body: bytes) -> SubscriptionGroupConfig | str:
 
 
 async def _saved(ctx: BrokerContext, request: RemotingCommand, done: str) -> RemotingCommand:
-    """Answer once the change is on disk: mqadmin treats SUCCESS as saved. Concurrent admin changes (and the
-    auto-created groups around them) share one write of subscriptionGroup.json."""
+    """Answer once the change is on disk and on the subscribed slaves (bounded; ``broker/slave_notify.py``):
+    mqadmin treats SUCCESS as saved. Concurrent admin changes (and the auto-created groups around them) share one
+    write of subscriptionGroup.json."""
+    counter = ctx.groups.data_version.counter
     try:
         await ctx.groups.persist()
     except OSError as exc:
@@ -90,7 +93,7 @@ async def _saved(ctx: BrokerContext, request: RemotingCommand, done: str) -> Rem
             f"{done} in memory, but writing {ctx.groups.path} failed ({exc}); free space or fix the store's"
             " permissions, it is retried and lost at a crash until then",
         )
-    return response_to(request, ResponseCode.SUCCESS, done)
+    return response_to(request, ResponseCode.SUCCESS, done + await slaves_hold(ctx.slave_notifier, GROUPS, counter))
 
 
 @master_only

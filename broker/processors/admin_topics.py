@@ -36,6 +36,7 @@ from broker.context import BrokerContext
 from broker.metadata.topics import TopicConfig
 from broker.processors import missing_topic, validate
 from broker.processors.admin_rates import PutRate
+from broker.slave_notify import TOPICS, slaves_hold
 from common.perm import perm_valid
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
@@ -102,11 +103,13 @@ async def update(ctx: BrokerContext, conn, request: RemotingCommand) -> Remoting
         order=f.bool("order", False),
     )
     ctx.topics.update(cfg)
+    counter = ctx.topics.data_version.counter
     registered = ctx.register_now()  # what topics_changed() does, keeping the round's future to wait on
     saved = f"topic {topic} saved on {ctx.broker_name}"
     unsaved = await persist_topics(ctx, saved)
     if unsaved is not None:
         return response_to(request, ResponseCode.SYSTEM_ERROR, unsaved)
+    saved += await slaves_hold(ctx.slave_notifier, TOPICS, counter)  # a master's SIGKILL now loses nothing of it
     if registered is None:  # no nameserver to tell (or stopping)
         return response_to(request, ResponseCode.SUCCESS, saved)
     try:

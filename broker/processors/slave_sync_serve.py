@@ -20,6 +20,10 @@ RocketMQ slave reads ConsumerOffsetSerializeWrapper and ignores it.
 Empty tables answer SUCCESS with an empty table, where RocketMQ answers 1: an empty master is not a broken one. A
 slave serves these codes too: a master that restarts pulls the offsets its slaves accepted while it was down
 (``broker/slave_sync.py``).
+
+A pyrmq slave's GET_ALL_TOPIC_CONFIG carries ``notifyMetadataChange=true``: on a master its connection then gets
+NOTIFY_METADATA_CHANGED pushes; the slave sends the same code back (ONEWAY) with the DataVersion counters it holds
+after a pull, which tell updateTopic / updateSubGroup when the slave holds their change (``broker/slave_notify.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.context import BrokerContext
+from broker.slave_notify import GROUPS, SUBSCRIBE_FIELD, TOPICS
 from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
 from remoting.frame_codec import RemotingCommand, response_to
@@ -62,8 +67,36 @@ def boot_versioned(ctx: BrokerContext, table: dict[str, Any]) -> dict[str, Any]:
     return {"dataVersion": {"counter": 0, "stateVersion": 0, "timestamp": ctx.boot_timestamp_ms}, **table}
 
 
+def _subscriber(ctx: BrokerContext, conn, request: RemotingCommand) -> bool:
+    """A pyrmq slave's sync request asks to be told of changes (``broker/slave_notify.py``); a master only."""
+    notifier = ctx.slave_notifier
+    if notifier is None:
+        return False
+    if (request.ext or {}).get(SUBSCRIBE_FIELD) == "true" and notifier.subscribe(conn):
+        return True
+    return id(conn) in notifier.subscribers
+
+
+def all_topics(ctx: BrokerContext, conn, request: RemotingCommand) -> RemotingCommand:
+    _subscriber(ctx, conn, request)
+    return _answer(request, topic_configs(ctx))
+
+
+def held(ctx: BrokerContext, conn, request: RemotingCommand) -> None:
+    """NOTIFY_METADATA_CHANGED from a subscribed slave (ONEWAY): the DataVersion counters it now holds."""
+    notifier = ctx.slave_notifier
+    if notifier is None or id(conn) not in notifier.subscribers:
+        return None
+    ext = request.ext or {}
+    for kind in (TOPICS, GROUPS):
+        value = ext.get(kind)
+        if value is not None and value.isdigit():
+            notifier.held(conn, kind, int(value))
+    return None
+
+
 def register(server, ctx: BrokerContext) -> None:
-    server.register(RequestCode.GET_ALL_TOPIC_CONFIG, lambda conn, req: _answer(req, topic_configs(ctx)))
+    server.register(RequestCode.GET_ALL_TOPIC_CONFIG, lambda conn, req: all_topics(ctx, conn, req))
     server.register(
         RequestCode.GET_ALL_CONSUMER_OFFSET, lambda conn, req: _answer(req, boot_versioned(ctx, ctx.offsets.to_json()))
     )
@@ -74,3 +107,4 @@ def register(server, ctx: BrokerContext) -> None:
     server.register(
         RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, lambda conn, req: _answer(req, subscription_groups(ctx))
     )
+    server.register(RequestCode.NOTIFY_METADATA_CHANGED, lambda conn, req: held(ctx, conn, req))

@@ -25,6 +25,7 @@ store's ``OpenFiles`` cache, which parks idle ones (see ``open_files``). Task-sa
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import struct
@@ -75,6 +76,7 @@ class ConsumeQueue:
         self.max_physic_offset = 0
         self.flushed_units_offset = 0
         self._ready: list[MappedFile] = []  # prepared files the write position has not reached yet
+        self._creating: dict[int, asyncio.Future[MappedFile]] = {}  # start offset -> its creation in the executor
         self._cleaned_for_phy_min = -1  # the commitlog min offset the last cleanup handled (see on_commitlog_min)
 
     # offsets ---------------------------------------------------------------------------------------------
@@ -209,21 +211,44 @@ class ConsumeQueue:
 
     async def prepare(self, first_queue_offset: int, count: int, run: RunBlocking) -> None:
         """Create (executor) the files the write needs and reserve their blocks; they join the queue as the write
-        reaches them. An OSError (ENOSPC) leaves the queue as it was, apart from empty prepared files."""
+        reaches them. An OSError (ENOSPC) leaves the queue as it was, apart from empty prepared files.
+
+        Cancel-safe: a caller cancelled while the executor creates a file (a put whose connection closed) does not
+        lose it. The creation goes on (shielded) and its file joins ``_ready`` when it is done, whoever waits; a
+        later ``prepare`` needing the same file waits for that creation instead of colliding with the file on disk
+        (FileExistsError, which left the queue unwritable)."""
         missing = self.missing_files(first_queue_offset, count)
         if missing and not self.files.empty and not self._ready and missing[0] > self.files.next_start():
             missing = list(range(self.files.next_start(), missing[0], self.file_size)) + missing
         end = (first_queue_offset + count) * UNIT_SIZE
         for start in missing:
-            create = functools.partial(
-                MappedFile.create, self.directory, start, self.file_size,
-                sparse=True, reserve=min(self.file_size, max(0, end - start)), cache=self.cache,
-            )
-            self._ready.append(await run(create))
+            creation = self._creating.get(start)
+            if creation is None:
+                create = functools.partial(
+                    MappedFile.create, self.directory, start, self.file_size,
+                    sparse=True, reserve=min(self.file_size, max(0, end - start)), cache=self.cache,
+                )
+                creation = self._creating[start] = asyncio.ensure_future(run(create))
+                creation.add_done_callback(functools.partial(self._created, start))
+            await asyncio.shield(creation)
         for mf, need in self._unreserved(first_queue_offset, count):
             await run(functools.partial(mf.reserve, need))
         if self.cache is not None:
             self.cache.trim()  # files opened in the executor are parked here, on the loop
+
+    def _created(self, start: int, creation: asyncio.Future[MappedFile]) -> None:
+        """A file creation ended: the file joins the prepared ones (in start order), whether or not its
+        ``prepare`` is still there to see it. A failed creation removed its file itself."""
+        if self._creating.get(start) is creation:
+            del self._creating[start]
+        if creation.cancelled() or creation.exception() is not None:
+            return
+        mf = creation.result()
+        if any(f.start_offset == start for f in self._ready) or self.files.find(start) is not None:
+            mf.close()  # cannot happen while every creation goes through here; never keep two handles of one file
+            return
+        self._ready.append(mf)
+        self._ready.sort(key=lambda f: f.start_offset)
 
     def write(self, first_queue_offset: int, units: bytes | bytearray, max_physic_end: int) -> int:
         """Write ``units`` (concatenated 20-byte units) at ``first_queue_offset``; returns units written.

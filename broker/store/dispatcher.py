@@ -96,7 +96,8 @@ class Dispatcher(Service):
                 await asyncio.sleep(0)
                 continue
             try:
-                await asyncio.wait_for(self._wakeup.wait(), 1.0)
+                async with asyncio.timeout(1.0):  # no task per wait, as wait_for would make (one per HA append)
+                    await self._wakeup.wait()
             except TimeoutError:
                 pass
 

@@ -109,8 +109,8 @@ class IndexService(Service):
                                              "retrying every second", self.position)
                     await self.sleep(1.0)
                     continue
-                if moved:
-                    await asyncio.sleep(0)
+                if moved and self.position < self._commitlog.max_offset:
+                    await asyncio.sleep(0)  # more to index: let sends run between rounds
                     continue
             try:
                 async with asyncio.timeout(1.0):  # no task per wait, as wait_for would make (one per put batch)

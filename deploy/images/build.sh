@@ -6,6 +6,8 @@
 #      Without any compose tool, plain `docker build` with the same tags.
 #   3. deploy/images/monitoring.sh: Prometheus and Grafana pulled, or where no registry answers a Prometheus image
 #      from Debian's package and docker-compose.override.yml (so plain `docker compose up` starts all but Grafana).
+#   4. the images only docker-compose.controller.yml names: pyrmq-etcd (Debian's etcd-server package) and
+#      pyrmq-prometheus (Debian's prometheus package; a cache hit when step 3 built it), on the same base.
 # Extra arguments go to the build command (e.g. --no-cache). Prints what it did and how long it took.
 set -euo pipefail
 
@@ -40,4 +42,14 @@ else
 fi
 log "built pyrmq-namesrv and pyrmq-broker in $((SECONDS - START))s"
 deploy/images/monitoring.sh >/dev/null
+if ((${#COMPOSE[@]})); then
+    "${COMPOSE[@]}" -f docker-compose.controller.yml build "$@" etcd-1 prometheus
+else
+    TAG="${PYRMQ_TAG:-latest}"
+    for kind in etcd prometheus; do
+        docker build "$@" -f "deploy/images/Dockerfile.$kind" --build-arg BASE_IMAGE="$PYRMQ_BASE_IMAGE" \
+            -t "pyrmq-$kind:$TAG" .
+    done
+fi
+log "built pyrmq-etcd and pyrmq-prometheus (docker-compose.controller.yml) in $((SECONDS - START))s"
 log "done in $((SECONDS - START))s"

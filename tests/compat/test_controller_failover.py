@@ -22,7 +22,8 @@ import time
 import pytest
 
 from harness.checker import Mode, check
-from harness.client_failover import ControllerGroup, SendLog, drain
+from harness.client_failover import GROUP, ControllerGroup, SendLog
+from harness.controller_mode import drain
 from harness.etcd import ensure_etcd
 from harness.rocketmq5 import Rmq5Client, client_python
 from harness.waiting import wait_until
@@ -73,7 +74,7 @@ def produce_through_kill(g: ControllerGroup, topic: str, send) -> SendLog:
 
 
 def judge(g: ControllerGroup, topic: str, log: SendLog) -> None:
-    reads = asyncio.run(drain(g.namesrv_addr, topic, QUEUES))
+    reads = asyncio.run(drain(g.namesrv_addr, topic, GROUP, QUEUES, ident=bytes.decode))
     report = check(log.sends, reads)
     assert not report.problems(Mode.SYNC), (report.problems(Mode.SYNC), report.figures())
     assert report.acked == BEFORE + AFTER

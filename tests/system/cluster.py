@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.controller_compose import compose_command  # noqa: F401 - the system tests' compose tool
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
 # Written by deploy/images/monitoring.sh where Prometheus or Grafana cannot be pulled; compose reads it by default.
@@ -62,21 +64,6 @@ def docker_engine_reachable() -> bool:
         return subprocess.run(["docker", "info"], check=False, capture_output=True, timeout=20).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
-
-
-def compose_command() -> list[str] | None:
-    """``["docker", "compose"]`` when the plugin is there, else ``["docker-compose"]``, else None."""
-    try:
-        if (
-            subprocess.run(["docker", "compose", "version"], check=False, capture_output=True, timeout=20).returncode
-            == 0
-        ):
-            return ["docker", "compose"]
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    return None
 
 
 def busy_host_ports(ports=HOST_PORTS) -> list[int]:
@@ -124,12 +111,16 @@ class ComposeCluster:
     compose: list[str]
     project: str = field(default_factory=lambda: f"pyrmq-test-{secrets.token_hex(4)}")
     env: dict[str, str] = field(default_factory=dict)
+    compose_file: Path = COMPOSE_FILE
+    services: tuple[str, ...] = SERVICES  # the pyrmq services ``up`` waits for
 
     # -- plumbing ---------------------------------------------------------------------------------------------
     def files(self) -> list[str]:
-        """``-f`` arguments: the compose file, and the override the plain command would read."""
-        extra = ["-f", str(OVERRIDE_FILE)] if OVERRIDE_FILE.exists() else []
-        return ["-f", str(COMPOSE_FILE), *extra]
+        """``-f`` arguments: the compose file, and the override the plain command would read (docker-compose.yml's
+        only: another file given with ``-f`` is read alone)."""
+        default = self.compose_file == COMPOSE_FILE
+        extra = ["-f", str(OVERRIDE_FILE)] if default and OVERRIDE_FILE.exists() else []
+        return ["-f", str(self.compose_file), *extra]
 
     def run(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
         cmd = [*self.compose, "-p", self.project, *self.files(), *args]
@@ -171,16 +162,17 @@ class ComposeCluster:
 
     def started_services(self) -> tuple[str, ...]:
         """The pyrmq services, Prometheus, and Grafana when ``up`` started it (its profile was not switched off)."""
-        return SERVICES + ("prometheus",) + (("grafana",) if self.has_service("grafana") else ())
+        return self.services + ("prometheus",) + (("grafana",) if self.has_service("grafana") else ())
 
     def has_service(self, service: str) -> bool:
         return bool(self.run("ps", "-a", "-q", service, check=False).stdout.split())
 
-    def wait_healthy(self, timeout_s: float, services=SERVICES) -> None:
+    def wait_healthy(self, timeout_s: float, services: tuple[str, ...] | None = None) -> None:
         """Poll ``docker inspect`` until every service is healthy; fail fast on an exited or unhealthy one.
 
         ``docker compose up --wait`` does the same, but only the plugin has it.
         """
+        services = self.services if services is None else services
         deadline = time.monotonic() + timeout_s
         states: dict[str, str] = {}
         while True:

@@ -10,6 +10,9 @@ Environment:
 - ``PYRMQ_SYSTEM_PROJECT=<name>``: use that running compose project of this file instead of building and starting
   one (no build, no ``up``, no ``down``): for iterating on a test
 
+test_controller_compose.py runs docker-compose.controller.yml, a cluster of its own on a subnet of its own (no host
+ports), for its module only (``compose up`` builds pyrmq-etcd there if it is missing).
+
 test_swarm.py deploys the same file as a swarm stack, which publishes the same host ports: its tests run after
 every other system test, and take the session's compose cluster down first.
 """

@@ -105,6 +105,7 @@ class BackgroundProducer:
         send_timeout_s: float = 10.0,
         tag: str = "",
         max_inflight: int = 4000,
+        namesrv_addr: str = NAMESRV_ADDR,
         **producer_kwargs,
     ) -> None:
         self.topic = topic
@@ -113,7 +114,7 @@ class BackgroundProducer:
         self.prefix = tag or uuid.uuid4().hex[:6]
         self.producer = Producer(
             unique("sys_producer"),
-            NAMESRV_ADDR,
+            namesrv_addr,
             send_timeout_s=send_timeout_s,
             poll_name_server_interval_s=5.0,
             **producer_kwargs,
@@ -192,7 +193,10 @@ class BackgroundProducer:
 
 
 class RecordingConsumer:
-    """A PushConsumer of ``group`` on ``topic`` that records every delivery; ``delay_s`` throttles it."""
+    """A PushConsumer of ``group`` on ``topic`` that records every delivery; ``delay_s`` throttles it.
+
+    A delivery's broker is named from its store host: by ``broker_by_host`` (IP -> brokerName, for clusters whose
+    brokers share ports, as controller mode's compose file) when given, else by port (docker-compose.yml)."""
 
     def __init__(
         self,
@@ -202,6 +206,8 @@ class RecordingConsumer:
         name: str = "c",
         delay_s: float = 0.0,
         deliveries: list[Delivery] | None = None,
+        namesrv_addr: str = NAMESRV_ADDR,
+        broker_by_host: dict[str, str] | None = None,
         **kwargs,
     ) -> None:
         kwargs.setdefault("consume_from_where", ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
@@ -213,14 +219,18 @@ class RecordingConsumer:
         self.name = name
         self.delay_s = delay_s
         self.deliveries = [] if deliveries is None else deliveries
-        self.consumer = PushConsumer(group, NAMESRV_ADDR, instance_name=unique(name), **kwargs)
+        self.broker_by_host = broker_by_host
+        self.consumer = PushConsumer(group, namesrv_addr, instance_name=unique(name), **kwargs)
         self.consumer.subscribe(topic, "*")
         self.consumer.register_message_listener(self._listen)
 
     async def _listen(self, msgs) -> ConsumeStatus:
         now = time.monotonic()
         for m in msgs:
-            broker = BROKER_BY_PORT.get(m.store_host[1], f"?{m.store_host[1]}")
+            if self.broker_by_host is not None:
+                broker = self.broker_by_host.get(m.store_host[0], f"?{m.store_host[0]}")
+            else:
+                broker = BROKER_BY_PORT.get(m.store_host[1], f"?{m.store_host[1]}")
             self.deliveries.append(Delivery(m.body.decode(), broker, m.queue_id, m.queue_offset, now, self.name))
         if self.delay_s:
             await asyncio.sleep(self.delay_s * len(msgs))  # throttles the consumer (a paced load, not a wait)

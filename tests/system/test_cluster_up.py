@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -54,6 +55,27 @@ def test_server_is_pid_1_as_rocketmq(cluster, service):
     assert f"python\x00-m\x00{module}\x00" in done.stdout, done.stdout
     uid_line = next(line for line in done.stdout.splitlines() if line.startswith("Uid:"))
     assert uid_line.split()[1:] == ["3000"] * 4
+
+
+_IMAGE_FACTS = """
+import json, shutil
+from broker.store import index_keys
+print(json.dumps({
+    "native": None if index_keys.native is None else index_keys.native.__file__,
+    "compilers": [c for c in ("gcc", "cc", "x86_64-linux-gnu-gcc", "aarch64-linux-gnu-gcc") if shutil.which(c)],
+}))
+"""
+
+
+def test_broker_indexes_with_the_c_module_and_carries_no_compiler(cluster):
+    """Dockerfile.broker compiles broker/store/index_native.c in a builder stage and copies only the .so: the
+    broker's index takes the C path (1.19x the put path's instructions, against 2.26x in pure Python), and the
+    compiler stays out of the image."""
+    done = cluster.run("exec", "-T", "broker-a", "python", "-c", _IMAGE_FACTS)
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert facts["native"] is not None, f"{cluster.inspect('broker-a')['Config']['Image']}: index_keys.native is None"
+    assert facts["native"].startswith("/opt/pyrmq/"), facts
+    assert facts["compilers"] == [], facts
 
 
 def test_mqctl_finds_the_only_pyrmq_compose_project_without_being_told(cluster):

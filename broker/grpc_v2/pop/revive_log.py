@@ -14,6 +14,9 @@ between a revive's re-put and its ack record.
 The revive offset (``commit_offset``) moves to the oldest checkpoint still held, and never while a checkpoint is
 being written: a crash must rescan from at or before every checkpoint a pop answered with.
 
+Records written while another put waits in the store (a SYNC_MASTER's replica wait: several consumers acking at
+once) share one append (``send_coalesce``); their order in the queue is the order they were written in.
+
 Task-safety: event loop only.
 """
 
@@ -25,6 +28,7 @@ import time
 from broker.context import BrokerContext
 from broker.grpc_v2.observe import V2Metrics
 from broker.grpc_v2.pop.state import TAG_ACK, TAG_CK, Ack, Checkpoint, PopState
+from broker.grpc_v2.send_coalesce import SendCoalescer
 from broker.store.types import GetStatus, MessageDraft
 from common.perm import PERM_RW
 from remoting.message_codec import PROPERTY_TAGS, StoredMessage, decode
@@ -51,6 +55,7 @@ class ReviveLog:
         self.metrics = metrics
         self.topic = revive_topic(ctx.settings.broker.broker_cluster_name)
         self._ck_writes = 0  # checkpoint records being written: the revive offset must not pass them
+        self._puts: SendCoalescer | None = None  # made at the first write (the store is there by then)
 
     def open(self) -> None:
         """Create the revive topic if absent and rebuild the state from it."""
@@ -114,12 +119,14 @@ class ReviveLog:
         """Write one revive record; its queue offset, or None when the store refused it."""
         draft = MessageDraft(body=record.to_json(), properties={PROPERTY_TAGS: tag}, born_timestamp=clock_ms(),
                              born_host=self.ctx.store_host)
-        result = await self.ctx.store.put_messages(self.topic, 0, [draft])
+        if self._puts is None:
+            self._puts = SendCoalescer(self.ctx.store)
+        result, index = await self._puts.put(self.topic, self.topic, 0, draft)
         self.metrics.on_record(tag, record.topic, record.group, result.status)
         if not result.status.stored:
             log.error("writing a pop %s record failed: %s %s", tag, result.status.value, result.remark)
             return None
-        return result.queue_offset
+        return result.queue_offset + index
 
     async def append_checkpoint(self, ck: Checkpoint) -> int | None:
         """``append`` a checkpoint record, counted while it is written (the revive offset must not pass it); its

@@ -4,8 +4,9 @@
 The parts, each in its own module: the state (``PopState``, state.py) and its journal, the revive topic
 (``ReviveLog``, revive_log.py, which also rebuilds the state at start); what happens to held checkpoints as their
 time comes (``Reviver``, revive.py: revive, FIFO expiry, auto-renew); the long poll of an empty receive
-(``Arrivals``, arrivals.py); receipt handles (receipt.py). This module answers the RPCs and runs the two
-background passes.
+(``Arrivals``, arrivals.py); receipt handles (receipt.py) and the RPCs that act on one (``HandleRpcs``,
+handles.py: ack, change, forward to DLQ). This module answers ReceiveMessage, hands the other RPCs to
+``HandleRpcs`` and runs the two background passes.
 
 * **Receive**: the group's pop retry topic (``%RETRY%{group}_{topic}``, 1 queue) first, then the topic's readable
   queues from a random one, until the batch is full. Per (group, topic, queue) one pop at a time (an asyncio
@@ -20,11 +21,7 @@ background passes.
   do), left out of the checkpoint and passed by the committed offset (a FIFO redelivery is acked), with a
   rate-limited log line; the messages around it are delivered. A DLQ copy the store refuses for good
   (MESSAGE_ILLEGAL) is dropped with that line; any other failure delivers nothing and keeps the offset.
-* **Ack**: an ``ack`` record is written, then the offset's bit set. Handles that do not parse, are expired, name
-  another broker or no in-flight message answer INVALID_RECEIPT_HANDLE saying which.
-* **ChangeInvisibleDuration**: a new one-message checkpoint (pop time now), then the old one acked; the answer
-  carries the new handle.
-* **Forward to DLQ**: the message is copied to ``%DLQ%{group}``, then acked.
+* **Ack, ChangeInvisibleDuration, Forward to DLQ**: by receipt handle, in handles.py.
 * **FIFO** (the group's ``consumeMessageOrderly``, spec/pop.md §5): a queue with a batch in flight is skipped
   (``PopState.fifo_blocked``); once that batch's time passed, the next pop of the queue hands its un-acked messages
   out again, attempt + 1, ahead of anything later; the retry topic is not read. The state is the checkpoint records
@@ -54,7 +51,8 @@ from broker.grpc_v2.observe import V2Metrics
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
 from broker.grpc_v2.pop.arrivals import Arrivals
-from broker.grpc_v2.pop.receipt import TOPIC_NORMAL, TOPIC_RETRY, Receipt, parse, pop_retry_topic
+from broker.grpc_v2.pop.handles import MAX_INVISIBLE_MS, HandleRpcs, duration_ms
+from broker.grpc_v2.pop.receipt import TOPIC_NORMAL, TOPIC_RETRY, Receipt, pop_retry_topic
 from broker.grpc_v2.pop.revive import (
     AUTO_RENEW_INTERVAL_S,
     AUTO_RENEW_INVISIBLE_MS,
@@ -66,7 +64,7 @@ from broker.grpc_v2.pop.revive import (
     retry_topic_config,
 )
 from broker.grpc_v2.pop.revive_log import ReviveLog, clock_ms
-from broker.grpc_v2.pop.state import TAG_ACK, Ack, Checkpoint, PopState
+from broker.grpc_v2.pop.state import Checkpoint, PopState
 from broker.metadata.topics import is_system_topic
 from broker.processors import validate
 from broker.processors.validate import MAX_INFLATED_FACTOR
@@ -81,7 +79,6 @@ _REFUSED_FOR_GOOD = (PutStatus.MESSAGE_ILLEGAL.value, PutStatus.PROPERTIES_SIZE_
 
 MAX_BATCH = 32
 MIN_INVISIBLE_MS = 10_000
-MAX_INVISIBLE_MS = 12 * 3600 * 1000
 
 
 @dataclass(frozen=True)
@@ -98,10 +95,6 @@ class _Pop:
     record_filter: PropertyFilter | None = None  # a SQL92 filter, applied to the topic (not to redeliveries)
 
 
-def _ms(duration) -> int:
-    return duration.seconds * 1000 + duration.nanos // 1_000_000
-
-
 class PopService:
     def __init__(self, ctx: BrokerContext, metrics: V2Metrics | None = None,
                  client_alive: Callable[[str], bool] | None = None) -> None:
@@ -113,6 +106,7 @@ class PopService:
         # MessagingService sets client_alive: a V2Clients lookup
         self.reviver = Reviver(ctx, self.state, self.revive_log, self.arrivals, self.metrics,
                                client_alive or (lambda _cid: False))
+        self.handles = HandleRpcs(ctx, self.state, self.revive_log, self.arrivals, self.metrics)
         self._locks: dict[tuple[str, str, int], asyncio.Lock] = {}
         self._task: asyncio.Task | None = None
         self._renew_task: asyncio.Task | None = None
@@ -187,7 +181,7 @@ class PopService:
         if req.auto_renew:
             invisible_ms = AUTO_RENEW_INVISIBLE_MS  # the asked duration is ignored, as RocketMQ's proxy does
         else:
-            invisible_ms = _ms(req.invisible_duration) if req.HasField("invisible_duration") else 0
+            invisible_ms = duration_ms(req.invisible_duration) if req.HasField("invisible_duration") else 0
             if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
                 yield spb.ReceiveMessageResponse(status=codes.status(
                     pb.Code.ILLEGAL_INVISIBLE_TIME,
@@ -213,7 +207,7 @@ class PopService:
             return
         cfg, group_cfg = admitted
         batch = max(1, min(req.batch_size or MAX_BATCH, MAX_BATCH))
-        poll_s = _ms(req.long_polling_timeout) / 1000 if req.HasField("long_polling_timeout") else 20.0
+        poll_s = duration_ms(req.long_polling_timeout) / 1000 if req.HasField("long_polling_timeout") else 20.0
         if time_remaining is not None:
             poll_s = min(poll_s, time_remaining - 1.0)
         retry_topic = retry_topic_config(self.ctx, group, topic).topic_name
@@ -314,9 +308,9 @@ class PopService:
                            st.message)
             return False
         if holder is not None:
-            await self._ack(how.group, Receipt(holder.start_offset, holder.pop_time_ms, holder.invisible_ms,
-                                               TOPIC_NORMAL, self.ctx.broker_name, queue_id, m.queue_offset,
-                                               m.physical_offset), real_topic)
+            receipt = Receipt(holder.start_offset, holder.pop_time_ms, holder.invisible_ms, TOPIC_NORMAL,
+                              self.ctx.broker_name, queue_id, m.queue_offset, m.physical_offset)
+            await self.handles.ack_one(how.group, receipt, real_topic)
         return True
 
     async def _pop_queue(self, how: _Pop, real_topic, queue_id, count, tag_filter, topic_type):
@@ -381,102 +375,15 @@ class PopService:
             message.system_properties.receipt_handle = receipt.encode()
         return protos
 
-    # ack / change / DLQ -------------------------------------------------------------------------------------
-    def _check_handle(self, group: str, topic: str, handle: str) -> tuple[Receipt, str] | pb.Status:
-        try:
-            receipt = parse(handle)
-        except ValueError as exc:
-            return codes.status(pb.Code.INVALID_RECEIPT_HANDLE, f"{exc}; pass the handle a receive returned")
-        if receipt.broker_name != self.ctx.broker_name:
-            return codes.status(pb.Code.INVALID_RECEIPT_HANDLE, f"the handle is from broker {receipt.broker_name},"
-                                f" this is {self.ctx.broker_name}; ack on the broker the message came from")
-        real = receipt.real_topic(group, topic)
-        key = (real, group, receipt.queue_id, receipt.start_offset, receipt.pop_time_ms)
-        ck = self.state.get(key)
-        # the checkpoint's time, not the handle's: an auto-renewed checkpoint outlives the handle's own duration
-        if max(receipt.expires_at_ms, ck.revive_time_ms if ck is not None else 0) <= clock_ms():
-            return codes.status(pb.Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired: the invisible time"
-                                " passed and the message will be delivered again; ack within the invisible time")
-        if not self.state.in_flight(key, receipt.offset):
-            return codes.status(pb.Code.INVALID_RECEIPT_HANDLE, "no in-flight message matches this handle (acked"
-                                " already, changed, or not from this group and topic)")
-        return receipt, real
-
-    async def _ack(self, group: str, receipt: Receipt, real: str) -> bool:
-        ack = Ack(real, group, receipt.queue_id, receipt.start_offset, receipt.pop_time_ms, receipt.offset,
-                  self.ctx.broker_name)
-        if await self.revive_log.append(TAG_ACK, ack) is None:
-            return False
-        held = self.state.get(ack.key)
-        self.state.add_ack(ack)
-        if held is not None and held.fifo:
-            self.arrivals.wake(real)  # its queue may be unblocked now
-        return True
-
+    # ack / change / DLQ: handles.py ----------------------------------------------------------------------------
     async def ack(self, req: spb.AckMessageRequest) -> spb.AckMessageResponse:
-        group, topic = req.group.name, req.topic.name
-        entries = []
-        for e in req.entries:
-            checked = self._check_handle(group, topic, e.receipt_handle)
-            if isinstance(checked, pb.Status):
-                st = checked
-            elif await self._ack(group, *checked):
-                st = codes.OK
-            else:
-                st = codes.status(pb.Code.INTERNAL_SERVER_ERROR, "the ack could not be stored; retry the ack")
-            entries.append(spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle,
-                                                     status=st))
-        codes_seen = {e.status.code for e in entries}
-        if len(codes_seen) == 1:
-            top = entries[0].status if entries else codes.OK
-        else:
-            top = codes.status(pb.Code.MULTIPLE_RESULTS, "entries differ; see each entry's status")
-        return spb.AckMessageResponse(status=top, entries=entries)
+        return await self.handles.ack(req)
 
     async def change_invisible_duration(self, req: spb.ChangeInvisibleDurationRequest):
-        group, topic = req.group.name, req.topic.name
-        invisible_ms = _ms(req.invisible_duration)
-        # RocketMQ's proxy checks a change against [0, maxInvisibleTimeMills] (its 10 s minimum is for receives
-        # only): 0 means "visible again now", which a nack with no backoff asks for
-        if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
-            return spb.ChangeInvisibleDurationResponse(status=codes.status(
-                pb.Code.ILLEGAL_INVISIBLE_TIME, f"invisible_duration {invisible_ms} ms is outside [0 ms, 12 h]; 0"
-                " makes the message visible again at once"))
-        checked = self._check_handle(group, topic, req.receipt_handle)
-        if isinstance(checked, pb.Status):
-            return spb.ChangeInvisibleDurationResponse(status=checked)
-        old, real = checked
-        pop_time = clock_ms()
-        held = self.state.get((real, group, old.queue_id, old.start_offset, old.pop_time_ms))
-        fifo = held is not None and held.fifo
-        ck = Checkpoint(real, group, old.queue_id, old.offset, pop_time, invisible_ms, [0], self.ctx.broker_name,
-                        fifo=fifo, attempts=[held.attempt(old.offset)] if fifo else [])
-        revive_offset = await self.revive_log.append_checkpoint(ck)
-        if revive_offset is None:
-            return spb.ChangeInvisibleDurationResponse(status=codes.status(
-                pb.Code.INTERNAL_SERVER_ERROR, "the new checkpoint could not be stored; the old handle still holds"))
-        ck.revive_offset = revive_offset
-        self.state.add_checkpoint(ck)
-        await self._ack(group, old, real)
-        new = Receipt(old.offset, pop_time, invisible_ms, old.topic_type, self.ctx.broker_name, old.queue_id,
-                      old.offset, old.commitlog_offset)
-        return spb.ChangeInvisibleDurationResponse(status=codes.OK, receipt_handle=new.encode())
+        return await self.handles.change_invisible_duration(req)
 
     async def forward_to_dlq(self, req: spb.ForwardMessageToDeadLetterQueueRequest):
-        group, topic = req.group.name, req.topic.name
-        checked = self._check_handle(group, topic, req.receipt_handle)
-        if isinstance(checked, pb.Status):
-            return spb.ForwardMessageToDeadLetterQueueResponse(status=checked)
-        receipt, real = checked
-        message = read_message(self.ctx, group, real, receipt.queue_id, receipt.offset)
-        if message is None:
-            return spb.ForwardMessageToDeadLetterQueueResponse(status=codes.status(
-                pb.Code.MESSAGE_NOT_FOUND, "the message is no longer in the store"))
-        st, _ = await requeue(self.ctx, group, topic, message, to_dlq=True)
-        if st.code == pb.Code.OK:
-            self.metrics.on_dlq(topic, group)
-            await self._ack(group, receipt, real)
-        return spb.ForwardMessageToDeadLetterQueueResponse(status=st)
+        return await self.handles.forward_to_dlq(req)
 
     # observability ------------------------------------------------------------------------------------------
     def _subscribed(self, topic: str, group: str) -> tuple[str, bool]:

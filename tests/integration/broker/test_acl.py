@@ -223,3 +223,18 @@ async def test_a_flood_of_failed_logins_is_throttled_per_address_and_others_are_
     assert log.count("refused code") <= 4, "refusals are logged at most once per 5 s per server"
     assert "127.0.0.2 used up its failed-authentication budget" in log
     assert rss_bytes(master.pid) - rss_before < 32 * 1024 * 1024
+
+
+async def test_creating_a_user_exactly_as_it_exists_succeeds_and_any_difference_is_refused(master, root_admin):
+    """What a slave meets when a tool writes a user its master's push brought already: the same user is no error;
+    another password or type is (use updateUser), and the stored user is unchanged."""
+    from client.errors import BrokerError
+
+    info = acl_admin.user_info("ivy", "ivy-pw-12", "Normal")
+    await acl_admin.create_user(root_admin, master.addr, info)
+    await acl_admin.create_user(root_admin, master.addr, info)
+    for other in (acl_admin.user_info("ivy", "other-pw-13", "Normal"), acl_admin.user_info("ivy", "ivy-pw-12", "Super")):
+        with pytest.raises(BrokerError, match="exists; use updateUser"):
+            await acl_admin.create_user(root_admin, master.addr, other)
+    assert (await acl_admin.get_user(root_admin, master.addr, "ivy"))["userType"] == "Normal"
+    await acl_admin.delete_user(root_admin, master.addr, "ivy")

@@ -1,5 +1,6 @@
 """ACL 2.0 on a nameserver, a master and its slave (all checking): registration and the slave's metadata sync sign
-with innerClientAuthenticationCredentials and get through the checks; ``mqctl createUser -c`` reaches all three; the
+with innerClientAuthenticationCredentials and get through the checks; ``mqctl createUser -c`` reaches the nameserver
+and the master, and the slave copies it; the
 user's route query and pull are authorized, an unsigned route query is refused."""
 
 from __future__ import annotations
@@ -59,7 +60,10 @@ def test_the_slave_syncs_through_the_masters_check_and_mqctl_reaches_both(tmp_pa
                      ["createAcl", "-s", "User:frank", "-r", "Topic:AclReplicated,Group:g-frank", "-a", "Sub"]):
             result = mqctl(*args, "-c", "DefaultCluster", env=env)
             assert result.exit_code == 0, result.output
-            assert m.addr in result.output and s.addr in result.output and ns.addr in result.output
+            assert m.addr in result.output and ns.addr in result.output
+            assert s.addr not in result.output  # a change goes to the masters: the slave copies it from its master
+        wait_until(lambda: mqctl("getUser", "-u", "frank", "-b", s.addr, env=env).exit_code == 0, 10,
+                   "the slave to take frank from its master")
 
         async def frank_pulls_from_the_slave() -> int:
             client = BrokerClient(s.addr)
@@ -131,3 +135,49 @@ def test_users_made_on_the_master_alone_reach_the_slave_by_its_sync_and_survive_
         master_log = m.new_output()
         assert "merged consumer offsets from slave" in master_log, master_log[-3000:]
         assert "cannot pull consumer offsets" not in master_log
+
+
+def test_user_and_acl_changes_reach_the_slave_by_the_masters_push(tmp_path):
+    """The slave's periodic round is 10 minutes apart, so only NOTIFY_METADATA_CHANGED (``authChanged``) explains
+    a user created, an ACL changed and a user deleted on the master taking effect on the slave within seconds."""
+    def pull_code(access_key: str, secret_key: str) -> tuple[int, str]:
+        async def pull() -> tuple[int, str]:
+            client = BrokerClient(s.addr)
+            client.remoting.signer = signer(access_key, secret_key)
+            async with client:
+                response = await client.pull("g-hank", "AclPushed", 0, 0)
+                return response.code, response.remark or ""
+        return asyncio.run(pull())
+
+    async def on_master(call) -> None:
+        async with AdminClient(ns.addr, credentials=(ROOT, ROOT_PW)) as admin:
+            await call(admin, m.addr)
+
+    allowed = ResponseCode.NO_PERMISSION
+    with (Namesrv(tmp_path / "ns", **AUTH) as ns,
+          master_and_slave(tmp_path, ns.addr, "broker-acl-push", slaveSynchronizeInterval=600_000, **AUTH) as (m, s)):
+        asyncio.run(on_master(lambda admin, addr: admin.update_topic(addr, "AclPushed", read_queue_nums=1,
+                                                                     write_queue_nums=1)))
+        wait_until(lambda: "AclPushed" in topics_on(s.addr), 10, "the slave to take the topic (pushed)")
+        code, remark = pull_code("hank", "hank-pw-7")
+        assert code == allowed and "no user 'hank'" in remark, remark
+
+        async def create(admin, addr):
+            await acl_admin.create_user(admin, addr, acl_admin.user_info("hank", "hank-pw-7", "Normal"))
+            await acl_admin.create_acl(admin, addr, acl_admin.acl_info(
+                "User:hank", ["Topic:AclPushed", "Group:g-hank"], ["Sub"]))
+        asyncio.run(on_master(create))
+        wait_until(lambda: pull_code("hank", "hank-pw-7")[0] != allowed, 5,
+                   "the slave to take hank and his ACL from the master's push")
+
+        asyncio.run(on_master(lambda admin, addr: acl_admin.update_acl(admin, addr, acl_admin.acl_info(
+            "User:hank", ["Topic:AclPushed"], ["Sub"], decision="Deny"))))
+        wait_until(lambda: pull_code("hank", "hank-pw-7")[0] == allowed, 5,
+                   "the slave to take hank's Deny from the master's push")
+
+        asyncio.run(on_master(lambda admin, addr: acl_admin.delete_user(admin, addr, "hank")))
+        wait_until(lambda: "no user 'hank'" in pull_code("hank", "hank-pw-7")[1], 5,
+                   "the slave to drop hank as its master did")
+        slave_log = s.log_path.read_text(errors="replace")
+        assert "took" in slave_log and "users and" in slave_log
+        assert "hank-pw-7" not in slave_log + m.log_path.read_text(errors="replace")

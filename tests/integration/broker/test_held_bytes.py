@@ -16,7 +16,8 @@ from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
 from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
 from harness.h2_raw import RawH2
-from harness.memory_attacks import MIB, PartialFrames, RssPeak, sample_value
+from harness.memory_attacks import MIB, PartialFrames, RssPeak
+from harness.metrics_page import sample_value
 from harness.procs import Broker
 from harness.waiting import async_wait_until, wait_until
 from tests.integration.broker.rpc import BrokerClient, message

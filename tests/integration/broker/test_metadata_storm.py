@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from harness.metrics_page import first_sample
 from harness.procs import Broker
 from harness.waiting import wait_until
 from remoting.codes import RequestCode, ResponseCode
@@ -27,13 +26,7 @@ CHUNK = 250  # requests in flight on the one connection at a time (a connection 
 
 
 def metric(broker: Broker, name: str, **labels: str) -> float | None:
-    with urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=30) as resp:
-        text = resp.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return sample.value
-    return None
+    return first_sample(broker.metrics_port, name, timeout_s=30, **labels)  # the page answers late in a storm
 
 
 def group_writes(broker: Broker) -> float | None:

@@ -6,7 +6,6 @@ halfway are refused, each with a log line, while the cluster goes on serving. Pe
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import ssl
 import subprocess

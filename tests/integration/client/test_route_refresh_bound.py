@@ -12,7 +12,7 @@ import pytest
 from client.namesrv import NamesrvClient
 from client.route_cache import RouteCache
 from client.rpc import HealthTracker
-from harness.memory_attacks import sample_value
+from harness.metrics_page import sample_value
 from harness.procs import Namesrv
 from harness.waiting import async_wait_until
 

@@ -4,17 +4,16 @@ END_TRANSACTION (37) and the broker's CHECK_TRANSACTION_STATE (39) (spec control
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
 from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
 from client import Message
 from client.transaction_producer import LocalTransactionState, TransactionProducer, end_header
+from harness.metrics_page import first_sample
 from harness.procs import Broker
 from remoting.codes import RequestCode, ResponseCode
 from tests.brokers import broker_fixture, master_and_slave
@@ -63,16 +62,10 @@ async def settled(broker: Broker) -> None:
 
 
 async def metric(broker: Broker, name: str, **labels: str) -> float:
-    def scrape() -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=5) as r:
-            return r.read().decode()
-
-    text = await asyncio.to_thread(scrape)
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return sample.value
-    raise AssertionError(f"{name} {labels} not exported")
+    value = await asyncio.to_thread(first_sample, broker.metrics_port, name, timeout_s=5, **labels)
+    if value is None:
+        raise AssertionError(f"{name} {labels} not exported")
+    return value
 
 
 def tx_producer(namesrv, group: str, **kw) -> TransactionProducer:

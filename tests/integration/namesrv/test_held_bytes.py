@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.memory_attacks import MIB, PartialFrames, RssPeak, UnreadAnswers, sample_value, scrape_samples
+from harness.memory_attacks import MIB, PartialFrames, RssPeak, UnreadAnswers
+from harness.metrics_page import sample_value, scrape_samples
 from harness.procs import Namesrv
 from harness.waiting import async_wait_until
 from remoting.codes import RequestCode

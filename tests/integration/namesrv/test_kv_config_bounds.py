@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from harness.metrics_page import first_sample
 from harness.procs import Namesrv
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
@@ -24,13 +23,7 @@ CHUNK = 500  # puts in flight at once on the one connection
 
 
 def metric(ns: Namesrv, name: str) -> float | None:
-    with urllib.request.urlopen(f"http://127.0.0.1:{ns.metrics_port}/metrics", timeout=30) as resp:
-        text = resp.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name:
-                return sample.value
-    return None
+    return first_sample(ns.metrics_port, name, timeout_s=30)
 
 
 async def put(client, addr, namespace, key, value="v"):

@@ -6,11 +6,14 @@ slaveSynchronizeInterval=1000 (first round after 3 s). The in-process versions: 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from client import AdminClient
-from remoting.codes import RequestCode
+from remoting import fastjson
+from remoting.codes import RequestCode, ResponseCode
+from tests.integration.broker.test_metadata_storm import metric, pull_storm
 from tests.integration.broker.rpc import BrokerClient, group_config, message
 from tests.integration.replication.helpers import master, slave, wait_sync_rounds
 from harness.procs import Broker
@@ -135,3 +138,64 @@ def _persisted_offset(broker: Broker, key: str, queue_id: int) -> int | None:
     if not path.exists():
         return None
     return json.loads(path.read_text()).get("offsetTable", {}).get(key, {}).get(str(queue_id))
+
+
+async def test_topics_groups_and_offsets_reach_the_slave_by_push_not_by_the_periodic_round(pair):
+    """The slave's periodic round is 10 minutes away: only the master's NOTIFY_METADATA_CHANGED can bring them."""
+    m, s, mc, sc = pair("broker-push", "SYNC_MASTER", slave_conf={"slaveSynchronizeInterval": 600_000})
+    assert (await mc.create_topic("TPush0", 1)).code == 0
+    # the slave's first round runs when it learns its master (registration), and subscribes
+    await async_wait_until(lambda: _knows_topic(sc, "TPush0"), 20, "TPush0 on the slave after its first round", 0.05)
+
+    created = await mc.create_topic("TPush", 2)
+    assert created.code == 0 and "held by 1 slave(s)" in created.remark, created.remark
+    assert await _knows_topic(sc, "TPush")  # updateTopic answered once the slave held it
+    grouped = await mc.create_group(group_config("GPush"))
+    assert grouped.code == 0 and "held by 1 slave(s)" in grouped.remark, grouped.remark
+    assert (await sc.commit_offset("GPush", "TPush", 0, 0)).code == 0  # the slave knows the group
+
+    assert (await mc.send("TPush", 0, [message(b"%d" % i) for i in range(6)])).code == 0  # SYNC: on the slave too
+    assert (await mc.commit_offset("GPush", "TPush", 0, 4)).code == 0
+    await async_wait_until(lambda: _offset(sc, "GPush", "TPush", 0, 4), 5, "offset 4 pushed to the slave", 0.02)
+    assert (await mc.commit_offset("GPush", "TPush", 0, 6)).code == 0
+    await async_wait_until(lambda: _offset(sc, "GPush", "TPush", 0, 6), 5, "offset 6 pushed to the slave", 0.02)
+
+    deleted = await mc.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TPush0"})
+    assert deleted.code == 0, deleted.remark
+    await async_wait_until(lambda: _gone(sc, "TPush0"), 5, "TPush0 deleted on the slave too", 0.02)
+
+
+async def _knows_topic(client: BrokerClient, topic: str) -> bool:
+    return topic in await client.topic_configs()
+
+
+async def _gone(client: BrokerClient, topic: str) -> bool:
+    return not await _knows_topic(client, topic)
+
+
+async def test_a_storm_of_new_groups_reaches_the_slave_in_coalesced_pulls(pair):
+    """5,000 pulls naming new groups: the slave gets them all, pulling the group table at most once per 50 ms
+    (the master's notification interval), not once per group."""
+    m, s, mc, sc = pair("broker-storm", "ASYNC_MASTER", slave_conf={"slaveSynchronizeInterval": 600_000})
+    assert (await mc.create_topic("TStorm", 1)).code == 0
+    await async_wait_until(lambda: _knows_topic(sc, "TStorm"), 20, "TStorm on the slave (first round)", 0.05)
+    runs_before = _group_pulls(s)
+
+    groups = [f"storm-{i}" for i in range(5000)]
+    started = time.monotonic()
+    replies = await pull_storm(mc, groups, "TStorm")
+    assert all(r.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST for r in replies)
+
+    async def all_on_slave() -> bool:
+        resp = await sc.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        table = fastjson.loads(resp.body_bytes())["subscriptionGroupTable"]
+        return all(g in table for g in groups)
+
+    await async_wait_until(all_on_slave, 30, "the 5,000 groups on the slave", 0.1)
+    elapsed = time.monotonic() - started
+    pulls = _group_pulls(s) - runs_before
+    assert 1 <= pulls <= elapsed / 0.05 + 2, (pulls, elapsed)
+
+
+def _group_pulls(broker: Broker) -> float:
+    return metric(broker, "rocketmq_slave_sync_runs_total", step="subscription_groups", outcome="success") or 0.0

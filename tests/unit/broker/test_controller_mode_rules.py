@@ -176,3 +176,59 @@ async def test_a_new_master_that_streamed_until_now_holds_its_first_send_ok():
     assert await waiter.wait(100) == (PutStatus.PUT_OK, "")
     assert loop.time() - started >= 0.1  # held until the old master's waiters expired
     assert await waiter.wait(100) == (PutStatus.PUT_OK, "")
+
+
+async def test_the_waiter_counts_a_proposed_member_once_told_and_shares_one_timeout_timer():
+    clock = Clock()
+    lease = RoleLease(1500, 500, clock=clock)
+    lease.renew(clock.now)
+    fence = SendFence(lease)
+    view = SyncStateSetView(master_id=1, members=frozenset({1, 2}), epoch=1, epoch_start=0)
+    acks: dict[int, int] = {2: 100, 3: 0}
+    waiter = SyncStateSetWaiter(view=lambda: view, acks=lambda: acks, master_max=lambda: 150, fence=fence,
+                                slave_timeout_ms=50, all_ack=True)
+    assert waiter.covered() == 100 and (await waiter.wait(100))[0] is PutStatus.PUT_OK
+    view.proposed = frozenset({1, 2, 3})  # growth in flight: acks count against both sets (RocketMQ #5663)
+    waiter.on_ack()  # what replicas_manager calls as it proposes
+    assert waiter.covered() == 0
+    many = [asyncio.ensure_future(waiter.wait(100 + i)) for i in range(50)]
+    results = await asyncio.gather(*many)
+    assert all(status is PutStatus.FLUSH_SLAVE_TIMEOUT and "3]" in remark for status, remark in results)
+    acks.update({2: 150, 3: 150})
+    waiter.on_ack()
+    assert waiter.covered() == 150 and (await waiter.wait(150))[0] is PutStatus.PUT_OK
+
+
+async def test_a_stalled_master_never_answers_send_ok_after_slave_timeout_for_acks_its_kernel_buffered():
+    """After a stall (SIGSTOP, a blocking call) the loop reads the acks that arrived meanwhile before it runs the
+    timer that expires the waiter; a new master's hold counts on no SEND_OK after slaveTimeout (fence.py)."""
+    import socket
+    import time
+
+    lease = RoleLease(1500, 500)
+    fence = SendFence(lease)
+    fence.clean_election = True
+    view = SyncStateSetView(master_id=1, members=frozenset({1, 2}), epoch=1, epoch_start=0)
+    acks: dict[int, int] = {2: 0}
+    waiter = SyncStateSetWaiter(view=lambda: view, acks=lambda: acks, master_max=lambda: 100, fence=fence,
+                                slave_timeout_ms=50, all_ack=True)
+    ours, member = socket.socketpair()
+    ours.setblocking(False)
+    loop = asyncio.get_running_loop()
+
+    def read_ack() -> None:
+        acks[2] = int(ours.recv(32))
+        waiter.on_ack()
+
+    loop.add_reader(ours, read_ack)
+    try:
+        pending = asyncio.ensure_future(waiter.wait(100))
+        await asyncio.sleep(0)
+        member.send(b"100")  # the member's ack reaches the kernel in time
+        time.sleep(0.1)  # noqa: ASYNC251 - the broker's loop stalls past slaveTimeout
+        status, remark = await pending
+        assert status is PutStatus.FLUSH_SLAVE_TIMEOUT and "stalled" in remark
+        assert acks[2] == 100 and waiter.released_upto == 100  # the ack was read first, and released the put
+    finally:
+        loop.remove_reader(ours)
+        ours.close(), member.close()

@@ -14,13 +14,16 @@ What must hold at every step:
 
 The model's simplifications: time moves in ticks of the model clock (both the controller's and the brokers'),
 an HA connection's acks arrive in order, a slave's truncation keeps the longest prefix it shares with the new master
-(what the epoch comparison finds, tested on its own in tests/unit/store), and the HA client drops the acks its
-kernel still holds when it stops (the SO_LINGER reset of broker/ha/slave.py).
+(what the epoch comparison finds, tested on its own in tests/unit/store), the HA client drops the acks its
+kernel still holds when it stops (the SO_LINGER reset of broker/ha/slave.py), and a waiter gives no SEND_OK after
+its slaveTimeout (acks the old master's kernel buffered and its stalled loop reads late: ack_waiter checks it).
 """
 
 from __future__ import annotations
 
 import math
+
+import pytest
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -439,3 +442,79 @@ def test_without_all_ack_only_the_lease_gives_send_ok():
     m.put(1), m.replicate(3), m.deliver_ack(3)  # one ack, no lease: a member that lacks it may be master now
     assert [(b, e) for _, b, e, _, _ in m.oks] == [(2, 2)]
     _check(m)
+
+
+# Why the new master's hold cannot end when the old master's other members connected to it (issue 23's idea of an
+# early end): each scenario passes with the full hold, and the model catches the early end as overlapping SEND_OKs.
+def _unseen_grow(early_end: bool) -> FenceModel:
+    """The new master (2) last read the set {1, 2} as a slave; the old master (1) has since grown it to {1, 2, 3}
+    (counted at once, the controller's answer lost), so 1 needs 3's ack too, and 3 still acks 1."""
+    m = _model()
+    m.toggle_ha_link(3), m.ha_connection_times_out(3), m.deliver_ack(2)
+    m.alter_sync_state_set(1, lost=False)
+    m.heartbeat(2)
+    assert m.state.sync_state_set == {1, 2}  # what 2 saw last as a slave
+    m.toggle_ha_link(3), m.deliver_ack(3)
+    m.alter_sync_state_set(1, lost=True)
+    assert m.nodes[1].view.counted == {2, 3}
+    m.put(1), m.replicate(2), m.replicate(3), m.deliver_ack(2)  # 3's ack of m1 is on its way
+    m.toggle_ha_link(2)  # 2's reset will not reach the old master: it keeps 2's ack
+    m.reset_seen_by_controller_only(1)
+    m.heartbeat(2), m.heartbeat(2)
+    assert m.nodes[2].role == ("M", 2)
+    if early_end:  # "the old master's set was {old master, this broker}: no hold needed"
+        m.nodes[2].fence.hold_until = -math.inf
+    m.put(2)
+    m.deliver_ack(3)  # 3 has not heard of the election: the old master releases m1 now
+    return m
+
+
+def test_the_hold_covers_a_member_the_new_master_did_not_know_the_old_master_counted():
+    m = _unseen_grow(early_end=False)
+    _check(m)
+    m.tick(3.0)
+    assert [(b, e) for _, b, e, _, _ in m.oks] == [(1, 1), (2, 2)]
+    _check(m)
+
+
+def test_ending_the_hold_on_the_set_the_new_master_last_read_overlaps_send_oks():
+    m = _unseen_grow(early_end=True)
+    with pytest.raises(AssertionError, match="older masterEpoch"):
+        m.send_ok_periods_never_overlap()
+
+
+def _release_by_set_change(early_end: bool) -> FenceModel:
+    """Every other member (3) connected to the new master, so no ack reaches the old master any more; it still
+    releases m1 on 2's earlier ack when its unsettled grow is refused (CONTROLLER_FENCED_MASTER_EPOCH settles it)."""
+    m = _model()
+    m.toggle_ha_link(3), m.ha_connection_times_out(3), m.deliver_ack(2)
+    m.alter_sync_state_set(1, lost=False)
+    m.heartbeat(2), m.heartbeat(3)
+    m.toggle_ha_link(3), m.deliver_ack(3)
+    m.toggle_controller_link(1)
+    m.alter_sync_state_set(1, lost=False)  # unanswered: {2, 3} counted
+    m.put(1), m.replicate(2), m.deliver_ack(2)  # 3 never gets m1
+    m.toggle_ha_link(2)  # 2's reset will not reach the old master: it keeps 2's ack
+    m.reset_seen_by_controller_only(1)
+    m.heartbeat(2), m.heartbeat(2), m.heartbeat(3)
+    assert m.nodes[2].role == ("M", 2) and m.nodes[3].role == ("S", 2, 2)
+    if early_end:  # "every other member is a slave of the new master: none can ack the old one"
+        m.nodes[2].fence.hold_until = -math.inf
+    m.put(2)
+    m.toggle_controller_link(1)
+    m.alter_sync_state_set(1, lost=False)  # refused: the old master's set shrinks back to {1, 2}, m1 released
+    return m
+
+
+def test_the_hold_covers_a_release_by_a_set_change_after_every_member_left_the_old_master():
+    m = _release_by_set_change(early_end=False)
+    _check(m)
+    m.tick(3.0)
+    assert [(b, e) for _, b, e, _, _ in m.oks] == [(1, 1), (2, 2)]
+    _check(m)
+
+
+def test_ending_the_hold_once_every_other_member_connected_overlaps_send_oks():
+    m = _release_by_set_change(early_end=True)
+    with pytest.raises(AssertionError, match="older masterEpoch"):
+        m.send_ok_periods_never_overlap()

@@ -115,6 +115,16 @@ def test_environment_overrides_deployment_keys(tmp_path):
     assert settings.broker.broker_ip1 == "192.0.2.7"
 
 
+def test_the_controller_list_comes_from_the_environment_over_the_file(tmp_path):
+    """docker-compose.controller.yml names the controllers by the addresses the host reaches too, so the list the
+    brokers report (clusterList's controller footer) works from outside the compose network."""
+    path = write(tmp_path, "enableControllerMode=true\ncontrollerAddr=ns1:9876\nhaAuthSecret=0123456789abcdef0123\n")
+    assert load_broker_settings(path, environ={}).controller.controller_addrs == ["ns1:9876"]
+    env = {"CONTROLLER_ADDR": "10.157.0.11:9876;10.157.0.12:9876"}
+    assert load_broker_settings(path, environ=env).controller.controller_addrs == ["10.157.0.11:9876",
+                                                                                 "10.157.0.12:9876"]
+
+
 def test_a_malformed_nameserver_list_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="not host:port"):
         load_broker_settings(write(tmp_path, "namesrvAddr=ns1:9876;ns2\n"), environ={})

@@ -100,3 +100,12 @@ def test_the_embedded_controller_reads_its_keys_from_the_nameservers_file(tmp_pa
     path.write_text("enableControllerInNamesrv=true\ncontrollerStoreEtcdEndpoints=nope\n")
     with pytest.raises(ConfigError, match="controllerStoreEtcdEndpoints"):
         load_namesrv_config(path)
+
+
+def test_controller_advertised_addr_comes_from_the_environment_over_the_file(tmp_path):
+    """One conf for every nameserver of a compose file: each is told its own address by CONTROLLER_ADVERTISED_ADDR."""
+    path = tmp_path / "namesrv.conf"
+    path.write_text("enableControllerInNamesrv=true\ncontrollerAdvertisedAddr=ns:9876\n")
+    assert load_namesrv_config(path, environ={}).controller.controller_advertised_addr == "ns:9876"
+    env = {"CONTROLLER_ADVERTISED_ADDR": "10.157.0.12:9876"}
+    assert load_namesrv_config(path, environ=env).controller.controller_advertised_addr == "10.157.0.12:9876"

@@ -11,10 +11,11 @@ import pytest
 from remoting.client import RemotingClient
 from remoting.codes import ResponseCode
 from remoting.connection import Limits
-from remoting.errors import RemotingClosedError, RemotingTimeoutError
+from remoting.errors import RemotingClosedError, RemotingConnectError, RemotingTimeoutError
 from remoting.frame_codec import FrameDecoder, RemotingCommand, decode, encode_bytes, response_to
 from remoting.headers import Fields
 from remoting.server import RemotingServer
+from harness.hanging_port import hanging_port
 from harness.waiting import async_wait_until
 
 ECHO, HOLD, BIG, NEEDS_INT, BOOM = 1, 3, 4, 5, 6
@@ -99,19 +100,9 @@ async def test_a_failing_processor_is_answered_1_and_logs_at_most_one_traceback_
 
 async def test_closing_a_client_ends_a_connect_that_hangs_so_no_task_outlives_it():
     """A peer whose accept queue is full drops the SYN (as a partitioned host does): the connect hangs."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)
-    port = listener.getsockname()[1]
-    fillers = []
-    for _ in range(4):
-        filler = socket.socket()
-        filler.setblocking(False)
-        filler.connect_ex(("127.0.0.1", port))
-        fillers.append(filler)
-    cli = RemotingClient(connect_timeout_s=30)
-    call = asyncio.ensure_future(cli.invoke(f"127.0.0.1:{port}", RemotingCommand(ECHO), 30))
-    try:
+    with hanging_port() as port:
+        cli = RemotingClient(connect_timeout_s=30)
+        call = asyncio.ensure_future(cli.invoke(f"127.0.0.1:{port}", RemotingCommand(ECHO), 30))
         addr = f"127.0.0.1:{port}"
         await async_wait_until(lambda: addr in cli.connecting, 5, "the connect to start")
         assert not call.done(), "the connect was expected to hang on the full accept queue"
@@ -119,9 +110,6 @@ async def test_closing_a_client_ends_a_connect_that_hangs_so_no_task_outlives_it
         await cli.close()
         left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
         assert not left, f"tasks outlived the closed client: {left}"
-    finally:
-        for sock in (*fillers, listener):
-            sock.close()
 
 
 async def test_oneway_is_served_and_not_answered(server, client):
@@ -290,3 +278,39 @@ def test_a_deferred_answer_resolved_before_it_is_taken_is_delivered_on_bind():
     answer.resolve("twice")  # only the first counts
     answer.bind(got.append)
     assert got == ["early"]
+
+
+async def test_an_address_whose_connect_hung_gets_the_short_wait_next_time():
+    with hanging_port() as port:
+        cli = RemotingClient(connect_timeout_s=0.6, reconnect_timeout_s=0.1)
+        addr = f"127.0.0.1:{port}"
+        try:
+            for wait in ("0.6", "0.1"):
+                with pytest.raises(RemotingConnectError) as err:
+                    await cli.invoke(addr, RemotingCommand(ECHO), 5)
+                assert f"no answer to connect within {wait} s" in str(err.value)
+        finally:
+            await cli.close()
+
+
+async def test_an_address_whose_connection_was_lost_gets_the_short_wait_and_a_good_one_the_full_wait():
+    """A killed container's address: the connection closes, then SYNs to it vanish (the new master is elsewhere)."""
+    server = RemotingServer("lost", "127.0.0.1", 0)
+    server.register(ECHO, lambda conn, cmd: response_to(cmd, ResponseCode.SUCCESS))
+    port = await server.start()
+    addr = f"127.0.0.1:{port}"
+    cli = RemotingClient(connect_timeout_s=0.6, reconnect_timeout_s=0.1)
+    try:
+        assert (await cli.invoke(addr, RemotingCommand(ECHO), 5)).code == ResponseCode.SUCCESS
+        await server.stop(0.1)
+        await async_wait_until(lambda: cli.cached(addr) is None, 5, "the client to see its connection closed")
+        with hanging_port(port=port):
+            with pytest.raises(RemotingConnectError) as err:
+                await cli.invoke(addr, RemotingCommand(ECHO), 5)
+        assert "no answer to connect within 0.1 s" in str(err.value)
+        with hanging_port() as other:  # an address this client never lost waits the full connect timeout
+            with pytest.raises(RemotingConnectError) as err:
+                await cli.invoke(f"127.0.0.1:{other}", RemotingCommand(ECHO), 5)
+        assert "no answer to connect within 0.6 s" in str(err.value)
+    finally:
+        await cli.close()
