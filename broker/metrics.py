@@ -187,6 +187,7 @@ class BrokerMetrics:
         self._status_cells: dict[str, tuple] = {}
         for status in ("PUT_OK", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE"):
             self._status(status)  # so rate()/status panels have series before the first failure
+        self._ok_cells = self._status("PUT_OK")
         self._pull_found, self._pull_empty = self.pulls.cell("true"), self.pulls.cell("false")
 
     # providers ----------------------------------------------------------------------------------------------
@@ -254,6 +255,20 @@ class BrokerMetrics:
                 self.message_size.observe(total_bytes, 1, cells[2])
             elif msg_count > 1:
                 raise ValueError("on_send: pass sizes= for a batch of more than one message")
+
+    def on_single_stored(self, topic: str, size: int) -> None:
+        """``on_send(topic, 1, size, PutStatus.PUT_OK)``, the answer of nearly every single-message send, without
+        the status's name lookup (one call per request of RocketMQ's clients)."""
+        cells = self._in_cells.get((topic, "normal"))
+        if cells is None:
+            self.on_send(topic, 1, size, "PUT_OK")
+            return
+        ok = self._ok_cells
+        ok[0][0] += 1
+        ok[1][0] += 1
+        cells[0][0] += 1
+        cells[1][0] += size
+        self.message_size.observe(size, 1, cells[2])
 
     def on_pull(self, topic: str, group: str, msg_count: int, total_bytes: int, suggested_slave: bool = False) -> None:
         """One pull request answered (``msg_count`` 0 when nothing was found)."""

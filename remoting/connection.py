@@ -605,7 +605,8 @@ class Connection(asyncio.Protocol):
 
     def _served(self, task: asyncio.Task) -> None:
         self._serving.discard(task)
-        self.account()
+        if not self._flush_scheduled:  # else the flush this answer scheduled accounts once for the whole pass
+            self.account()
         if (
             "load" in self._pause_reasons
             and len(self._serving) < self.limits.max_requests

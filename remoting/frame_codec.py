@@ -52,6 +52,7 @@ _BIN_FIXED = struct.Struct(">hBhii")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _LANGUAGE_NAMES = {lc.name: lc for lc in LanguageCode}
+_LANGUAGE_BY_CODE = {int(lc): lc.name for lc in LanguageCode}  # LanguageCode(n) per answer costs more than its write
 _TYPE_NAMES = {SERIALIZE_JSON: "JSON", SERIALIZE_ROCKETMQ: "ROCKETMQ"}
 
 
@@ -156,12 +157,20 @@ def _text(value: object) -> str:
 _dumps = orjson.dumps
 
 
+def _ext_texts(ext: dict) -> dict:
+    """``ext`` as the wire's map of strings: itself when every value is one already (every processor's answer)."""
+    for v in ext.values():
+        if type(v) is not str:
+            return {k: _text(v) for k, v in ext.items() if v is not None}
+    return ext
+
+
 def encode_json_header(cmd: RemotingCommand) -> bytes:
     header: dict[str, object] = {"code": cmd.code}
     if cmd.ext:
-        header["extFields"] = {k: _text(v) for k, v in cmd.ext.items() if v is not None}
+        header["extFields"] = _ext_texts(cmd.ext)
     header["flag"] = cmd.flag
-    header["language"] = _language_name(cmd.language)
+    header["language"] = _LANGUAGE_BY_CODE.get(cmd.language) or _language_name(cmd.language)
     header["opaque"] = cmd.opaque
     if cmd.remark is not None:
         header["remark"] = cmd.remark
@@ -178,12 +187,10 @@ def encode_binary_header(cmd: RemotingCommand) -> bytes:
         remark,
     ]
     entries = []
-    for key, value in (cmd.ext or {}).items():
-        if value is None:
-            continue
+    for key, value in _ext_texts(cmd.ext).items() if cmd.ext else ():
         k = key.encode()
-        v = _text(value).encode()
-        entries.append(_I16.pack(len(k)) + k + _I32.pack(len(v)) + v)
+        v = value.encode()
+        entries.append(b"".join((_I16.pack(len(k)), k, _I32.pack(len(v)), v)))
     ext = b"".join(entries)
     parts.append(_I32.pack(len(ext)))
     parts.append(ext)
@@ -267,10 +274,13 @@ def _decode_json_header(raw: bytes) -> RemotingCommand:
     if raw_ext is not None:
         if not isinstance(raw_ext, dict):
             problem = f"extFields is a {type(raw_ext).__name__}; send an object of header fields with scalar values"
-        elif all(type(v) is str for v in raw_ext.values()):
-            ext = raw_ext
-        else:  # the C++ client sends numbers; nested values are refused
-            ext, problem = _scalar_texts(raw_ext)
+        else:
+            for v in raw_ext.values():  # a loop, not all() over a generator: this runs for every request
+                if type(v) is not str:  # the C++ client sends numbers; nested values are refused
+                    ext, problem = _scalar_texts(raw_ext)
+                    break
+            else:
+                ext = raw_ext
     cmd = RemotingCommand(code, opaque=opaque, flag=flag, remark=remark, ext=ext, language=lang, version=version)
     cmd.problem = problem
     return cmd

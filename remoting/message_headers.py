@@ -78,12 +78,18 @@ class SendHeader:
 
     @classmethod
     def parse(cls, code: int, ext: dict[str, str] | None) -> SendHeader:
+        return cls.parse_plain(code, ext)[0]
+
+    @classmethod
+    def parse_plain(cls, code: int, ext: dict[str, str] | None) -> tuple[SendHeader, bool]:
+        """``parse``, and whether the header was plain: every number it carries is unsigned decimal digits of a
+        size in range (a broker then need not look for signs again)."""
         if ext is not None:
             v2 = code != RequestCode.SEND_MESSAGE and "b" in ext
             fast = _parse_plain(code, ext, _V2_NAMES if v2 else _V1_NAMES)
             if fast is not None:
-                return fast
-        return cls.parse_fields(code, ext)
+                return fast, True
+        return cls.parse_fields(code, ext), False
 
     @classmethod
     def parse_fields(cls, code: int, ext: dict[str, str] | None) -> SendHeader:
@@ -163,11 +169,19 @@ def _parse_plain(code: int, ext: dict[str, str], names: tuple[str, ...]) -> Send
         return None
     if names is _V2_NAMES and not _V1_SET.isdisjoint(ext):  # V1 names inside a V2 header: the general rules
         return None
-    d_nums_i, queue_i, sys_i, flag_i, recon_i = (_small(d_nums, 10), _small(queue, 10), _small(sys_flag, 10),
-                                                 _small(flag, 10), _small(recon, 10))
-    born_i = _small(born, 19)
-    if None in (d_nums_i, queue_i, sys_i, flag_i, recon_i, born_i):
-        return None
+    small = (d_nums, queue, sys_flag, flag, recon)
+    if (
+        d_nums and sys_flag and flag and recon and born and len(born) < 19 and max(map(len, small)) < 10
+        and (joined := "".join(small) + born).isdigit() and joined.isascii()
+    ):  # what every client sends: all five present, digits only; one check for all of them
+        d_nums_i, queue_i, sys_i, flag_i, recon_i = map(int, small)
+        born_i = int(born)
+    else:
+        d_nums_i, queue_i, sys_i, flag_i, recon_i = (_small(d_nums, 10), _small(queue, 10), _small(sys_flag, 10),
+                                                     _small(flag, 10), _small(recon, 10))
+        born_i = _small(born, 19)
+        if None in (d_nums_i, queue_i, sys_i, flag_i, recon_i, born_i):
+            return None
     max_recon_i = None
     if max_recon:
         max_recon_i = _small(max_recon, 10)

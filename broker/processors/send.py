@@ -50,7 +50,7 @@ from broker.processors.status_map import put_code
 from broker.store.types import MessageDraft, PutResult, PutStatus, RawBatch
 from remoting.codes import RequestCode, ResponseCode
 from remoting.connection import Connection, DeferredAnswer, await_answer
-from remoting.frame_codec import RemotingCommand, response_to
+from remoting.frame_codec import FLAG_RESPONSE, RemotingCommand, response_to
 from remoting.headers import parse_host_port
 from remoting.message_codec import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -159,7 +159,10 @@ class _Batch:
         )
 
 
-def _single(ctx: BrokerContext, conn: Connection, h: SendHeader, body: bytes, target: Target) -> _Batch | str:
+def _single_draft(
+    ctx: BrokerContext, conn: Connection, h: SendHeader, body: bytes, target: Target
+) -> tuple[MessageDraft, bool] | str:
+    """The one message of a single send and its WAIT, or why it is refused."""
     size = len(body)
     if size == 0:
         return "message 0 has an empty body; send a non-empty body"
@@ -172,8 +175,15 @@ def _single(ctx: BrokerContext, conn: Connection, h: SendHeader, body: bytes, ta
     props, wait = _batch_properties(ctx, h.properties)
     if target.to_dlq:
         props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-    draft = MessageDraft(body, props, h.flag, h.born_timestamp, _born_host(conn), h.reconsume_times, h.sys_flag)
-    return _Batch([size], wait, lambda: [props.get(PROPERTY_UNIQ_KEY, "")], drafts=[draft])
+    return MessageDraft(body, props, h.flag, h.born_timestamp, _born_host(conn), h.reconsume_times, h.sys_flag), wait
+
+
+def _single(ctx: BrokerContext, conn: Connection, h: SendHeader, body: bytes, target: Target) -> _Batch | str:
+    single = _single_draft(ctx, conn, h, body, target)
+    if isinstance(single, str):
+        return single
+    draft, wait = single
+    return _Batch([len(body)], wait, lambda: [draft.properties.get(PROPERTY_UNIQ_KEY, "")], drafts=[draft])
 
 
 def _batch(ctx: BrokerContext, conn: Connection, h: SendHeader, body: bytes) -> _Batch | str:
@@ -259,9 +269,9 @@ async def serve_send(ctx: BrokerContext, conn: Connection, request: RemotingComm
 
 
 def _checked(ctx: BrokerContext, request: RemotingCommand) -> RemotingCommand | tuple[SendHeader, float | None, Target]:
-    h = SendHeader.parse(request.code, request.ext)
-    deadline = answer_deadline(h.timeout_millis)
-    ext = request.ext
+    h, plain = SendHeader.parse_plain(request.code, request.ext)
+    deadline = answer_deadline(h.timeout_millis) if h.timeout_millis is not None else None
+    ext = None if plain else request.ext  # a plain header's numbers are digits only: no sign to look for
     bad = validate.send_header(ext, request.code != RequestCode.SEND_MESSAGE and bool(ext) and "b" in ext,
                                h.sys_flag, h.born_timestamp)
     if bad:
@@ -278,28 +288,42 @@ def _send_grouped(
     ctx: BrokerContext, conn: Connection, request: RemotingCommand, h: SendHeader, target: Target,
     deadline: float | None,
 ) -> RemotingCommand | DeferredAnswer:
-    batch = _single(ctx, conn, h, request.body_bytes(), target)
-    if isinstance(batch, str):
+    single = _single_draft(ctx, conn, h, request.body_bytes(), target)
+    if isinstance(single, str):
         _count(ctx, target.topic, 1, ResponseCode.MESSAGE_ILLEGAL, None)
-        return _refuse(request, ResponseCode.MESSAGE_ILLEGAL, batch, target.queue_id)
+        return _refuse(request, ResponseCode.MESSAGE_ILLEGAL, single, target.queue_id)
+    draft, wait = single
+    sizes = [len(draft.body)]
     answer = DeferredAnswer()
+    queue_text = str(target.queue_id)
 
     def done(result: PutResult) -> None:
         if answer.cancelled:  # the connection closed meanwhile: the message is stored, its answer has nowhere to go
             return
         try:
-            reply, status = _stored_reply(ctx, request, target, result, 1)
-            _count(ctx, target.topic, 1, status, batch.sizes)
+            if result.status is PutStatus.PUT_OK and not result.remark:  # nearly every answer: no lookups, no lists
+                ctx.stats.put.add(1)
+                reply = RemotingCommand(
+                    ResponseCode.SUCCESS, opaque=request.opaque, flag=FLAG_RESPONSE,
+                    serialize_type=request.serialize_type,
+                    ext={"msgId": f"{ctx.offset_msg_id_prefix}{result.physical_offsets[0]:016X}",
+                         "queueId": queue_text, "queueOffset": str(result.queue_offset), "MSG_REGION": MSG_REGION,
+                         "TRACE_ON": TRACE_ON},
+                )
+                if ctx.metrics is not None:
+                    ctx.metrics.on_single_stored(target.topic, sizes[0])
+            else:
+                reply, status = _stored_reply(ctx, request, target, result, 1)
+                _count(ctx, target.topic, 1, status, sizes)
         except Exception as exc:  # noqa: BLE001 - the sender gets an answer, the log the traceback
             log.exception("answering a grouped send failed")
             reply = response_to(request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
         answer.resolve(reply)
 
-    put = ctx.store.put_grouped(target.topic, target.queue_id, batch.drafts[0], wait=batch.wait, deadline=deadline,
-                                on_done=done)
+    put = ctx.store.put_grouped(target.topic, target.queue_id, draft, wait=wait, deadline=deadline, on_done=done)
     if put is not None:  # refused at once
         reply, status = _stored_reply(ctx, request, target, put, 1)
-        _count(ctx, target.topic, 1, status, batch.sizes)
+        _count(ctx, target.topic, 1, status, sizes)
         return reply
     return answer
 

@@ -111,6 +111,18 @@ async def test_metrics_server_says_which_port_is_taken():
 COMMON = {"cluster": "C1", "node_type": "broker", "node_id": "broker-a", "broker_id": "0", "role": "SYNC_MASTER"}
 
 
+def test_single_stored_shortcut_exposes_what_on_send_does():
+    """The grouped single send's shortcut (first call per topic through on_send, then cached cells)."""
+    reg_a, a = broker()
+    reg_b, b = broker()
+    for topic, size in (("T", 10), ("T", 5000), ("U", 1024), ("T", 2_000_000), ("U", 1)):
+        a.on_send(topic, 1, size, PutStatus.PUT_OK)
+        b.on_single_stored(topic, size)
+    assert generate_latest(reg_a) == generate_latest(reg_b)
+    assert value(reg_b, "rocketmq_messages_in_total", topic="T", **COMMON) == 3
+    assert value(reg_b, "rocketmq_send_requests_total", status="PUT_OK") == 5
+
+
 def test_send_counts_messages_bytes_sizes_and_status_per_batch():
     registry, m = broker()
     m.on_send("T", 3, 3000, PutStatus.PUT_OK, sizes=[1000, 1000, 1000])
