@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import logging
 import mmap
 import os
@@ -149,10 +150,17 @@ class MappedFile:
         cache: FileCache | None = None,
     ) -> MappedFile:
         """Make a new zero-filled file: fully allocated, or ``sparse`` with ``reserve`` bytes allocated; ENOSPC
-        surfaces here as OSError."""
+        surfaces here as OSError, an existing file as FileExistsError.
+
+        The file is sized under a temporary name (``CREATING_SUFFIX``) and linked to its own name only once it has
+        its full size, so a crash in the middle (a SIGKILL during a preallocation) never leaves a short file under
+        a store name, which the next start would have to refuse; loading deletes such leftovers."""
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / file_name(start_offset)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        if path.exists():
+            raise FileExistsError(errno.EEXIST, "store file exists", str(path))
+        creating = directory / (path.name + CREATING_SUFFIX)
+        fd = os.open(creating, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
             if sparse:
                 os.ftruncate(fd, file_size)
@@ -164,11 +172,13 @@ class MappedFile:
                 allocated = file_size
                 if warm:
                     _pretouch(fd, file_size)
+            os.link(creating, path)  # exclusive and atomic: FileExistsError when another creation won
         except BaseException:
             os.close(fd)
             with contextlib.suppress(OSError):
-                path.unlink()
+                creating.unlink()
             raise
+        creating.unlink()
         return cls(path, start_offset, file_size, fd, allocated=allocated, cache=cache)
 
     @classmethod
@@ -384,6 +394,9 @@ class MappedFile:
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path.name}, wrote={self.wrote_position}, flushed={self.flushed_position})"
+
+
+CREATING_SUFFIX = ".creating"  # a file being sized under its future name plus this (see MappedFile.create)
 
 
 def _check_size(path: Path, actual: int, file_size: int) -> None:

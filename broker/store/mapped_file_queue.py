@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 
 from broker.store.checkpoint import LOCK_FILE
-from broker.store.mapped_file import FileCache, MappedFile, parse_file_name
+from broker.store.mapped_file import CREATING_SUFFIX, FileCache, MappedFile, parse_file_name
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,11 @@ class MappedFileQueue:
         for entry in os.scandir(self.directory):
             start = parse_file_name(entry.name)
             if start is None:
-                if entry.is_file() and entry.name != LOCK_FILE:
+                if entry.name.endswith(CREATING_SUFFIX) and entry.is_file():
+                    # a creation a crash interrupted: it never held data (its own name is linked only once sized)
+                    log.info("%s: removing %s (a file creation a crash interrupted)", self.directory, entry.name)
+                    os.unlink(entry.path)
+                elif entry.is_file() and entry.name != LOCK_FILE:
                     log.warning("%s: ignoring %s (not a store file name)", self.directory, entry.name)
                 continue
             paths.append((start, Path(entry.path)))
