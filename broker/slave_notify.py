@@ -50,7 +50,7 @@ TOPICS, GROUPS = "topicConfigChanged", "subscriptionGroupChanged"
 AUTH = "authChanged"  # users or ACLs changed: the slave pulls both (AUTH_LIST_USER / AUTH_LIST_ACL, inner credentials)
 MAX_SUBSCRIBERS = 16
 MIN_INTERVAL_S = 0.05
-REPLICATED_WAIT_S = 3.0  # how long updateTopic / updateSubGroup wait for the slaves to hold their change
+REPLICATED_WAIT_S = 1.0  # how long updateTopic / updateSubGroup wait for the slaves (well inside a client's 3 s timeout)
 
 
 async def slaves_hold(notifier: SlaveNotifier | None, kind: str, counter: int) -> str:
