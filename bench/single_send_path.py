@@ -89,7 +89,8 @@ def _check(frame: bytes) -> None:
 async def run(requests: int, binary: bool, inflight: int, index: bool = True) -> None:
     from bench import broker_path_bench
 
-    broker_context = getattr(broker_path_bench, "broker_context", None) or broker_path_bench._context  # older trees
+    # a tree measured with --tree may predate the public name; its own private one is all it has
+    broker_context = getattr(broker_path_bench, "broker_context", None) or getattr(broker_path_bench, "_context")
     from broker.processors import send
     from remoting.server import RemotingServer
 

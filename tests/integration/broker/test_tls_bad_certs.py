@@ -12,7 +12,7 @@ import pytest
 
 from client import AdminClient, tls_context
 from client.errors import MQClientError
-from harness.memory_attacks import sample_value
+from harness.metrics_page import sample_value
 from harness.procs import Broker, Namesrv
 from harness.tls_certs import CertsUnavailable, make_certs
 from harness.waiting import wait_until

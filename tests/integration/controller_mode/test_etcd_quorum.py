@@ -17,8 +17,9 @@ from harness.checker import Mode
 from harness.controller_mode import SendLog, controller_broker, controller_namesrv, drain, replica_info
 from harness.controller_mode import sync_state_set_is
 from harness.etcd import EtcdCluster, ensure_etcd
+from harness.metrics_page import first_sample
 from harness.waiting import async_wait_until
-from tests.integration.controller_mode.test_mqctl import run, run_json, sample
+from tests.integration.controller_mode.test_mqctl import run, run_json
 from tests.integration.ctl.cli import mqctl
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -96,7 +97,7 @@ async def test_etcd_majority_lost_brokers_keep_their_roles_and_sync_sends_keep_s
     brokers = await whole_group(tmp_path, qns)
     producer = await Producer("quorum-producer", qns.addr, send_timeout_s=8.0).start()
     log = SendLog(GROUP, TOPIC)
-    elections = lambda: sample(qns.metrics_port, "rocketmq_controller_elections_total",  # noqa: E731
+    elections = lambda: first_sample(qns.metrics_port, "rocketmq_controller_elections_total",  # noqa: E731
                                broker_name=GROUP, result="elected")
     try:
         for i in range(20):
@@ -117,7 +118,7 @@ async def test_etcd_majority_lost_brokers_keep_their_roles_and_sync_sends_keep_s
         while time.monotonic() - gone_at < 6.0:
             statuses.append(await log.produce(producer, f"during-{len(log.sends)}"))
         assert statuses and all(s is SendStatus.SEND_OK for s in statuses), statuses
-        assert sample(brokers[0].metrics_port, "rocketmq_fenced_sends_total") == 0
+        assert first_sample(brokers[0].metrics_port, "rocketmq_fenced_sends_total") == 0
 
         # mqctl says why: getSyncStateSet names etcd; clusterList and getControllerMetaData too
         result = await asyncio.to_thread(mqctl, "getSyncStateSet", "-n", qns.addr, "-b", GROUP)

@@ -102,7 +102,12 @@ async def test_a_killed_slave_never_lets_a_sync_master_answer_send_ok_and_catche
     await wait_slaves_ok(mc)
     before = await send_batches(mc, "TK", 2, 20, 10, "before")
     assert {c for _, c in before} == {SEND_OK}
-    s.kill()  # SIGKILL: the master sees the HA connection close at once
+    s.kill()  # SIGKILL: the master sees the HA connection close (a send that beats it waits, then times out)
+
+    async def slave_gone() -> bool:
+        return (await slave_states(mc)).get(1) in (None, "DISCONNECTED")
+
+    await async_wait_until(slave_gone, 10, "the master to see its slave's HA connection close", 0.05)
     away = await send_batches(mc, "TK", 2, 40, 10, "away")
     assert {c for _, c in away} == {SLAVE_NOT_AVAILABLE}, "a SYNC_MASTER answered SEND_OK without its slave"
     s.start(30)
