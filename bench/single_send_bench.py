@@ -44,10 +44,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from bench.cpu import cpu_s, settle  # noqa: E402
-from bench.deploy_bench import BROKER_READY, NAMESRV_READY, Server, tree_broker_keys  # noqa: E402
-from harness.procs import free_port  # noqa: E402
+from bench.deploy_bench import Server, start_cluster  # noqa: E402
 
-BROKER_NAME = "broker-a"
 DRIVERS = ("json", "binary", "cpp")
 GOAL_MASTER_US, GOAL_X = 35.0, 2.5
 ISSUE = {"rocketmq4_client_msg_per_s": 10_000, "master_cpu_us_per_msg": 100.0}
@@ -263,25 +261,7 @@ async def run_once(tree, run: int, args, root: Path) -> list[dict]:
     servers: list[Server] = []
     rows = []
     try:
-        ns = Server(tree, "namesrv", work / "namesrv", "namesrv",
-                    lambda: {"listenPort": free_port(), "metricsPromExporterPort": free_port()}, NAMESRV_READY)
-        servers.append(await ns.start())
-        ns_addr = f"127.0.0.1:{ns.conf['listenPort']}"
-        extra = tree_broker_keys(tree)
-
-        def broker_conf(broker_id: int, role: str, sub: str):
-            return lambda: {
-                "brokerName": BROKER_NAME, "brokerId": broker_id, "brokerRole": role, "namesrvAddr": ns_addr,
-                "brokerIP1": "127.0.0.1", "listenPort": free_port(), "haListenPort": free_port(),
-                "metricsPromExporterPort": free_port(), "storePathRootDir": str(work / sub / "store"),
-                **{key: value() for key, value in extra.items()},
-            }
-
-        master = Server(tree, "broker", work / "master", "master", broker_conf(0, "SYNC_MASTER", "master"),
-                        BROKER_READY)
-        servers.append(await master.start())
-        slave = Server(tree, "broker", work / "slave", "slave", broker_conf(1, "SLAVE", "slave"), BROKER_READY)
-        servers.append(await slave.start())
+        _, master, slave, ns_addr = await start_cluster(tree, "sync", work, servers)
         master_addr = f"127.0.0.1:{master.conf['listenPort']}"
         topic = f"Single_{tree.name}_{run}_{int(time.time() * 1000) % 10_000_000}"
         await _create_topic(ns_addr, master_addr, topic, args.queues)
