@@ -40,6 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.cpu import cpu_s, settle
 from bench.report import print_table, write_json
+from bench.topics import create_routed_topic
 from client import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
 from common import event_loop
 from harness.procs import Broker, scratch_broker
@@ -69,15 +70,7 @@ async def run_once(
 ) -> dict:
     topic = f"Bench_{name}_{int(time.time() * 1000) % 10_000_000}"
     async with AdminClient(ns_addr) as admin:
-        await admin.update_topic(broker.addr, topic, read_queue_nums=args.queues, write_queue_nums=args.queues)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            try:
-                if (await admin.topic_route(topic)).publish_queues:
-                    break
-            except Exception:
-                pass
-            await asyncio.sleep(0.1)
+        await create_routed_topic(admin, broker.addr, topic, args.queues)
 
     consumer = ConsumerSide(args, ns_addr, topic, f"BenchGroup_{name}")
     await consumer.start()

@@ -30,7 +30,6 @@ small. Usage: ``python -m bench.rocketmq5_bench [--count 3000] [--inflight 64] [
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -45,6 +44,7 @@ sys.path.insert(0, str(REPO))
 from bench.cpu import cpu_s, settle, stat_cpu_s
 from bench.grpc_floor import SERVER_KINDS
 from bench.report import print_table, write_json
+from bench.topics import create_routed_topic
 from client import AdminClient, Message, Producer
 from common import event_loop
 from harness.procs import Broker, scratch_broker
@@ -53,15 +53,7 @@ from harness.rocketmq5 import Rmq5Client, client_python
 
 async def make_topic(ns_addr: str, broker: Broker, topic: str, queues: int) -> None:
     async with AdminClient(ns_addr) as admin:
-        await admin.update_topic(broker.addr, topic, read_queue_nums=queues, write_queue_nums=queues)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            try:
-                if (await admin.topic_route(topic)).publish_queues:
-                    return
-            except Exception:  # noqa: BLE001, S110 - not routed yet
-                pass
-            await asyncio.sleep(0.1)
+        await create_routed_topic(admin, broker.addr, topic, queues)
 
 
 def cpu_split(pid: int) -> tuple[float, float]:

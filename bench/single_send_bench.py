@@ -45,6 +45,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from bench.cpu import cpu_s, settle  # noqa: E402
 from bench.deploy_bench import Server, start_cluster  # noqa: E402
+from bench.topics import create_routed_topic  # noqa: E402
 
 DRIVERS = ("json", "binary", "cpp")
 GOAL_MASTER_US, GOAL_X = 35.0, 2.5
@@ -215,16 +216,7 @@ async def _create_topic(namesrv: str, master_addr: str, topic: str, queues: int)
     from client.admin import AdminClient
 
     async with AdminClient(namesrv) as admin:
-        await admin.update_topic(master_addr, topic, read_queue_nums=queues, write_queue_nums=queues)
-        end = time.monotonic() + 60
-        while time.monotonic() < end:
-            try:
-                if (await admin.topic_route(topic)).publish_queues:
-                    return
-            except Exception:  # noqa: BLE001 - not registered yet
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"the nameserver never routed {topic}")
+        await create_routed_topic(admin, master_addr, topic, queues, timeout_s=60.0)
 
 
 async def _window(driver, pids: dict[str, int], warmup: float, seconds: float) -> dict:

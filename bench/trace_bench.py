@@ -16,6 +16,7 @@ import time
 from bench.closed_loop import send_closed_loop
 from bench.cpu import cpu_s, settle
 from bench.report import median_of, print_table, write_json
+from bench.topics import create_routed_topic
 from client import AdminClient, Message, Producer
 from harness.procs import scratch_broker
 
@@ -39,14 +40,7 @@ async def run(namesrv: str, broker_pid: int, topic: str, messages: int, senders:
 
 async def create(namesrv: str, broker_addr: str, topic: str) -> None:
     async with AdminClient(namesrv) as admin:
-        await admin.update_topic(broker_addr, topic, read_queue_nums=4, write_queue_nums=4)
-        for _ in range(200):
-            try:
-                if (await admin.topic_route(topic)).publish_queues:
-                    return
-            except Exception:
-                pass
-            await asyncio.sleep(0.05)
+        await create_routed_topic(admin, broker_addr, topic, 4, timeout_s=10.0)
 
 
 def main() -> None:
