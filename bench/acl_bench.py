@@ -27,6 +27,7 @@ from pathlib import Path
 from bench.closed_loop import send_closed_loop
 from bench.cpu import cpu_s, settle
 from bench.report import median_of, print_table, write_json
+from bench.topics import create_routed_topic
 
 BENCH_USER, BENCH_PW = "bench", "bench-secret"
 ROOT, ROOT_PW = "root", "root-secret-bench"
@@ -127,20 +128,12 @@ async def _prepare(ns_addr: str, broker_addr: str, acl: bool) -> None:
     from client import AdminClient, acl_admin
 
     async with AdminClient(ns_addr, credentials=(ROOT, ROOT_PW) if acl else None) as admin:
-        await admin.update_topic(broker_addr, TOPIC, read_queue_nums=4, write_queue_nums=4)
+        await create_routed_topic(admin, broker_addr, TOPIC, 4, timeout_s=10.0)
         if acl:
             for addr in (broker_addr, ns_addr):
                 await acl_admin.create_user(admin, addr, acl_admin.user_info(BENCH_USER, BENCH_PW, "Normal"))
                 await acl_admin.create_acl(admin, addr, acl_admin.acl_info(
                     f"User:{BENCH_USER}", [f"Topic:{TOPIC}", "Group:bench-*"], ["Pub", "Sub"]))
-        for _ in range(200):
-            try:
-                if (await admin.topic_route(TOPIC)).publish_queues:
-                    return
-            except Exception:  # noqa: BLE001 - not routed yet
-                pass
-            await asyncio.sleep(0.05)
-    raise RuntimeError(f"{TOPIC} never got a route")
 
 
 async def _produce_consume(ns_addr: str, broker_pid: int, acl: bool, messages: int, senders: int, round_no: int):
