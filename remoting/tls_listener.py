@@ -8,10 +8,9 @@ by the first byte (0x16 opens a TLS handshake record). So this listener accepts 
 Bounds: from accept to a finished handshake a connection has ``handshake_timeout_s`` (a peer that sends nothing,
 or stops halfway through its handshake, is closed then); at most ``max_pending`` connections are between accept and
 their protocol at once, and at most ``max_pending_per_host`` from one source address. When all are taken, the
-oldest connection that has not sent a byte for ``EVICT_SILENT_AFTER_S`` gives its place to the newcomer, else the
-newcomer is closed at once: silent sockets hold at most that many descriptors and a few KiB each, and a flood of
-them from one address, or of silent ones from many, does not keep real clients out (the HA port's handshake slots
-follow the same rule). On an enforcing port a plaintext first byte is closed with a log line saying the
+oldest connection that has not sent a byte gives its place to the newcomer (``common.silent_slots``, the rule of
+the HA port's handshake slots too), else the newcomer is closed at once: silent sockets hold at most that many
+descriptors and a few KiB each, and a flood of them from one address, or from many, does not keep real clients out. On an enforcing port a plaintext first byte is closed with a log line saying the
 port wants TLS; a failed handshake (a client certificate from another CA, an expired one, none when one is
 required) is closed with one naming the reason. Every such line is rate-limited (a peer repeats them at will) and
 every close is counted by reason through ``on_refused`` (the process's ``HeldBytes.closed``, so the metrics
@@ -30,16 +29,15 @@ import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from common.log import RateLimitedLog
+from common.silent_slots import Place, SilentSlots
 from remoting.tls import TLS_RECORD_HANDSHAKE, TlsMode
 
 log = logging.getLogger(__name__)
 
 MAX_PENDING = 256  # connections between accept and their protocol (first byte or handshake outstanding)
 MAX_PENDING_PER_HOST = 32  # of those, from one source address (a client process opens a few at once)
-EVICT_SILENT_AFTER_S = 0.25  # a pending connection silent this long gives its place to a newcomer
 
 # why a connection was closed before it reached its protocol (label values of the closes counter)
 HANDSHAKE_TIMEOUT = "tls_handshake_timeout"
@@ -75,13 +73,12 @@ class GuardedListener:
         self.protocol_factory = protocol_factory
         self._serve = serve or self._terminate
         self.handshake_timeout_s = handshake_timeout_s
-        self.max_pending = max_pending
-        self.max_pending_per_host = max_pending_per_host
+        self.places = SilentSlots(total=max_pending, per_host=max_pending_per_host)
         self.on_refused = on_refused
         self.refused: dict[str, int] = dict.fromkeys(REASONS, 0)
         self._sock: socket.socket | None = None
         self._accept_task: asyncio.Task | None = None
-        self._pending: dict[asyncio.Task, _Pending] = {}
+        self._pending: dict[Place, asyncio.Task] = {}
 
     @property
     def pending(self) -> int:
@@ -110,7 +107,7 @@ class GuardedListener:
         if self._accept_task is not None:
             self._accept_task.cancel()
             self._accept_task = None
-        for task in list(self._pending):
+        for task in list(self._pending.values()):
             task.cancel()
         if self._sock is not None:
             self._sock.close()
@@ -118,7 +115,7 @@ class GuardedListener:
 
     async def wait_closed(self) -> None:
         if self._pending:
-            await asyncio.gather(*self._pending, return_exceptions=True)
+            await asyncio.gather(*self._pending.values(), return_exceptions=True)
 
     # accept ------------------------------------------------------------------------------------------------
     async def _accept_loop(self) -> None:
@@ -132,47 +129,31 @@ class GuardedListener:
                 await asyncio.sleep(0.1)
                 continue
             host = addr[0] if isinstance(addr, tuple) else str(addr)
-            if not self._make_room(host):
+            now = time.monotonic()
+            _, place, victim = self.places.claim(host, now)
+            if place is None:
                 self._refuse(PENDING_FULL)
-                pending_log.warning("%s: closed %s at once: %d connections (%d from its address) are still in their "
-                                    "TLS handshake or have not sent a byte, none of them silent for long enough to "
-                                    "give way", self.name, _fmt(addr), len(self._pending),
-                                    self._from_host(host))
+                pending_log.warning("%s: closed %s at once: %d connections (%d from its address) are in their TLS "
+                                    "handshake, none of them silent", self.name, _fmt(addr), len(self.places),
+                                    self.places.from_host(host))
                 conn.close()
                 continue
+            if victim is not None:
+                self._refuse(HANDSHAKE_TIMEOUT)
+                pending_log.warning("%s: a connection from %s sent nothing for %.2f s; closed to make room for a "
+                                    "newcomer (silent connections cannot hold a TLS port's places)", self.name,
+                                    victim.host, now - victim.started)
+                self._pending.pop(victim).cancel()
             conn.setblocking(False)
-            entry = _Pending(host, time.monotonic())
-            task = loop.create_task(self._sort(conn, _fmt(addr), entry))
-            self._pending[task] = entry
-            task.add_done_callback(self._forget)
+            task = loop.create_task(self._sort(conn, _fmt(addr), place))
+            self._pending[place] = task
+            task.add_done_callback(lambda _t, place=place: self._forget(place))
 
-    def _forget(self, task: asyncio.Task) -> None:
-        self._pending.pop(task, None)
+    def _forget(self, place: Place) -> None:
+        self.places.release(place)
+        self._pending.pop(place, None)
 
-    def _from_host(self, host: str) -> int:
-        return sum(1 for p in self._pending.values() if p.host == host)
-
-    def _make_room(self, host: str) -> bool:
-        """Whether a newcomer from ``host`` may be sorted, closing the oldest silent pending connection (of that
-        host when its own cap is what is full) to make room."""
-        host_full = self._from_host(host) >= self.max_pending_per_host
-        if not host_full and len(self._pending) < self.max_pending:
-            return True
-        now = time.monotonic()
-        silent = [(p.started, task) for task, p in self._pending.items()
-                  if not p.spoke and now - p.started >= EVICT_SILENT_AFTER_S and (not host_full or p.host == host)]
-        if not silent:
-            return False
-        _, victim = min(silent, key=lambda item: item[0])
-        self._refuse(HANDSHAKE_TIMEOUT)
-        pending_log.warning("%s: a connection from %s sent nothing for %.2f s; closed to make room for a newcomer "
-                            "(silent connections cannot hold a TLS port's places)", self.name,
-                            self._pending[victim].host, now - self._pending[victim].started)
-        victim.cancel()
-        del self._pending[victim]
-        return True
-
-    async def _sort(self, conn: socket.socket, peer: str, entry: _Pending) -> None:
+    async def _sort(self, conn: socket.socket, peer: str, entry: Place) -> None:
         handed = False
         deadline = time.monotonic() + self.handshake_timeout_s
         try:
@@ -245,13 +226,6 @@ async def _peek(conn: socket.socket) -> bytes:
             await ready
         finally:
             loop.remove_reader(fd)
-
-
-@dataclass
-class _Pending:
-    host: str
-    started: float
-    spoke: bool = False  # its first byte arrived (it is in its handshake now, no longer a candidate for eviction)
 
 
 def _set_once(fut: asyncio.Future) -> None:

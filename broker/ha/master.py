@@ -17,10 +17,10 @@ claimant that proved the secret while the first still reads is an alarm (an ERRO
 ``counters.duplicate_claims``, exported as ``rocketmq_ha_duplicate_slave_claims_total``) and is refused: the
 secret proves membership of the cluster, not being that slave, and a swap would hand SYNC acks to the newcomer.
 
-Handshake slots (``state.HandshakeSlots``): at most ``MAX_HANDSHAKES_PER_HOST`` per source address; addresses a
+Handshake slots (``common.silent_slots``): at most ``MAX_HANDSHAKES_PER_HOST`` per source address; addresses a
 slave authenticated from draw from ``RESERVED_HANDSHAKES`` slots of their own, every other address shares
-``MAX_HANDSHAKES``; a peer that sent no hello for ``EVICT_SILENT_AFTER_S`` gives its slot to a newcomer, and the
-hello is due within ``HELLO_TIMEOUT_S``. So silent sockets cannot lock a real slave out (issue 22 item 2). At most
+``MAX_HANDSHAKES``; when they are taken, the oldest handshake that sent no hello yet gives its slot to a newcomer,
+and the hello is due within ``HELLO_TIMEOUT_S``. So silent sockets cannot lock a real slave out (issue 22 item 2). At most
 ``MAX_CONNECTIONS`` slaves are served. Refusals and evictions are logged through ``RateLimitedLog`` (a peer can
 cause them at will).
 
@@ -48,15 +48,13 @@ from broker.ha.state import (
     CloseReason,
     ConnState,
     HACounters,
-    Handshake,
-    HandshakeSlots,
     SlaveLink,
-    SlotVerdict,
     admit,
     check_hello,
     proof_matches,
 )
 from common.log import RateLimitedLog
+from common.silent_slots import Place, SilentSlots, SlotVerdict
 from remoting.tls import TlsConfig, TlsMode
 from remoting.tls_listener import GuardedListener
 from remoting.ha_codec import (
@@ -79,7 +77,6 @@ HELLO_TIMEOUT_S = 1.0  # a slave sends its hello with its connect
 MAX_HANDSHAKES = 64  # handshakes in progress from addresses no slave authenticated from (a bound on idle sockets)
 RESERVED_HANDSHAKES = 16  # kept for addresses a slave authenticated from before
 MAX_HANDSHAKES_PER_HOST = 4  # per source address (a slave needs one; a restarting one briefly two)
-EVICT_SILENT_AFTER_S = 0.25  # a handshake without a hello for this long gives its slot to a newcomer
 LOG_EVERY_S = 10.0  # refusal and eviction lines: at most one per kind per interval, with the count left out
 MAX_CONNECTIONS = 64  # slaves per master; beyond it peers are refused (a bound on accepted sockets)
 MAX_LINKS_KEPT = 64
@@ -108,9 +105,9 @@ class HAMaster:
         self.links: dict[int, SlaveLink] = {}  # brokerId -> last known state
         self.policy = TransferPolicy.from_config(store_config)  # read by every connection
         self._server: asyncio.AbstractServer | GuardedListener | None = None
-        self.slots = HandshakeSlots(total=MAX_HANDSHAKES, per_host=MAX_HANDSHAKES_PER_HOST,
-                                    reserved=RESERVED_HANDSHAKES, evict_after_s=EVICT_SILENT_AFTER_S)
-        self._handshakes: dict[Handshake, tuple[asyncio.Task | None, asyncio.StreamWriter]] = {}
+        self.slots = SilentSlots(total=MAX_HANDSHAKES, per_host=MAX_HANDSHAKES_PER_HOST,
+                                 reserved=RESERVED_HANDSHAKES)
+        self._handshakes: dict[Place, tuple[asyncio.Task | None, asyncio.StreamWriter]] = {}
         self._listening = False
         self._slot_log = RateLimitedLog(log, LOG_EVERY_S)  # peers closed at once or evicted
         self._refusal_log = RateLimitedLog(log, LOG_EVERY_S)  # handshakes refused or abandoned
@@ -219,7 +216,7 @@ class HAMaster:
         verdict, mine, victim = self.slots.claim(host, time.monotonic())
         if mine is None:
             self.counters.refused += 1
-            why = (f"{MAX_HANDSHAKES_PER_HOST} handshakes from {host} already in progress"
+            why = (f"{MAX_HANDSHAKES_PER_HOST} handshakes from {host} already in progress, each past its hello"
                    if verdict is SlotVerdict.HOST_FULL else "every handshake slot is taken by a peer that talks")
             self._slot_log.warning("HA peer %s closed at once: %s", peer, why)
             writer.close()
@@ -255,7 +252,7 @@ class HAMaster:
             writer.close()
 
     async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                            peer: str, mine: Handshake) -> Hello | None:
+                            peer: str, mine: Place) -> Hello | None:
         """Hello, challenge, proof. Returns the hello of a peer that passed; None when it was refused or left."""
         stage = "hello"
         try:
@@ -301,7 +298,7 @@ class HAMaster:
             writer.close()
         return None
 
-    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, mine: Handshake) -> None:
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, mine: Place) -> None:
         peer = _peer(writer)
         if not self._listening:
             writer.close()

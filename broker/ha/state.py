@@ -4,7 +4,6 @@ Pure functions, no I/O and no clock reads, so they can be tested against a model
 - ``check_hello``: does this hello claim to be a slave of this broker group? (Whether it is one is settled by the
   proof of the secret that follows, ``proof_matches``.)
 - ``admit``: may an authenticated (or, in unsafe mode, unauthenticated) slave take the brokerId it claims?
-- ``HandshakeSlots``: may a new peer start a handshake (per-address limits, slots kept for known slaves)?
 - ``choose_start``: where the master starts streaming to a slave (DESIGN §3: MIN_OFFSET / LAST_FILE, explicit
   errors for a slave behind the master's min or ahead of its max);
 - ``judge_report``: what a slave's 8-byte report means on an established connection (RocketMQ #3015: an ack
@@ -114,82 +113,6 @@ def admit(*, authenticated: bool, live_with_same_id: bool, old_silent_s: float =
     if old_silent_s >= idle_s:
         return Admission.REPLACE
     return Admission.DUPLICATE if authenticated else Admission.REFUSE
-
-
-class SlotVerdict(enum.Enum):
-    ADMIT = "ADMIT"  # a free slot
-    EVICT = "EVICT"  # the slot of the oldest handshake that has sent nothing for a while (returned as the victim)
-    HOST_FULL = "HOST_FULL"  # this source address has ``per_host`` handshakes in progress, none evictable
-    POOL_FULL = "POOL_FULL"  # the pool has no free and no evictable slot
-
-
-@dataclass(slots=True, eq=False)
-class Handshake:
-    """One handshake in progress: where from, since when, and whether its hello arrived."""
-
-    host: str
-    started: float
-    known: bool  # drawn from the pool of hosts this master has authenticated slaves from
-    spoke: bool = False  # the hello arrived (a real slave sends it with its connect)
-
-
-class HandshakeSlots:
-    """Who may start an HA handshake, so silent or slow peers never lock a real slave out (issue 22 item 2).
-
-    - A source address (host) has at most ``per_host`` handshakes in progress.
-    - Hosts this master has authenticated a slave from (``learn``; the last ``known_max``) draw from a pool of
-      ``reserved`` slots of their own; every other host shares ``total`` slots. A flood from other addresses
-      never touches the slots of a known slave's address.
-    - When the host's or the pool's slots are taken, the newcomer takes the slot of the oldest handshake that has
-      sent no hello for ``evict_after_s`` (that one is closed): a real slave sends its hello with its connect, so
-      silent sockets, from any address, cannot hold slots against it; only a peer that talks keeps a slot, for
-      the handshake's deadline at most.
-    Pure (the caller passes the clock and closes what is evicted).
-    """
-
-    def __init__(self, *, total: int, per_host: int, reserved: int, evict_after_s: float, known_max: int = 64) -> None:
-        self.total = total
-        self.per_host = per_host
-        self.reserved = reserved
-        self.evict_after_s = evict_after_s
-        self.known_max = known_max
-        self.known: dict[str, None] = {}  # insertion-ordered: the oldest learned host is forgotten first
-        self.active: list[Handshake] = []
-
-    def learn(self, host: str) -> None:
-        """A slave authenticated from ``host``: its later handshakes use the reserved pool."""
-        self.known.pop(host, None)
-        self.known[host] = None
-        while len(self.known) > self.known_max:
-            del self.known[next(iter(self.known))]
-
-    def claim(self, host: str, now: float) -> tuple[SlotVerdict, Handshake | None, Handshake | None]:
-        """(verdict, the newcomer's handshake or None, the evicted handshake or None); the caller closes the
-        evicted one and later ``release``s every handshake it was given."""
-        known = host in self.known
-        same_host = [h for h in self.active if h.host == host]
-        pool = [h for h in self.active if h.known == known]
-        cap = self.reserved if known else self.total
-        victim = None
-        verdict = SlotVerdict.ADMIT
-        if len(same_host) >= self.per_host or len(pool) >= cap:
-            full = same_host if len(same_host) >= self.per_host else pool
-            victim = min((h for h in full if not h.spoke and now - h.started >= self.evict_after_s),
-                         key=lambda h: h.started, default=None)
-            if victim is None:
-                return (SlotVerdict.HOST_FULL if full is same_host else SlotVerdict.POOL_FULL), None, None
-            self.active.remove(victim)
-            verdict = SlotVerdict.EVICT
-        mine = Handshake(host=host, started=now, known=known)
-        self.active.append(mine)
-        return verdict, mine, victim
-
-    def release(self, handshake: Handshake) -> None:
-        if handshake in self.active:
-            self.active.remove(handshake)
-
-    def __len__(self) -> int:
-        return len(self.active)
 
 
 @dataclass(frozen=True, slots=True)

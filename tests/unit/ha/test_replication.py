@@ -361,15 +361,22 @@ async def test_handshakes_in_progress_are_bounded(tmp_path, monkeypatch):
 
     monkeypatch.setattr(master_mod, "MAX_HANDSHAKES", 3)
     monkeypatch.setattr(master_mod, "MAX_HANDSHAKES_PER_HOST", 10)
-    monkeypatch.setattr(master_mod, "EVICT_SILENT_AFTER_S", 60.0)  # the bound alone: no silent one gives way
     m = await h.master(tmp_path / "m", BrokerRole.ASYNC_MASTER)
-    for _ in range(3):
-        await h.RawPeer.connect(m.ha_addr)  # silent: no hello (the conftest closes them)
+    silent = [await h.RawPeer.connect(m.ha_addr) for _ in range(3)]  # no hello (the conftest closes them)
     await async_wait_until(lambda: m.ha.master.handshakes_in_progress == 3, 5, "3 handshakes in progress")
+    newcomer = await h.RawPeer.connect(m.ha_addr)
+    assert await silent[0].closed_by_peer()  # the oldest silent one gave its slot to the newcomer
+    assert m.ha.counters.handshakes_evicted == 1 and m.ha.master.handshakes_in_progress == 3
+    newcomer.close()
+    talkers = [await h.RawPeer.connect(m.ha_addr) for _ in range(3)]
+    for peer in talkers:  # a hello and no proof: each holds its slot until the handshake's deadline
+        peer.hello()
+        assert isinstance(await peer.next_frame(), ha_codec.Challenge)
+    refused = m.ha.counters.refused  # the silent ones may have missed their hello deadline by now
     extra = await h.RawPeer.connect(m.ha_addr)
     assert await extra.closed_by_peer()  # closed at once, without waiting for its hello
-    assert m.ha.counters.refused == 1
-    await h.slave(tmp_path / "s", m)  # the real slave gets in once the silent ones missed their hello deadline
+    assert m.ha.counters.refused == refused + 1
+    await h.slave(tmp_path / "s", m)  # the real slave gets in once the talkers missed their deadline
     await async_wait_until(lambda: m.ha.master.connected_slaves() == 1, 20, "the slave connected")
 
 

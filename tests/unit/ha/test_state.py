@@ -1,4 +1,4 @@
-"""Pure HA decisions: where streaming starts, how a report is judged, who may connect, what state a link is in."""
+"""Pure HA decisions: where streaming starts, how a report is judged, what state a link is in."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ from hypothesis import strategies as st
 from broker.config import CatchUpFrom
 from broker.ha.state import (
     Admission,
-    HandshakeSlots,
     SlaveState,
-    SlotVerdict,
     Verdict,
     admit,
     check_hello,
@@ -78,62 +76,6 @@ def test_a_live_broker_id_is_taken_over_only_once_its_link_is_proven_dead(authen
     else:
         model = Admission.DUPLICATE if authenticated else Admission.REFUSE  # never a swap while it reads
     assert got is model
-
-
-def slots(**kw) -> HandshakeSlots:
-    return HandshakeSlots(**{"total": 4, "per_host": 2, "reserved": 2, "evict_after_s": 0.25, **kw})
-
-
-def test_a_source_address_gets_per_host_handshakes_and_then_only_a_silent_ones_slot():
-    s = slots()
-    a1 = s.claim("10.0.0.9", 0.0)[1]
-    s.claim("10.0.0.9", 0.0)
-    assert s.claim("10.0.0.9", 0.1) == (SlotVerdict.HOST_FULL, None, None)  # both are fresh
-    assert s.claim("10.0.0.8", 0.1)[0] is SlotVerdict.ADMIT  # another address is not affected
-    verdict, mine, victim = s.claim("10.0.0.9", 0.3)
-    assert verdict is SlotVerdict.EVICT and victim is a1 and mine.host == "10.0.0.9"
-    for h in list(s.active):
-        h.spoke = True
-    assert s.claim("10.0.0.9", 9.0)[0] is SlotVerdict.HOST_FULL  # peers that talk keep their slots
-
-
-def test_silent_sockets_from_many_addresses_never_take_the_slots_of_a_known_slave_address():
-    s = slots()
-    s.learn("10.0.0.1")
-    for i in range(4):
-        s.claim(f"10.0.1.{i}", 0.0)[1].spoke = True  # the shared pool is full of peers that talk
-    assert s.claim("10.0.1.9", 0.1)[0] is SlotVerdict.POOL_FULL
-    verdict, mine, _ = s.claim("10.0.0.1", 0.1)
-    assert verdict is SlotVerdict.ADMIT and mine.known
-    s.release(mine)
-    assert len(s) == 4
-
-
-@given(events=st.lists(st.tuples(st.integers(0, 5), st.floats(0, 0.5), st.booleans()), max_size=60))
-def test_slots_stay_within_their_bounds_and_a_fresh_or_talking_handshake_is_never_evicted(events):
-    s = slots()
-    s.learn("h0")
-    now = 0.0
-    for host_no, dt, release in events:
-        now += dt
-        before = list(s.active)
-        verdict, mine, victim = s.claim(f"h{host_no}", now)
-        if victim is not None:
-            assert victim in before and not victim.spoke and now - victim.started >= 0.25
-        hosts = [h.host for h in s.active]
-        assert all(hosts.count(x) <= 2 for x in hosts)
-        assert sum(h.known for h in s.active) <= 2 and sum(not h.known for h in s.active) <= 4
-        if mine is not None and release:
-            mine.spoke = True
-        if mine is not None and host_no % 3 == 0:
-            s.release(mine)
-
-
-def test_known_addresses_are_bounded_and_the_oldest_is_forgotten_first():
-    s = slots(known_max=2)
-    for host in ("a", "b", "a", "c"):
-        s.learn(host)
-    assert list(s.known) == ["a", "c"]
 
 
 @given(connected=st.booleans(), silent=st.integers(-1, 30_000), stale_after=st.integers(1, 20_000),
