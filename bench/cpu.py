@@ -22,6 +22,20 @@ def cpu_s(pid: int | None = None) -> float:
     return stat_cpu_s(f"/proc/{pid or os.getpid()}/stat")
 
 
+def runq_wait_s(pid: int) -> float:
+    """Seconds the threads of process ``pid`` spent runnable but waiting for a CPU (the second field of each
+    thread's /proc schedstat; 0 where the kernel keeps no schedstats). Tells a pipeline bubble (every process
+    waits on another: cores idle, no run-queue wait) from contention (processes wait for a core)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as fh:
+                total += int(fh.read().split()[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError):  # a thread that ended meanwhile
+            continue
+    return total / 1e9
+
+
 async def settle(*pids: int, idle_cores: float = 0.05, window_s: float = 0.5, limit_s: float = 30.0) -> float:
     """Wait until every process in ``pids`` uses under ``idle_cores`` of CPU over ``window_s``; returns the
     seconds waited (at most ``limit_s``).

@@ -25,7 +25,9 @@ Options: ``--senders`` (64) and ``--queues`` (8, the topic's queue count); ``--s
 exporter on and adds where a send's time goes: the producer's mean send latency, the master's replica wait
 (append -> HA frame -> slave append -> report -> release, from ``rocketmq_ha_sync_wait_seconds``), the rest
 (SDK coalescing, the wire both ways, the master's work around the wait), messages per SEND request and per
-replica wait, the master's event-loop lag, total CPU per message of all processes and the cores they kept busy.
+replica wait, the master's event-loop lag, total CPU per message of all processes, the cores they kept busy and how many of
+their threads waited for a core on average (``runq_wait_cores``, from /proc schedstat: idle cores with no such
+wait are a bubble in the pipeline; a wait with busy cores is contention).
 
 Reported per run and as medians per (tree, role): msg/s sent (sends that returned a SendResult) and consumed
 in the window, send p50/p99 and end-to-end p50/p99 (born timestamp to listener), CPU µs per message sent of
@@ -64,7 +66,7 @@ REPO = HERE.parent
 CLIENTS = HERE / "deploy_clients.py"  # run by path in a tree's environment
 sys.path.insert(0, str(REPO))
 
-from bench.cpu import cpu_s, settle  # noqa: E402
+from bench.cpu import cpu_s, runq_wait_s, settle  # noqa: E402
 from harness.procs import free_port  # noqa: E402
 
 NAMESRV_READY = re.compile(r"The Name Server boot success\. listen=(\S+)")
@@ -317,15 +319,16 @@ async def run_once(tree, role: str, run: int, args, root: Path) -> dict:
 
         metrics_port = master.conf["metricsPromExporterPort"]
 
-        async def mark() -> tuple[dict, dict, dict, dict]:
+        async def mark() -> tuple[dict, dict, dict, dict, dict]:
             (p, c), cpu = await marked(pids, [producer, consumer])
-            return p, c, cpu, (await asyncio.to_thread(scrape, metrics_port) if args.stages else {})
+            waits = {k: runq_wait_s(pid) for k, pid in pids.items()}
+            return p, c, cpu, (await asyncio.to_thread(scrape, metrics_port) if args.stages else {}), waits
 
         producer.send("start")
         await asyncio.sleep(args.warmup)
-        p0, c0, cpu0, m0 = await mark()
+        p0, c0, cpu0, m0, w0 = await mark()
         await asyncio.sleep(args.seconds)
-        p1, c1, cpu1, m1 = await mark()
+        p1, c1, cpu1, m1, w1 = await mark()
         sent = p1["sent"] - p0["sent"]
         elapsed = p1["t"] - p0["t"]
         consumed = c1["received"] - c0["received"]
@@ -351,6 +354,9 @@ async def run_once(tree, role: str, run: int, args, root: Path) -> dict:
         }
         row.update(stages(p1, m0, m1, sent, cpu0, cpu1))
         row["cores_busy"] = round(sum(cpu1[k] - cpu0[k] for k in cpu1) / elapsed, 2)
+        # threads runnable but without a core, on average: ~0 with idle cores means a bubble, not contention
+        row["runq_wait_cores"] = round(sum(w1[k] - w0[k] for k in w1) / elapsed, 2)
+        row["master_runq_wait_cores"] = round((w1["master"] - w0["master"]) / elapsed, 3)
         ok = row["statuses"].get("SEND_OK", 0)
         row["send_ok_share"] = round(ok / max(1, sent), 4)
         return row
@@ -369,7 +375,7 @@ COLUMNS = ["tree", "role", "runs", "sent_msg_per_s", "x_sent", "consumed_msg_per
            "total_cpu_us_per_msg", "cores_busy"]
 STAGE_COLUMNS = ["tree", "role", "send_mean_ms", "stage_replica_wait_ms", "stage_outside_wait_ms",
                  "msgs_per_request", "msgs_per_replica_wait", "master_loop_lag_ms", "total_cpu_us_per_msg",
-                 "cores_busy"]
+                 "cores_busy", "runq_wait_cores", "master_runq_wait_cores"]
 
 
 async def main_async(args, trees) -> list[dict]:
