@@ -162,6 +162,8 @@ async def test_bad_management_input_and_bad_keys_are_refused_and_nothing_is_stor
         bad = await root.request(RequestCode.AUTH_CREATE_ACL, {"subject": "User:x"}, json.dumps(
             acl_admin.acl_info("User:x", ["Topic:t"], ["Pub"], source_ips=["10.0.0.999/8"])).encode())
         assert bad.code == ResponseCode.INVALID_PARAMETER and "CIDR" in bad.remark
+        bad = await root.request(RequestCode.AUTH_DELETE_USER, {"username": ""})  # no name (a missing user is done)
+        assert bad.code == ResponseCode.INVALID_PARAMETER and "username" in bad.remark
         secrets = await root.request(RequestCode.AUTH_LIST_USER, {"withPassword": "true"})  # the slaves' own call
         assert secrets.code == ResponseCode.NO_PERMISSION and "innerClientAuthenticationCredentials" in secrets.remark
         assert ROOT_PW.encode() not in secrets.body_bytes()

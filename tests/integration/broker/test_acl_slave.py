@@ -159,9 +159,21 @@ def test_user_and_acl_changes_reach_the_slave_by_the_masters_push(tmp_path):
         wait_until(lambda: pull_code("hank", "hank-pw-7")[0] == allowed, 5,
                    "the slave to take hank's Deny from the master's push")
 
-        asyncio.run(on_master(lambda admin, addr: acl_admin.delete_user(admin, addr, "hank")))
+        from tests.integration.ctl.cli import mqctl
+
+        env = {"MQCTL_ACCESS_KEY": ROOT, "MQCTL_SECRET_KEY": ROOT_PW, "NAMESRV_ADDR": ns.addr}
+        deleted = mqctl("deleteUser", "-u", "hank", "-c", "DefaultCluster", env=env)  # the nameserver never had him
+        assert deleted.exit_code == 0, deleted.output
+        assert m.addr in deleted.output and ns.addr in deleted.output and s.addr not in deleted.output
         wait_until(lambda: "no user 'hank'" in pull_code("hank", "hank-pw-7")[1], 5,
                    "the slave to drop hank as its master did")
+
+        async def delete_as_mqadmin_does(addr: str) -> RemotingCommand:
+            async with BrokerClient(addr, credentials=(ROOT, ROOT_PW)) as client:
+                return await client.request(RequestCode.AUTH_DELETE_USER, {"username": "hank"})
+        for addr in (s.addr, m.addr):  # mqadmin deleteUser -c writes to the slaves too, after the push or not
+            again = asyncio.run(delete_as_mqadmin_does(addr))
+            assert again.code == ResponseCode.SUCCESS, (addr, again.remark)
         slave_log = s.log_path.read_text(errors="replace")
         assert "took" in slave_log and "users and" in slave_log
         assert "hank-pw-7" not in slave_log + m.log_path.read_text(errors="replace")
