@@ -42,7 +42,7 @@ from remoting.tls import TlsConfig
 from broker.controller_mode.config import ControllerModeConfig
 from common import conf
 from common.errors import ConfigError
-from common.ports import ANY_HOST, ListenPort, clashes, describe_clash
+from common.ports import ListenPort, check_exporter_type, clashes, describe_clash, exporter_ports
 from remoting.headers import NumberError, parse_int
 from remoting.held_bytes import DEFAULT_MAX_HELD_BYTES
 from remoting.message_codec import validate_topic
@@ -56,7 +56,6 @@ HA_SECRET_HINT = ("generate one secret per cluster (python3 -c 'import secrets; 
                   "ha-auth-secret; chmod 600 ha-auth-secret) and give the master and its slaves the same "
                   "haAuthSecretFile (or haAuthSecret)")
 
-METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")  # RocketMQ 5's names; its OTLP_GRPC and LOG exporters are not here
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 
@@ -326,11 +325,7 @@ class BrokerConfig:
         if self.broker_permission not in (2, 4, 6):
             raise ValueError("brokerPermission must be 2 (write), 4 (read) or 6 (read and write)")
         conf.validate_ranges(self)
-        if self.metrics_exporter_type not in METRICS_EXPORTER_TYPES:
-            raise ValueError(
-                f"metricsExporterType: {self.metrics_exporter_type!r} is not one of {', '.join(METRICS_EXPORTER_TYPES)}"
-                " (PROM serves /metrics on metricsPromExporterPort)"
-            )
+        check_exporter_type(self.metrics_exporter_type, " (PROM serves /metrics on metricsPromExporterPort)")
         bad_trace_topic = validate_topic(self.msg_trace_topic_name)
         if bad_trace_topic:
             raise ValueError(f"msgTraceTopicName: {bad_trace_topic}")
@@ -396,11 +391,8 @@ class BrokerSettings:
         if broker.grpc_server_port:
             ports.append(ListenPort("grpcServerPort", broker.grpc_server_port,
                                     hint="each broker of a host needs its own; 0 turns the RocketMQ 5 endpoint off"))
-        if broker.metrics_enabled and broker.metrics_prom_exporter_port:
-            ports.append(ListenPort("metricsPromExporterPort", broker.metrics_prom_exporter_port,
-                                    host=broker.metrics_prom_exporter_host or ANY_HOST,
-                                    hint="0 picks one; metricsExporterType=DISABLE turns the exporter off"))
-        return ports
+        return ports + exporter_ports(broker.metrics_exporter_type, broker.metrics_prom_exporter_port,
+                                      broker.metrics_prom_exporter_host)
 
     @property
     def ha_server_addr(self) -> str:

@@ -9,6 +9,10 @@ from another key (``fastListenPort`` = ``listenPort - 2``) says so, because the 
 The check and the real bind are separate: a process that takes a port in between still fails the real bind, with
 that server's own message. Port 0 ("any free port") is bound too and the port picked is returned, so the caller
 can listen there.
+
+The nameserver, the controller and the broker share RocketMQ 5's metrics exporter keys (``metricsExporterType``,
+``metricsPromExporterPort``, ``metricsPromExporterHost``): ``check_exporter_type`` and ``exporter_ports`` are the
+one reading of them all three configs use.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ ANY_HOST = "0.0.0.0"
 # examples, the Spark connector): that port on this host. One definition for namesrv/config.py and every client.
 NAMESRV_DEFAULT_PORT = 9876
 DEFAULT_NAMESRV_ADDR = f"127.0.0.1:{NAMESRV_DEFAULT_PORT}"
+METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")  # RocketMQ 5's names; its OTLP_GRPC and LOG exporters are not here
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,3 +119,21 @@ def check_ports(ports: Iterable[ListenPort], *, server: str, source: str = "") -
         head = f"{server} cannot listen on " if len(problems) == 1 else f"{server} cannot listen on {len(problems)} ports:\n  "
         raise PortInUseError(head + "\n  ".join(problems), keys)
     return bound
+
+
+def check_exporter_type(exporter_type: str, note: str = "") -> None:
+    """ValueError starting with the key (the loader prints "<file>: <key>: <problem>") unless ``exporter_type`` is
+    one of METRICS_EXPORTER_TYPES; ``note`` is appended to the message as is."""
+    if exporter_type not in METRICS_EXPORTER_TYPES:
+        choices = ", ".join(METRICS_EXPORTER_TYPES)
+        raise ValueError(f"metricsExporterType: {exporter_type!r} is not one of {choices}{note}")
+
+
+def exporter_ports(exporter_type: str, port: int, host: str) -> list[ListenPort]:
+    """The exporter's port as a server's ``listen_ports`` lists it: none unless ``metricsExporterType=PROM`` and
+    ``metricsPromExporterPort`` is not 0 (0 is picked at bind, so it cannot clash); an empty host is every
+    interface."""
+    if exporter_type != "PROM" or not port:
+        return []
+    return [ListenPort("metricsPromExporterPort", port, host=host or ANY_HOST,
+                       hint="0 picks one; metricsExporterType=DISABLE turns the exporter off")]

@@ -59,11 +59,15 @@ class Service:
         return self._stop_event.is_set()
 
     async def sleep(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``; return True at once if the service is stopping."""
+        """Sleep up to ``seconds``; return True at once if the service is stopping.
+
+        ``asyncio.timeout`` rather than ``wait_for``: on Python 3.11 wait_for wraps the wait in a Task, and periodic
+        loops (the flush services every few hundred ms) would make one per tick."""
         if self._stop_event.is_set():
             return True
         try:
-            await asyncio.wait_for(self._stop_event.wait(), timeout=max(0.0, seconds))
+            async with asyncio.timeout(max(0.0, seconds)):
+                await self._stop_event.wait()
             return True
         except TimeoutError:
             return False

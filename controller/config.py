@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import conf
-from common.ports import ANY_HOST, ListenPort
+from common.ports import ListenPort, check_exporter_type, exporter_ports
 from remoting.headers import parse_host_port
 
 CONTROLLER_DEFAULT_PORT = 9878
-METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")
 
 
 def parse_endpoints(text: str) -> list[tuple[str, int]]:
@@ -78,10 +77,7 @@ class ControllerConfig:
             raise ValueError(f"controllerStoreEtcdEndpoints: {exc}; give host:port[;host:port...] of etcd") from None
         if not self.controller_store_path_prefix.startswith("/"):
             raise ValueError("controllerStorePathPrefix: must start with '/' (for example /pyrmq)")
-        if self.metrics_exporter_type not in METRICS_EXPORTER_TYPES:
-            raise ValueError(
-                f"metricsExporterType: {self.metrics_exporter_type!r} is not one of {', '.join(METRICS_EXPORTER_TYPES)}"
-            )
+        check_exporter_type(self.metrics_exporter_type)
 
     @property
     def metrics_enabled(self) -> bool:
@@ -92,13 +88,10 @@ class ControllerConfig:
         return parse_endpoints(self.controller_store_etcd_endpoints)
 
     def listen_ports(self) -> list[ListenPort]:
-        ports = [ListenPort("listenPort", self.listen_port, host=self.listen_host,
-                            hint="brokers then need controllerAddr=<host>:<that port>")]
-        if self.metrics_enabled and self.metrics_prom_exporter_port:
-            ports.append(ListenPort("metricsPromExporterPort", self.metrics_prom_exporter_port,
-                                    host=self.metrics_prom_exporter_host or ANY_HOST,
-                                    hint="0 picks one; metricsExporterType=DISABLE turns the exporter off"))
-        return ports
+        return [ListenPort("listenPort", self.listen_port, host=self.listen_host,
+                           hint="brokers then need controllerAddr=<host>:<that port>"),
+                *exporter_ports(self.metrics_exporter_type, self.metrics_prom_exporter_port,
+                                self.metrics_prom_exporter_host)]
 
 
 def load_controller_config(path: str | Path | None) -> ControllerConfig:

@@ -30,13 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import conf
-from common.ports import ANY_HOST, NAMESRV_DEFAULT_PORT, ListenPort
+from common.ports import NAMESRV_DEFAULT_PORT, ListenPort, check_exporter_type, exporter_ports
 from broker.auth.config import AuthConfig
 from remoting.tls import TlsConfig
 from controller.config import ControllerConfig
 from remoting.held_bytes import DEFAULT_MAX_HELD_BYTES
 
-METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")
 _INTERVAL_MS = "milliseconds between scans; 0 would spin the loop"
 # Environment variables that may override a deployment key (DESIGN.md §6), as broker.config's ENV_OVERRIDES.
 ENV_OVERRIDES = {"CONTROLLER_ADVERTISED_ADDR": "controllerAdvertisedAddr"}
@@ -84,10 +83,7 @@ class NamesrvConfig:
         conf.validate_ranges(self)  # ports and intervals: the loader checked file values already, this is for code
         if not self.listen_host:
             raise ValueError("listenHost: must not be empty (0.0.0.0 listens on every interface)")
-        if self.metrics_exporter_type not in METRICS_EXPORTER_TYPES:
-            raise ValueError(
-                f"metricsExporterType: {self.metrics_exporter_type!r} is not one of {', '.join(METRICS_EXPORTER_TYPES)}"
-            )
+        check_exporter_type(self.metrics_exporter_type)
 
     @property
     def metrics_enabled(self) -> bool:
@@ -95,13 +91,10 @@ class NamesrvConfig:
 
     def listen_ports(self) -> list[ListenPort]:
         """Every port the nameserver binds, with the key that sets it (checked at start: a clash names the key)."""
-        ports = [ListenPort("listenPort", self.listen_port, host=self.listen_host,
-                            hint="brokers and clients then need namesrvAddr=<host>:<that port>")]
-        if self.metrics_enabled and self.metrics_prom_exporter_port:
-            ports.append(ListenPort("metricsPromExporterPort", self.metrics_prom_exporter_port,
-                                    host=self.metrics_prom_exporter_host or ANY_HOST,
-                                    hint="0 picks one; metricsExporterType=DISABLE turns the exporter off"))
-        return ports
+        return [ListenPort("listenPort", self.listen_port, host=self.listen_host,
+                           hint="brokers and clients then need namesrvAddr=<host>:<that port>"),
+                *exporter_ports(self.metrics_exporter_type, self.metrics_prom_exporter_port,
+                                self.metrics_prom_exporter_host)]
 
 
 def load_namesrv_config(path: str | Path | None, environ: dict[str, str] | None = None) -> NamesrvConfig:

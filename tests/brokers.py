@@ -1,9 +1,11 @@
 """Broker processes as the tiers' fixtures run them: one broker in a directory of its own, or a master with its
-slave. Each stops when the fixture or ``with`` block that started it ends, so no test needs a try/finally."""
+slave. Each stops when the fixture or ``with`` block that started it ends, so no test needs a try/finally. And the
+conf keys that turn ACL 2.0 on, for a broker, a nameserver or a controller alike (``acl_conf``)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,3 +31,13 @@ def master_and_slave(root: Path, namesrv_addr: str, name: str, role: str = "ASYN
         with Broker(root / "s", name=name, namesrv_addr=namesrv_addr, role="SLAVE", broker_id=1,
                     haMasterAddress=master.ha_addr, **conf) as slave:
             yield master, slave
+
+
+def acl_conf(root: str, password: str, *, inner: tuple[str, str] | None = None) -> dict[str, str]:
+    """Authentication and authorization on, ``root`` the init Super user (RocketMQ's ``initAuthenticationUser``);
+    ``inner`` (access key, secret key) is what the server signs its own calls to others with."""
+    conf = {"authenticationEnabled": "true", "authorizationEnabled": "true",
+            "initAuthenticationUser": json.dumps({"username": root, "password": password})}
+    if inner is not None:
+        conf["innerClientAuthenticationCredentials"] = json.dumps({"accessKey": inner[0], "secretKey": inner[1]})
+    return conf

@@ -135,11 +135,11 @@ class GroupCommitService(Service):
     async def _loop(self) -> None:
         while not self.stopping:
             if not self._waiters:
+                # No timeout (and no Task or timer per idle wait): work only comes with a waiter, and every waiter
+                # sets the event after it is queued, as on_stop does, so nothing is missed by waiting for it alone.
                 self._wakeup.clear()
-                try:
-                    await asyncio.wait_for(self._wakeup.wait(), 1.0)
-                except TimeoutError:
-                    continue
+                await self._wakeup.wait()
+                continue
             target = self._target_fn()
             try:
                 flushed = await self._flush_fn(target)

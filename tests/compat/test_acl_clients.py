@@ -11,24 +11,19 @@ authentication and authorization; the brokers' own calls signed with innerClient
 from __future__ import annotations
 
 import asyncio
-import json
-
 import pytest
 
 from client import AdminClient, acl_admin
 from harness.rocketmq5 import ClientError
 from harness.waiting import wait_until
+from tests.brokers import acl_conf
 from tests.compat import harness
 
 pytestmark = pytest.mark.integration
 
 ROOT, ROOT_PW = "root", "root-secret-compat"
 APP, APP_PW = "app", "app-secret-compat"
-AUTH = {
-    "authenticationEnabled": "true", "authorizationEnabled": "true",
-    "initAuthenticationUser": json.dumps({"username": ROOT, "password": ROOT_PW}),
-    "innerClientAuthenticationCredentials": json.dumps({"accessKey": "inner", "secretKey": "inner-secret-compat"}),
-}
+AUTH = acl_conf(ROOT, ROOT_PW, inner=("inner", "inner-secret-compat"))
 TOPIC, SECRET_TOPIC = harness.unique("AclCpp"), harness.unique("AclCppSecret")
 CPP_GROUP, V2_GROUP = harness.unique("GID_acl_cpp"), harness.unique("GID_acl_v2")
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from remoting import fastjson
+from remoting.acl_signature import signer
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode
 from remoting.frame_codec import RemotingCommand
@@ -191,9 +192,13 @@ def heartbeat_data(
 
 
 class BrokerClient:
-    def __init__(self, addr: str, local_host: str | None = None) -> None:
+    def __init__(self, addr: str, local_host: str | None = None,
+                 credentials: tuple[str, str] | None = None) -> None:
+        """``credentials`` (access key, secret key) sign every request as ACL 2.0's users do; None sends unsigned."""
         self.addr = addr
         self.remoting = RemotingClient(name="test-client", local_host=local_host)
+        if credentials is not None:
+            self.remoting.signer = signer(*credentials)
 
     async def close(self) -> None:
         await self.remoting.close()

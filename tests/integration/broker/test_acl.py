@@ -12,9 +12,9 @@ import pytest
 from client import AdminClient, BrokerError, Message, Producer, SendStatus
 from client import acl_admin
 from harness.memory_attacks import rss_bytes
-from remoting.acl_signature import sign, signer
+from remoting.acl_signature import sign
 from remoting.codes import RequestCode, ResponseCode
-from tests.brokers import broker_fixture
+from tests.brokers import acl_conf, broker_fixture
 from tests.integration.broker.rpc import BrokerClient, message
 
 pytestmark = pytest.mark.integration
@@ -25,11 +25,7 @@ ALICE_PW = "alice-secret-2"
 
 @pytest.fixture(scope="module")
 def master(tmp_path_factory, namesrv):
-    yield from broker_fixture(
-        tmp_path_factory, namesrv, "broker-acl",
-        authenticationEnabled="true", authorizationEnabled="true",
-        initAuthenticationUser=json.dumps({"username": ROOT, "password": ROOT_PW}),
-    )
+    yield from broker_fixture(tmp_path_factory, namesrv, "broker-acl", **acl_conf(ROOT, ROOT_PW))
 
 
 @pytest.fixture
@@ -39,10 +35,7 @@ async def root_admin(namesrv, master):
 
 
 def as_user(addr: str, access_key: str | None, secret_key: str = "") -> BrokerClient:
-    client = BrokerClient(addr)
-    if access_key is not None:
-        client.remoting.signer = signer(access_key, secret_key)
-    return client
+    return BrokerClient(addr, credentials=None if access_key is None else (access_key, secret_key))
 
 
 async def test_signed_users_are_served_and_others_refused_by_name_of_the_check(master, root_admin):
@@ -169,6 +162,8 @@ async def test_bad_management_input_and_bad_keys_are_refused_and_nothing_is_stor
         bad = await root.request(RequestCode.AUTH_CREATE_ACL, {"subject": "User:x"}, json.dumps(
             acl_admin.acl_info("User:x", ["Topic:t"], ["Pub"], source_ips=["10.0.0.999/8"])).encode())
         assert bad.code == ResponseCode.INVALID_PARAMETER and "CIDR" in bad.remark
+        bad = await root.request(RequestCode.AUTH_DELETE_USER, {"username": ""})  # no name (a missing user is done)
+        assert bad.code == ResponseCode.INVALID_PARAMETER and "username" in bad.remark
         secrets = await root.request(RequestCode.AUTH_LIST_USER, {"withPassword": "true"})  # the slaves' own call
         assert secrets.code == ResponseCode.NO_PERMISSION and "innerClientAuthenticationCredentials" in secrets.remark
         assert ROOT_PW.encode() not in secrets.body_bytes()
@@ -201,8 +196,7 @@ async def test_a_flood_of_failed_logins_is_throttled_per_address_and_others_are_
 
     before = master.log_path.read_text(errors="replace")
     rss_before = rss_bytes(master.pid)
-    attacker = BrokerClient(master.addr, local_host="127.0.0.2")
-    attacker.remoting.signer = signer("alice", "guessing")
+    attacker = BrokerClient(master.addr, local_host="127.0.0.2", credentials=("alice", "guessing"))
     async with attacker, as_user(master.addr, ROOT, ROOT_PW) as root:
         for second in range(3):
             started = time.monotonic()
@@ -213,8 +207,7 @@ async def test_a_flood_of_failed_logins_is_throttled_per_address_and_others_are_
             assert ALICE_PW not in " ".join(a.remark for a in answers)
             sent = await root.send("AclOrders", 0, [message(b"still served")])
             assert sent.code == ResponseCode.SUCCESS, sent.remark
-            honest_from_there = BrokerClient(master.addr, local_host="127.0.0.2")
-            honest_from_there.remoting.signer = signer(ROOT, ROOT_PW)
+            honest_from_there = BrokerClient(master.addr, local_host="127.0.0.2", credentials=(ROOT, ROOT_PW))
             async with honest_from_there:  # while blocked, a correct guess gains nothing
                 blocked = await honest_from_there.send("AclOrders", 0, [message(b"right key, blocked address")])
                 assert blocked.code == ResponseCode.NO_PERMISSION and "too many failed" in blocked.remark

@@ -14,27 +14,20 @@ from client import AdminClient
 from client import acl_admin
 from harness.procs import Namesrv
 from harness.waiting import wait_until
-from remoting.acl_signature import signer
 from remoting.codes import RequestCode, ResponseCode
 from remoting.frame_codec import RemotingCommand
-from tests.brokers import master_and_slave
+from tests.brokers import acl_conf, master_and_slave
 from tests.integration.broker.rpc import BrokerClient
 
 pytestmark = pytest.mark.integration
 
 ROOT, ROOT_PW = "root", "root-secret-3"
-AUTH = {
-    "authenticationEnabled": "true", "authorizationEnabled": "true",
-    "initAuthenticationUser": json.dumps({"username": ROOT, "password": ROOT_PW}),
-    "innerClientAuthenticationCredentials": json.dumps({"accessKey": "inner", "secretKey": "inner-secret-4"}),
-}
+AUTH = acl_conf(ROOT, ROOT_PW, inner=("inner", "inner-secret-4"))
 
 
 def topics_on(addr: str) -> set[str]:
     async def ask() -> set[str]:
-        client = BrokerClient(addr)
-        client.remoting.signer = signer(ROOT, ROOT_PW)
-        async with client:
+        async with BrokerClient(addr, credentials=(ROOT, ROOT_PW)) as client:
             response = await client.request(RequestCode.GET_ALL_TOPIC_CONFIG)
         assert response.code == ResponseCode.SUCCESS, response.remark
         return set(json.loads(response.body_bytes())["topicConfigTable"])
@@ -66,17 +59,12 @@ def test_the_slave_syncs_through_the_masters_check_and_mqctl_reaches_both(tmp_pa
                    "the slave to take frank from its master")
 
         async def frank_pulls_from_the_slave() -> int:
-            client = BrokerClient(s.addr)
-            client.remoting.signer = signer("frank", "frank-pw-5")
-            async with client:
+            async with BrokerClient(s.addr, credentials=("frank", "frank-pw-5")) as client:
                 return (await client.pull("g-frank", "AclReplicated", 0, 0)).code
         assert asyncio.run(frank_pulls_from_the_slave()) != ResponseCode.NO_PERMISSION
 
         async def route_query(access_key: str | None, secret_key: str = "") -> RemotingCommand:
-            client = BrokerClient(ns.addr)
-            if access_key:
-                client.remoting.signer = signer(access_key, secret_key)
-            async with client:
+            async with BrokerClient(ns.addr, credentials=(access_key, secret_key) if access_key else None) as client:
                 return await client.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "AclReplicated"})
         assert asyncio.run(route_query("frank", "frank-pw-5")).code == ResponseCode.SUCCESS
         refused = asyncio.run(route_query(None))
@@ -91,9 +79,7 @@ def test_users_made_on_the_master_alone_reach_the_slave_by_its_sync_and_survive_
     master is down; the master's start-up offset pull from the slave is signed and gets through the slave's check."""
     def pull_code(addr: str, access_key: str, secret_key: str) -> int:
         async def pull() -> int:
-            client = BrokerClient(addr)
-            client.remoting.signer = signer(access_key, secret_key)
-            async with client:
+            async with BrokerClient(addr, credentials=(access_key, secret_key)) as client:
                 return (await client.pull("g-gina", "AclCopied", 0, 0)).code
         return asyncio.run(pull())
 
@@ -142,9 +128,7 @@ def test_user_and_acl_changes_reach_the_slave_by_the_masters_push(tmp_path):
     a user created, an ACL changed and a user deleted on the master taking effect on the slave within seconds."""
     def pull_code(access_key: str, secret_key: str) -> tuple[int, str]:
         async def pull() -> tuple[int, str]:
-            client = BrokerClient(s.addr)
-            client.remoting.signer = signer(access_key, secret_key)
-            async with client:
+            async with BrokerClient(s.addr, credentials=(access_key, secret_key)) as client:
                 response = await client.pull("g-hank", "AclPushed", 0, 0)
                 return response.code, response.remark or ""
         return asyncio.run(pull())
@@ -175,9 +159,21 @@ def test_user_and_acl_changes_reach_the_slave_by_the_masters_push(tmp_path):
         wait_until(lambda: pull_code("hank", "hank-pw-7")[0] == allowed, 5,
                    "the slave to take hank's Deny from the master's push")
 
-        asyncio.run(on_master(lambda admin, addr: acl_admin.delete_user(admin, addr, "hank")))
+        from tests.integration.ctl.cli import mqctl
+
+        env = {"MQCTL_ACCESS_KEY": ROOT, "MQCTL_SECRET_KEY": ROOT_PW, "NAMESRV_ADDR": ns.addr}
+        deleted = mqctl("deleteUser", "-u", "hank", "-c", "DefaultCluster", env=env)  # the nameserver never had him
+        assert deleted.exit_code == 0, deleted.output
+        assert m.addr in deleted.output and ns.addr in deleted.output and s.addr not in deleted.output
         wait_until(lambda: "no user 'hank'" in pull_code("hank", "hank-pw-7")[1], 5,
                    "the slave to drop hank as its master did")
+
+        async def delete_as_mqadmin_does(addr: str) -> RemotingCommand:
+            async with BrokerClient(addr, credentials=(ROOT, ROOT_PW)) as client:
+                return await client.request(RequestCode.AUTH_DELETE_USER, {"username": "hank"})
+        for addr in (s.addr, m.addr):  # mqadmin deleteUser -c writes to the slaves too, after the push or not
+            again = asyncio.run(delete_as_mqadmin_does(addr))
+            assert again.code == ResponseCode.SUCCESS, (addr, again.remark)
         slave_log = s.log_path.read_text(errors="replace")
         assert "took" in slave_log and "users and" in slave_log
         assert "hank-pw-7" not in slave_log + m.log_path.read_text(errors="replace")

@@ -7,7 +7,6 @@ store nothing; the same user works on remoting and v2 alike."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import grpc
@@ -18,9 +17,9 @@ from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
 from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
 from client import AdminClient, acl_admin
-from remoting.acl_signature import signer, v2_metadata, v2_signature
+from remoting.acl_signature import v2_metadata, v2_signature
 from remoting.codes import ResponseCode
-from tests.brokers import broker_fixture
+from tests.brokers import acl_conf, broker_fixture
 from tests.integration.broker.rpc import BrokerClient, group_config, message
 
 pytestmark = pytest.mark.integration
@@ -33,20 +32,14 @@ CLIENT_ID = ("x-mq-client-id", "pytest@acl-v2")
 
 @pytest.fixture(scope="module")
 def master(tmp_path_factory, namesrv):
-    yield from broker_fixture(
-        tmp_path_factory, namesrv, "broker-acl-v2",
-        authenticationEnabled="true", authorizationEnabled="true",
-        initAuthenticationUser=json.dumps({"username": ROOT, "password": ROOT_PW}),
-    )
+    yield from broker_fixture(tmp_path_factory, namesrv, "broker-acl-v2", **acl_conf(ROOT, ROOT_PW))
 
 
 @pytest.fixture(scope="module")
 def prepared(master, namesrv):
     """Topics, bob's group, bob (Normal) with Pub and Sub on V2AclOrders and his group only."""
     async def prepare() -> None:
-        root = BrokerClient(master.addr)
-        root.remoting.signer = signer(ROOT, ROOT_PW)
-        async with root:
+        async with BrokerClient(master.addr, credentials=(ROOT, ROOT_PW)) as root:
             for topic in (TOPIC, SECRET_TOPIC):
                 assert (await root.create_topic(topic, queues=1)).code == ResponseCode.SUCCESS
             assert (await root.create_group(group_config(GROUP))).code == ResponseCode.SUCCESS
@@ -82,9 +75,7 @@ async def stub_of(master):
 
 
 async def max_offset(master, topic: str) -> int:
-    root = BrokerClient(master.addr)
-    root.remoting.signer = signer(ROOT, ROOT_PW)
-    async with root:
+    async with BrokerClient(master.addr, credentials=(ROOT, ROOT_PW)) as root:
         return len(await root.pull_all("v2-acl-counter", topic, 0))
 
 
@@ -120,9 +111,7 @@ async def test_a_signed_user_sends_and_receives_where_granted_and_is_forbidden_e
         root_sent = await stub.SendMessage(send_request(SECRET_TOPIC, b"root may"), metadata=md(ROOT, ROOT_PW))
         assert root_sent.status.code == pb.Code.OK, root_sent.status.message  # a Super user: anything
 
-    bob = BrokerClient(master.addr)  # the same user and policy on the remoting port
-    bob.remoting.signer = signer(BOB, BOB_PW)
-    async with bob:
+    async with BrokerClient(master.addr, credentials=(BOB, BOB_PW)) as bob:  # the same user and policy on remoting
         assert (await bob.send(TOPIC, 0, [message(b"remoting")])).code == ResponseCode.SUCCESS
         assert (await bob.send(SECRET_TOPIC, 0, [message(b"no")])).code == ResponseCode.NO_PERMISSION
 

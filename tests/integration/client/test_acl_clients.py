@@ -5,15 +5,12 @@ may not read gets nothing."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from client import AdminClient, Message
 from client import acl_admin
 from client.transaction_producer import LocalTransactionState, TransactionProducer
-from remoting.acl_signature import signer
-from tests.brokers import broker_fixture
+from tests.brokers import acl_conf, broker_fixture
 from tests.integration.broker.rpc import BrokerClient
 from tests.integration.client.conftest import create_topic, unique, wait_for
 
@@ -28,8 +25,7 @@ def broker(tmp_path_factory, namesrv):
     yield from broker_fixture(
         tmp_path_factory, namesrv, "broker-acl-tx",
         transactionTimeOut=800, transactionCheckInterval=200, transactionCheckMax=3,
-        authenticationEnabled="true", authorizationEnabled="true",
-        initAuthenticationUser=json.dumps({"username": ROOT, "password": ROOT_PW}),
+        **acl_conf(ROOT, ROOT_PW),
     )
 
 
@@ -47,9 +43,7 @@ async def test_an_orphaned_half_is_committed_through_a_signed_check_answer(names
     await crashed.remoting.close()
 
     async def delivered() -> bool:
-        reader = BrokerClient(broker.addr)
-        reader.remoting.signer = signer(ROOT, ROOT_PW)
-        async with reader:
+        async with BrokerClient(broker.addr, credentials=(ROOT, ROOT_PW)) as reader:
             bodies = []
             for q in range(4):
                 bodies += [m.body for m in await reader.pull_all("tx-reader", topic, q)]

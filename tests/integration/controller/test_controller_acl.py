@@ -6,7 +6,6 @@ inner credentials (the brokers') or a Super user; unsigned, Normal-user and plai
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from remoting.acl_signature import signer
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.frame_codec import RemotingCommand, encode
+from tests.brokers import acl_conf
 from tests.factories import certs_or_skip
 
 pytestmark = pytest.mark.integration
@@ -41,10 +41,8 @@ async def metadata(addr: str, ca: str, credentials: tuple[str, str] | None) -> R
 def test_a_standalone_controller_answers_only_the_inner_credentials_and_super_users(tmp_path, etcd):
     certs = certs_or_skip(tmp_path / "certs", ["controller"])
     conf = {**FAST, **certs.server_conf("controller", "enforcing"),
-            "authenticationEnabled": "true", "authorizationEnabled": "true",
-            "authConfigPath": str(tmp_path / "auth" / "auth.json"),
-            "initAuthenticationUser": json.dumps({"username": "root", "password": ROOT_PW}),
-            "innerClientAuthenticationCredentials": json.dumps({"accessKey": "inner", "secretKey": INNER_PW})}
+            **acl_conf("root", ROOT_PW, inner=("inner", INNER_PW)),
+            "authConfigPath": str(tmp_path / "auth" / "auth.json")}
     controller = Controller(tmp_path / "ctl", etcd.endpoint, **conf)
     with controller:
         for who in (("inner", INNER_PW), ("root", ROOT_PW)):

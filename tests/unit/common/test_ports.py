@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from broker.config import load_broker_settings
+from common.errors import ConfigError
 from common.ports import ListenPort, PortInUseError, check_ports
+from controller.config import load_controller_config
 from namesrv.config import load_namesrv_config
 from tests.ports import taken_port
 
@@ -34,6 +36,19 @@ def test_the_metrics_port_is_bound_only_when_the_exporter_is_on(tmp_path):
     assert ("metricsPromExporterPort", 5557) in [(p.key, p.port) for p in on.listen_ports()]
     ns = load_namesrv_config(write(tmp_path, "n.conf", "metricsExporterType=PROM\nmetricsPromExporterPort=5558\n"))
     assert [(p.key, p.port) for p in ns.listen_ports()] == [("listenPort", 9876), ("metricsPromExporterPort", 5558)]
+    ctl = load_controller_config(write(tmp_path, "c.conf", "metricsExporterType=PROM\nmetricsPromExporterHost=::1\n"))
+    assert [(p.key, p.port, p.host) for p in ctl.listen_ports()] == [
+        ("listenPort", 9878, "0.0.0.0"), ("metricsPromExporterPort", 5558, "::1")]
+    off = load_controller_config(write(tmp_path, "c.conf", "metricsPromExporterPort=5559\n"))
+    assert [p.key for p in off.listen_ports()] == ["listenPort"]
+
+
+@pytest.mark.parametrize("load", [load_namesrv_config, load_controller_config, load_broker_settings])
+def test_every_server_refuses_an_exporter_type_that_is_not_rocketmqs_with_the_key_first(tmp_path, load):
+    path = write(tmp_path, "x.conf", "metricsExporterType=OTLP\n")
+    with pytest.raises(ConfigError) as info:
+        load(path)
+    assert str(info.value).startswith(f"{path}: metricsExporterType: 'OTLP' is not one of DISABLE, PROM")
 
 
 def test_a_second_broker_moving_listen_port_moves_the_derived_ports_but_not_grpc(tmp_path):

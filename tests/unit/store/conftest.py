@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from broker.config import MessageStoreConfig
 from broker.store.consume_queue import PLACEHOLDER_SIZE, UNIT
 from broker.store.message_store import MessageStore
 from broker.store.put_prepare import tags_hash
-from broker.store.types import SCHEDULE_TOPIC, MessageDraft
+from broker.store.types import SCHEDULE_TOPIC, MessageDraft, PutStatus
 from remoting.message_codec import RecordStatus, check_record, property_value
 
 SMALL_FILE = 64 * 1024
@@ -49,6 +50,22 @@ def draft(body: bytes = b"hello", **props: str) -> MessageDraft:
     return MessageDraft(
         body=body, properties=dict(props), born_timestamp=1_700_000_000_000, born_host=("10.0.0.7", 50123)
     )
+
+
+def replica_waiter(store: MessageStore, status: PutStatus = PutStatus.PUT_OK, remark: str = "", *,
+                   release: asyncio.Event | None = None) -> list[int]:
+    """Stand in for the HA side: ``store``'s replica waiter answers ``(status, remark)``, once ``release`` is set
+    when one is given; returns the list of the end offsets it was asked to wait for, in the order asked."""
+    asked: list[int] = []
+
+    async def waiter(next_offset: int, deadline: float | None = None) -> tuple[PutStatus, str]:
+        asked.append(next_offset)
+        if release is not None:
+            await release.wait()
+        return status, remark
+
+    store.set_replica_waiter(waiter)
+    return asked
 
 
 def commitlog_records(store: MessageStore) -> list:

@@ -7,7 +7,7 @@ import os
 import threading
 
 from broker.config import FlushDiskType
-from broker.store.flush import GroupCommitService
+from broker.store.flush import GroupCommitService, PeriodicFlushService
 from broker.store.types import PutStatus
 from harness.waiting import async_wait_until
 
@@ -117,3 +117,68 @@ async def test_a_senders_deadline_before_sync_flush_timeout_answers_flush_disk_t
         assert status is PutStatus.FLUSH_DISK_TIMEOUT and "the sender's deadline" in remark
     finally:
         release.set()
+
+
+class _CountingTasks:
+    """The event loop's task factory, counting the tasks it makes (the flush loops should make none per wakeup)."""
+
+    def __init__(self) -> None:
+        self.made = 0
+
+    def __call__(self, loop, coro, **kwargs):
+        self.made += 1
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    def __enter__(self):
+        self.loop = asyncio.get_running_loop()
+        self.loop.set_task_factory(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.loop.set_task_factory(None)
+
+
+async def test_the_periodic_flush_makes_no_task_per_tick_and_stops_at_once():
+    runs = []
+
+    async def flush(least_bytes: int, thorough: bool) -> None:
+        runs.append(thorough)
+
+    svc = PeriodicFlushService("t", flush, interval_ms=1, least_pages=4, thorough_interval_ms=5)
+    with _CountingTasks() as tasks:
+        await svc.start()
+        await async_wait_until(lambda: len(runs) >= 50, 5.0, lambda: f"{len(runs)} flushes", interval_s=0.01)
+        made = tasks.made
+    assert made <= 1, f"{made} tasks for {len(runs)} flushes"  # the loop itself
+    assert any(runs) and not all(runs)  # thorough every 5 ms, least-pages runs in between
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    await svc.stop(timeout_s=5.0)
+    assert loop.time() - began < 1.0  # the stop event ends the sleep, not the drain's timeout
+
+
+async def test_group_commit_wakes_at_once_for_each_put_without_a_task_per_wakeup():
+    flushed = 0
+    targets = []
+
+    async def flush_to(target: int) -> int:
+        nonlocal flushed
+        targets.append(target)
+        flushed = target
+        return target
+
+    offset = 0
+    gc = GroupCommitService(lambda: offset, lambda: flushed, flush_to, timeout_ms=60_000)
+    with _CountingTasks() as tasks:
+        await gc.start()
+        for _ in range(100):  # each put finds the loop idle: one wakeup each
+            offset += 10
+            status, _ = await gc.wait_flushed(offset)  # pytest-timeout bounds a put never answered
+            assert status is PutStatus.PUT_OK
+        made = tasks.made
+    assert made <= 1, f"{made} tasks for 100 wakeups"  # the loop itself
+    assert targets == list(range(10, 1001, 10))
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    await gc.stop(timeout_s=5.0)
+    assert loop.time() - began < 1.0

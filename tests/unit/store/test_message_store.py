@@ -13,7 +13,7 @@ from broker.store.types import GetStatus, MessageDraft, PutStatus
 from remoting.message_codec import TagFilter, iter_records
 from harness.waiting import async_wait_until
 
-from .conftest import SMALL_FILE, assert_queues_match_commitlog, draft, replace, small_config
+from .conftest import SMALL_FILE, assert_queues_match_commitlog, draft, replace, replica_waiter, small_config
 
 
 def disk_snapshot(root) -> dict[str, bytes]:
@@ -194,13 +194,7 @@ async def test_listeners_hear_dispatch_and_append(store):
 
 
 async def test_replica_waiter_status_wins_unless_wait_is_false(store):
-    calls = []
-
-    async def waiter(next_offset):
-        calls.append(next_offset)
-        return PutStatus.FLUSH_SLAVE_TIMEOUT, "slave slow"
-
-    store.set_replica_waiter(waiter)
+    calls = replica_waiter(store, PutStatus.FLUSH_SLAVE_TIMEOUT, "slave slow")
     res = await store.put_messages("T", 0, [draft()])
     assert res.status is PutStatus.FLUSH_SLAVE_TIMEOUT and calls == [res.next_offset]
     res2 = await store.put_messages("T", 0, [draft(WAIT="false")])

@@ -6,17 +6,11 @@ from __future__ import annotations
 import asyncio
 
 from broker.store.types import PutResult, PutStatus
-from tests.unit.store.conftest import assert_queues_match_commitlog, commitlog_records, draft
+from tests.unit.store.conftest import assert_queues_match_commitlog, commitlog_records, draft, replica_waiter
 
 
 async def test_one_pass_of_puts_is_one_replica_wait_with_per_message_offsets(store):
-    calls = []
-
-    async def waiter(next_offset):
-        calls.append(next_offset)
-        return PutStatus.PUT_OK, ""
-
-    store.set_replica_waiter(waiter)
+    calls = replica_waiter(store)
     futs = [store.put_grouped("T", i % 3, draft(f"m{i}".encode(), UNIQ_KEY=f"k{i}"), wait=True) for i in range(12)]
     results = await asyncio.gather(*futs)
     assert calls == [store.max_phy_offset]  # one wait, for the end of everything appended
@@ -36,12 +30,7 @@ async def test_one_pass_of_puts_is_one_replica_wait_with_per_message_offsets(sto
 
 async def test_a_group_status_reaches_every_member_and_wait_false_does_not_wait(store):
     release = asyncio.Event()
-
-    async def waiter(next_offset):
-        await release.wait()
-        return PutStatus.FLUSH_SLAVE_TIMEOUT, "slave slow"
-
-    store.set_replica_waiter(waiter)
+    replica_waiter(store, PutStatus.FLUSH_SLAVE_TIMEOUT, "slave slow", release=release)
     waiting = [store.put_grouped("T", 0, draft(), wait=True) for _ in range(3)]
     quick = store.put_grouped("T", 0, draft(), wait=False)
     assert (await quick).status is PutStatus.PUT_OK
@@ -52,12 +41,7 @@ async def test_a_group_status_reaches_every_member_and_wait_false_does_not_wait(
 
 async def test_a_member_with_an_earlier_deadline_is_answered_at_its_deadline(store):
     release = asyncio.Event()
-
-    async def waiter(next_offset, deadline=None):
-        await release.wait()
-        return PutStatus.PUT_OK, ""
-
-    store.set_replica_waiter(waiter)
+    replica_waiter(store, release=release)
     loop = asyncio.get_running_loop()
     patient = store.put_grouped("T", 0, draft(), wait=True)  # no deadline: waits as configured
     hurried = store.put_grouped("T", 0, draft(), wait=True, deadline=loop.time() + 0.05)
