@@ -24,22 +24,8 @@ Per message the hot path is: one future, one properties string (``Message.wire_p
 three list appends. No task per message; one task and one body encoding per request. A message with a delay
 level goes in a request of its own (RocketMQ refuses delays inside a batch).
 
-Outcomes, per message (all messages of a batch share one):
-- SUCCESS / FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: a SendResult with that
-  SendStatus. The message is stored; it is never retried or hidden. Each request carries the time left until
-  ``send_timeout_s`` (pyrmq's ``timeoutMillis`` field), so the broker answers its flush or slave status before
-  the producer would give up; the default of 5 s leaves room for a broker's whole 3 s slave wait (RocketMQ's
-  3 s default equals it, and a paused slave then showed as RequestTimeout instead of FLUSH_SLAVE_TIMEOUT).
-- transport failure (unreachable, no answer in time): the broker is avoided for a few seconds and the batch is
-  retried on a queue of another broker group, up to ``retry_times_when_send_failed`` times within ``send_timeout_s``.
-  A batch that timed out may have been stored: the retry keeps each message's UNIQ_KEY, and with
-  ``dedup=True`` the broker stores a UNIQ_KEY it saw within sendDedupWindowSeconds only once; such a producer
-  retries transport failures on the same queue, so a retry is idempotent (and fails if that group stays down).
-- a refusal RocketMQ's producer retries on another broker (TOPIC_NOT_EXIST, SERVICE_NOT_AVAILABLE, SYSTEM_ERROR,
-  NO_PERMISSION, NO_BUYER_ID, NOT_IN_CURRENT_UNIT; spec §1.6 ``retryResponseCodes``) or SYSTEM_BUSY: retried the
-  same way after a route refresh; other codes fail with BrokerError carrying the code and the broker's remark.
-  A stored-but-weak answer from a fenced controller-mode master ("fenced: " in its remark) refreshes the route at
-  once, so the next sends find the master elected in its place instead of waiting for the 30 s poll.
+Each sealed batch is sent, retried on transport failures and retryable refusals, and resolved to one outcome
+for all its messages by ``client.send_retry`` (the outcomes are listed there).
 
 The producer heartbeats (HEART_BEAT with its group) to the masters it sends to, at its first route and every
 ``heartbeat_interval_s``, and unregisters from them (UNREGISTER_CLIENT) when it stops.
@@ -50,41 +36,27 @@ Not thread-safe: use from the event loop that started it.
 from __future__ import annotations
 
 import asyncio
-import logging
 import ssl
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from client.batch_policy import BatchPolicy
-from client.errors import (
-    BrokerError,
-    ClientStateError,
-    MQClientError,
-    NoRouteError,
-    ProducerClosedError,
-    RequestTimeout,
-)
+from client.errors import ClientStateError, MQClientError, NoRouteError, ProducerClosedError
 from client.heartbeat import heartbeat_body, new_client_id, send_heartbeats, unregister
 from client.lifecycle import Lifecycle
-from client.message import SEND_STATUS_BY_CODE, Message, MessageQueue, SendResult
+from client.message import Message, MessageQueue, SendResult
 from client.namesrv import NamesrvClient
 from client.queue_choice import QueueChoice
 from client.route_cache import RouteCache, TopicRoute
-from client.rpc import ClientRemoting, command
+from client.rpc import ClientRemoting
 from client.send_batch import SendBatch, fail_waiting
 from client.send_batcher import SendBatcher
+from client.send_retry import SendRetry
 from client.trace import ProducerTrace, TraceDispatcher
 from client.trace_codec import TRACE_PRODUCER_GROUP, TRACE_TOPIC
 from common.service import Service
-from remoting.codes import ResponseCode
 from remoting.message_codec import MessageCodecError
-from remoting.message_headers import TIMEOUT_FIELD
-
-log = logging.getLogger(__name__)
-
-# A controller-mode master that may have been replaced says so in its answer's remark (broker/controller_mode/fence.py)
-FENCED = "fenced: "
 
 
 @dataclass(slots=True)
@@ -95,20 +67,6 @@ class ProducerStats:
     held: int = 0  # due batches that waited for a request to their broker to be answered (batch_policy)
     retries: int = 0  # requests that were retries of a failed batch
     failed: int = 0  # messages that ended in an error
-
-
-# RocketMQ's DefaultMQProducer.retryResponseCodes, plus SYSTEM_BUSY (the broker asks to come back later).
-RETRY_CODES = frozenset(
-    {
-        ResponseCode.TOPIC_NOT_EXIST,
-        ResponseCode.SERVICE_NOT_AVAILABLE,
-        ResponseCode.SYSTEM_ERROR,
-        ResponseCode.NO_PERMISSION,
-        204,  # NO_BUYER_ID
-        205,  # NOT_IN_CURRENT_UNIT
-        ResponseCode.SYSTEM_BUSY,
-    }
-)
 
 
 class _TopicState:
@@ -206,6 +164,19 @@ class Producer(Lifecycle):
             schedule_due=self._schedule_due,
             on_seal=self._on_seal,
             clock=time.monotonic,
+        )
+        self.sender = SendRetry(
+            group=group,
+            remoting=self.remoting,
+            routes=self.routes,
+            counters=self.stats,
+            retry_times=self.retry_times,
+            send_timeout_s=send_timeout_s,
+            default_topic_queue_nums=default_topic_queue_nums,
+            dedup=dedup,
+            healthy=self._healthy,
+            requeue=self._requeue,
+            on_master=self._on_master,
         )
         self._tasks: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -367,7 +338,9 @@ class Producer(Lifecycle):
 
     async def _run_batch(self, batch: SendBatch) -> None:
         try:
-            await self._send_batch(batch)
+            err = await self.sender.send(batch)
+            if err is not None:
+                self._fail(batch, err)
         except asyncio.CancelledError:  # stop() ran out of time
             self._fail(batch, ProducerClosedError())
             raise
@@ -378,80 +351,9 @@ class Producer(Lifecycle):
             if self.batcher.finished(batch):  # after the senders this batch just completed had their turn to join
                 asyncio.get_running_loop().call_soon(self.batcher.release_held, batch.mq.broker_name)
 
-    async def _send_batch(self, batch: SendBatch) -> None:
-        ts = self._topics[batch.mq.topic]
-        mq = batch.mq
-        try:
-            batch.build_request(self.group, self.default_topic_queue_nums, self.dedup)
-        except MessageCodecError as exc:
-            self._fail(batch, MQClientError(f"batch to {mq} cannot be encoded: {exc.message}", hint=exc.hint))
-            return
-        ext = batch.ext
-        assert ext is not None
-        what = f"send of {len(batch.futures)} messages to {{}}"
-        last_error: MQClientError | None = None
-        failed_addr: str | None = None  # the master whose transport just failed
-        attempt = 0
-        while attempt <= self.retry_times:
-            remaining = batch.deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            addr = self.routes.find_broker_address_in_publish(mq.broker_name)
-            if addr is None or addr == failed_addr:
-                other = self._requeue(ts, mq)
-                if not self.dedup and other.broker_name != mq.broker_name and self._healthy(other.broker_name):
-                    mq = other  # another group can take it now (classic mode's failover)
-                    continue
-                # The group has no master in the route, or only the one that just failed: wait for the route to name
-                # another (a controller-mode failover registers one within about a second) for a share of the time
-                # left, so one outage does not use up every attempt at once.
-                share = remaining / (self.retry_times + 1 - attempt)
-                addr = await self.routes.wait_for_master(mq.topic, mq.broker_name, failed_addr, share) or addr
-                if addr is None:
-                    last_error = NoRouteError(mq.topic, f"broker group {mq.broker_name} has no master in the route")
-                    attempt += 1
-                    mq = self._requeue(ts, mq)
-                    continue
-                if addr not in self._heartbeat_addrs and self._state == "started":
-                    self._heartbeat_now()  # a new master: it learns this producer group now (transaction checks)
-                remaining = batch.deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-            if attempt:
-                self.stats.retries += 1
-            attempt += 1
-            self.stats.rpcs += 1
-            ext["e"] = str(mq.queue_id)
-            ext["n"] = mq.broker_name
-            ext[TIMEOUT_FIELD] = str(int(remaining * 1000))
-            request = what.format(mq)
-            try:
-                resp = await self.remoting.invoke(addr, command(batch.code, ext, batch.body), remaining, request)
-            except MQClientError as exc:  # the transport failed (the address is marked unhealthy)
-                last_error = exc
-                failed_addr = addr
-                log.warning("%s failed (%s); retrying elsewhere", request, exc.message)
-                self.routes.refresh_soon(mq.topic)
-                if not self.dedup:  # with dedup, stay on this broker group so its dedup window applies
-                    mq = self._requeue(ts, mq)
-                continue
-            failed_addr = None
-            status = SEND_STATUS_BY_CODE.get(resp.code)
-            if status is not None:
-                if FENCED in (resp.remark or ""):
-                    self.routes.refresh_soon(mq.topic)  # the route may already name its successor: next sends go there
-                batch.complete(mq, resp.ext or {}, status)
-                return
-            last_error = BrokerError(resp.code, resp.remark or "", addr, request=request, request_code=batch.code)
-            if resp.code not in RETRY_CODES:
-                break
-            self.routes.refresh_soon(mq.topic)
-            mq = self._requeue(ts, mq)
-        if last_error is None:
-            last_error = RequestTimeout(mq.broker_name, self.send_timeout_s, request=what.format(mq))
-        self._fail(batch, last_error)
-
-    def _requeue(self, ts: _TopicState, failed: MessageQueue) -> MessageQueue:
+    def _requeue(self, failed: MessageQueue) -> MessageQueue:
+        """The next queue of ``failed``'s topic away from its broker (``failed`` itself when there is none)."""
+        ts = self._topics[failed.topic]
         route = self.routes.cached(ts.topic) or ts.route
         if route is None or not route.publish_queues:
             return failed
@@ -460,6 +362,10 @@ class Producer(Lifecycle):
 
     def _fail(self, batch: SendBatch, err: MQClientError) -> None:
         self.stats.failed += fail_waiting(batch.futures, err)
+
+    def _on_master(self, addr: str) -> None:
+        if addr not in self._heartbeat_addrs and self._state == "started":
+            self._heartbeat_now()  # a new master: it learns this producer group now (transaction checks)
 
     # first send to a topic --------------------------------------------------------------------------------
     def _park(self, msg: Message, fut: asyncio.Future) -> None:

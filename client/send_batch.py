@@ -7,8 +7,8 @@ field. Every message of a batch shares its outcome: one SendResult each (its own
 offset) or the same error.
 
 ``client.send_batcher`` decides when a batch opens and seals and when it may go out (its ``BatchState``); the
-producer (client/producer.py) sends and retries it; this module holds the batch, builds its request and resolves
-its sends. Not thread-safe: the producer uses it from its event loop.
+producer (client/producer.py) sends it and ``client.send_retry`` retries it; this module holds the batch, builds its
+request and resolves its sends. Not thread-safe: the producer uses it from its event loop.
 """
 
 from __future__ import annotations

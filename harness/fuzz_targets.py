@@ -12,7 +12,7 @@ when it is installed) drive the same targets, so a finding of one reproduces in 
 | frame   | remoting.frame_codec: FrameDecoder (stream split), decode (JSON/binary)   | FrameError             |
 | headers | remoting.headers: Fields getters, parse_int, parse_host_port; SendHeader/PullHeader | HeaderError, NumberError |
 | json    | remoting.fastjson.loads (standard JSON and fastjson's dialect)           | JsonBodyError          |
-| ha      | remoting.ha_codec: hello, reports, challenge and frames (whole, incremental) | ProtocolError      |
+| ha      | remoting.ha_handshake: hello, challenge; ha_codec: reports, frames (whole, incremental) | ProtocolError |
 | records | remoting.message_codec check_record/decode_records/iter_records, the store's dispatch scan | RecordError |
 | batch   | message_codec.decode_batch, properties, offset msgIds                    | MessageCodecError      |
 | config  | common.conf via broker.config / namesrv.config loaders (a real file)     | ConfigError            |
@@ -31,7 +31,7 @@ from broker.config import load_broker_settings
 from broker.store.dispatch_scan import scan
 from common.errors import ConfigError
 from namesrv.config import load_namesrv_config
-from remoting import fastjson, frame_codec, ha_codec, message_codec
+from remoting import fastjson, frame_codec, ha_codec, ha_handshake, message_codec
 from remoting.codes import RequestCode
 from remoting.frame_codec import FrameError, RemotingCommand
 from remoting.headers import Fields, HeaderError, NumberError, parse_host_port, parse_int
@@ -215,8 +215,8 @@ def _ha(data: bytes) -> None:
     """The master's side (hello, the slave's 32-byte proof, then reports in any chunking) and the slave's
     (challenge, data, heartbeat and error frames: whole, incremental and zero-copy)."""
     try:
-        _, used = ha_codec.decode_hello(data)
-        used += ha_codec.PROOF_BYTES
+        _, used = ha_handshake.decode_hello(data)
+        used += ha_handshake.PROOF_BYTES
         reports = ha_codec.ReportDecoder()
         reports.feed(data[used:used + 5])
         reports.feed(data[used + 5:])
@@ -241,17 +241,17 @@ def _ha(data: bytes) -> None:
 
 
 def _ha_seeds() -> list[bytes]:
-    hello = ha_codec.encode_hello(broker_id=1, cluster="DefaultCluster", broker_name="broker-a", nonce=b"n" * 16)
-    proof = ha_codec.slave_proof(b"s3cret", hello, b"c" * 32)
-    challenge = ha_codec.encode_challenge(b"c" * 32, ha_codec.master_proof(b"s3cret", hello, b"c" * 32))
+    hello = ha_handshake.encode_hello(broker_id=1, cluster="DefaultCluster", broker_name="broker-a", nonce=b"n" * 16)
+    proof = ha_handshake.slave_proof(b"s3cret", hello, b"c" * 32)
+    challenge = ha_handshake.encode_challenge(b"c" * 32, ha_handshake.master_proof(b"s3cret", hello, b"c" * 32))
     frames = ha_codec.encode_frame(1024, b"r" * 100) + ha_codec.encode_heartbeat(1124)
     error = ha_codec.encode_error(ha_codec.ErrorCode.SLAVE_AHEAD_OF_MASTER_MAX, "slave ahead", phy_offset=9,
                                   master_min=0, master_max=5)
     return [hello + proof + ha_codec.encode_report(0) + ha_codec.encode_report(4096),
-            ha_codec.encode_hello(broker_id=2, cluster="C", broker_name="b", nonce=bytes(16)),
-            ha_codec.encode_hello(broker_id=1, cluster="C", broker_name="b", nonce=bytes(16),
-                                  broker_addr="10.0.0.7:10911"),  # the ADDR flag
-            challenge + frames, ha_codec.encode_challenge(bytes(32), None), frames + error]
+            ha_handshake.encode_hello(broker_id=2, cluster="C", broker_name="b", nonce=bytes(16)),
+            ha_handshake.encode_hello(broker_id=1, cluster="C", broker_name="b", nonce=bytes(16),
+                                      broker_addr="10.0.0.7:10911"),  # the ADDR flag
+            challenge + frames, ha_handshake.encode_challenge(bytes(32), None), frames + error]
 
 
 # records ----------------------------------------------------------------------------------------------------
@@ -342,7 +342,8 @@ TARGETS: dict[str, Target] = {
                _headers_seeds),
         Target("json", ("remoting.fastjson",), (fastjson.JsonBodyError,), _json, _json_seeds,
                max_len=16384),  # long enough for a number of more than 4,300 digits
-        Target("ha", ("remoting.ha_codec",), (ha_codec.ProtocolError,), _ha, _ha_seeds),
+        Target("ha", ("remoting.ha_wire", "remoting.ha_handshake", "remoting.ha_codec"), (ha_codec.ProtocolError,), _ha,
+               _ha_seeds),
         Target("records", ("remoting.message_codec", "broker.store.dispatch_scan"),
                (message_codec.RecordError,), _records, _records_seeds),
         Target("batch", ("remoting.message_codec",), (MessageCodecError,), _batch, _batch_seeds),

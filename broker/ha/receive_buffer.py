@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
-from remoting.ha_codec import ERROR_FIXED_SIZE, HEADER_SIZE, MAX_ERROR_MESSAGE_BYTES
+from remoting.ha_codec import ERROR_FIXED_SIZE, MAX_ERROR_MESSAGE_BYTES
+from remoting.ha_wire import HEADER_SIZE
 
 
 class ReceiveBuffer(asyncio.BufferedProtocol):

@@ -46,18 +46,8 @@ from broker.ha.state import CloseReason, HACounters, proof_matches, task_end
 from broker.store.types import StoreOffsetMismatch
 from common.log import RateLimitedLog
 from common.service import Service
-from remoting.ha_codec import (
-    NONCE_BYTES,
-    Challenge,
-    ErrorCode,
-    ErrorFrame,
-    ProtocolError,
-    encode_hello,
-    encode_report,
-    master_proof,
-    parse_frames,
-    slave_proof,
-)
+from remoting.ha_codec import ErrorCode, ErrorFrame, ProtocolError, encode_report, parse_frames
+from remoting.ha_handshake import NONCE_BYTES, Challenge, encode_hello, master_proof, slave_proof
 from remoting.client import tls_args
 from remoting.headers import parse_host_port
 

@@ -21,7 +21,8 @@ import hmac as _hmac
 from dataclasses import dataclass, field
 
 from broker.config import CatchUpFrom
-from remoting.ha_codec import ErrorCode, Hello, ProtocolError
+from remoting.ha_codec import ErrorCode, ProtocolError
+from remoting.ha_handshake import Hello
 
 # What a peer that has not authenticated is told: enough for an operator to know where to look, nothing about
 # this master (no offsets, no names). The master's log says exactly what did not match.

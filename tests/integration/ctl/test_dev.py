@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ctl.dev import MEMBERS, alive, paths
+from ctl.dev_layout import MEMBERS, paths
+from ctl.dev_processes import alive
 from tests.integration.ctl.cli import mqctl, ok, ok_json
 from harness.waiting import wait_until
 

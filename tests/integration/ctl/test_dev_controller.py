@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from client import Message, Producer, SendStatus
-from ctl.dev import CONTROLLER_MEMBERS, alive, paths
+from ctl.dev_layout import CONTROLLER_MEMBERS, paths
+from ctl.dev_processes import alive
 from harness.etcd import ensure_etcd
 from harness.waiting import wait_until
 from tests.integration.ctl.cli import mqctl, ok, ok_json

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from remoting import ha_codec
+from remoting import ha_codec, ha_handshake
 from tests.integration.broker.rpc import BrokerClient, message
 from tests.integration.replication.helpers import (
     FLUSH_SLAVE_TIMEOUT,
@@ -43,8 +43,8 @@ class ForgedPeer:
         return cls(*await asyncio.open_connection(host, int(port)))
 
     def hello(self, broker_name: str, broker_id: int, cluster: str = CLUSTER) -> None:
-        self.writer.write(ha_codec.encode_hello(broker_id=broker_id, cluster=cluster, broker_name=broker_name,
-                                                nonce=os.urandom(ha_codec.NONCE_BYTES)))
+        self.writer.write(ha_handshake.encode_hello(broker_id=broker_id, cluster=cluster, broker_name=broker_name,
+                                                    nonce=os.urandom(ha_handshake.NONCE_BYTES)))
 
     def report(self, offset: int) -> None:
         self.writer.write(ha_codec.encode_report(offset))

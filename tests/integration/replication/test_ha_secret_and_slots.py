@@ -20,7 +20,7 @@ from common.conf import SECRET_MARKER
 from harness.ha_flood import SilentFlood
 from harness.procs import TEST_HA_AUTH_SECRET, Broker
 from harness.waiting import async_wait_until
-from remoting import ha_codec
+from remoting import ha_codec, ha_handshake
 from remoting.codes import RequestCode
 from tests.integration.broker.rpc import BrokerClient, message
 from tests.integration.replication.helpers import SEND_OK, ha, wait_caught_up, wait_slaves_ok
@@ -43,12 +43,12 @@ class Claimant:
         sent within 3 s (a Challenge, then heartbeat frames when served, or an ErrorFrame when refused)."""
         host, _, port = addr.rpartition(":")
         peer = cls(*await asyncio.open_connection(host, int(port)))
-        hello = ha_codec.encode_hello(broker_id=broker_id, cluster=CLUSTER, broker_name=broker_name,
-                                      nonce=os.urandom(ha_codec.NONCE_BYTES))
+        hello = ha_handshake.encode_hello(broker_id=broker_id, cluster=CLUSTER, broker_name=broker_name,
+                                          nonce=os.urandom(ha_handshake.NONCE_BYTES))
         peer.writer.write(hello)
         frames = await peer.frames(until=1)
         assert frames and isinstance(frames[0], ha_codec.Challenge) and frames[0].auth, frames
-        peer.writer.write(ha_codec.slave_proof(TEST_HA_AUTH_SECRET.encode(), hello, frames[0].nonce)
+        peer.writer.write(ha_handshake.slave_proof(TEST_HA_AUTH_SECRET.encode(), hello, frames[0].nonce)
                           + ha_codec.encode_report(report))
         return peer, frames + await peer.frames(timeout_s=3.0)
 

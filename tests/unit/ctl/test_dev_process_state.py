@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ctl.dev import process_state, read_process_state
+from ctl.dev_processes import process_state, read_process_state
 from harness.waiting import wait_until
 
 CONF = Path("/tmp/dev/broker-a/broker-a.conf")

@@ -17,7 +17,7 @@ from broker.config import BrokerConfig, BrokerRole, BrokerSettings, CatchUpFrom,
 from broker.ha.service import HAService
 from broker.store.message_store import MessageStore
 from broker.store.types import MessageDraft
-from remoting import ha_codec
+from remoting import ha_codec, ha_handshake
 from harness.waiting import async_wait_until
 
 FILE_SIZE = 1024 * 1024
@@ -162,8 +162,8 @@ class RawPeer:
         self.writer.write(data)
 
     def hello(self, *, broker_id: int = 1, cluster: str = CLUSTER, broker_name: str = BROKER) -> None:
-        self.hello_raw = ha_codec.encode_hello(broker_id=broker_id, cluster=cluster, broker_name=broker_name,
-                                               nonce=os.urandom(ha_codec.NONCE_BYTES))
+        self.hello_raw = ha_handshake.encode_hello(broker_id=broker_id, cluster=cluster, broker_name=broker_name,
+                                                   nonce=os.urandom(ha_handshake.NONCE_BYTES))
         self.send(self.hello_raw)
 
     async def next_frame(self, timeout_s: float = 5.0):
@@ -179,7 +179,7 @@ class RawPeer:
         assert isinstance(challenge, ha_codec.Challenge), f"expected a challenge, got {challenge!r}"
         self.last_challenge = challenge
         if challenge.auth:
-            self.send(ha_codec.slave_proof(secret.encode(), self.hello_raw, challenge.nonce))
+            self.send(ha_handshake.slave_proof(secret.encode(), self.hello_raw, challenge.nonce))
         return challenge
 
     async def frames(self, timeout_s: float = 5.0, *, until_bytes: int = 0, until_frames: int = 0) -> list:

@@ -89,8 +89,7 @@ def test_the_broker_process_exits_2_with_one_line_for_a_sync_master_without_a_se
 
 
 def test_mqctl_dev_up_gives_its_cluster_one_private_secret_that_every_broker_conf_names(tmp_path):
-    from ctl import dev
-    from ctl.dev import MEMBERS, ensure_ha_secret, member_conf
+    from ctl.dev_layout import MEMBERS, ensure_ha_secret, member_conf, write_conf
 
     path = ensure_ha_secret(tmp_path)
     first = path.read_text()
@@ -100,6 +99,6 @@ def test_mqctl_dev_up_gives_its_cluster_one_private_secret_that_every_broker_con
         values, _ = member_conf(member, tmp_path / member.name, "127.0.0.1:9876", 4, path)
         assert values["haAuthSecretFile"] == str(path)
         conf_path = tmp_path / f"{member.name}.conf"
-        dev.write_conf(conf_path, values)
+        write_conf(conf_path, values)
         settings = load_broker_settings(conf_path, environ={})  # broker-a is a SYNC_MASTER: it needs the secret
         assert settings.store.read_ha_auth_secret() == first.strip().encode()

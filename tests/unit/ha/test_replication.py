@@ -11,7 +11,7 @@ import pytest
 
 from broker.config import BrokerRole, CatchUpFrom
 from broker.store.types import PutStatus
-from remoting import ha_codec
+from remoting import ha_codec, ha_handshake
 from harness.waiting import async_wait_until
 from tests.unit.ha import harness as h
 
@@ -178,8 +178,8 @@ async def test_an_impostor_is_refused_learns_no_offsets_and_never_counts_as_an_a
     if impostor == "replayed-proof":  # a real slave's exchange, captured, then replayed on a new connection
         real = await h.RawPeer.connect(m.ha_addr)
         await real.handshake(broker_id=1)
-        captured = real.hello_raw, ha_codec.slave_proof(h.SECRET.encode(), real.hello_raw,
-                                                        real.last_challenge.nonce)
+        captured = real.hello_raw, ha_handshake.slave_proof(h.SECRET.encode(), real.hello_raw,
+                                                            real.last_challenge.nonce)
         real.close()
     peer = await h.RawPeer.connect(m.ha_addr)
     if impostor == "bare-offsets":
@@ -248,8 +248,8 @@ async def test_a_peer_posing_as_the_master_gets_no_proof_and_no_report_from_the_
     peer_closed = asyncio.Event()
 
     async def fake_master(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await ha_codec.read_hello(reader)
-        writer.write(ha_codec.encode_challenge(os.urandom(32), os.urandom(32)))  # cannot compute the real proof
+        await ha_handshake.read_hello(reader)
+        writer.write(ha_handshake.encode_challenge(os.urandom(32), os.urandom(32)))  # cannot compute the real proof
         got.extend(await reader.read(1 << 16))  # b"" once the slave closes
         peer_closed.set()
         writer.close()
@@ -441,11 +441,12 @@ async def test_a_mismatching_header_offset_makes_the_slave_reconnect_from_its_ow
 
     async def fake_master(reader, writer):  # holds the secret: only its frame offsets are wrong
         nonlocal hellos
-        hello = await ha_codec.read_hello(reader)
+        hello = await ha_handshake.read_hello(reader)
         hellos += 1
         nonce = os.urandom(32)
-        writer.write(ha_codec.encode_challenge(nonce, ha_codec.master_proof(h.SECRET.encode(), hello.raw, nonce)))
-        assert await ha_codec.read_proof(reader) == ha_codec.slave_proof(h.SECRET.encode(), hello.raw, nonce)
+        proof = ha_handshake.master_proof(h.SECRET.encode(), hello.raw, nonce)
+        writer.write(ha_handshake.encode_challenge(nonce, proof))
+        assert await ha_handshake.read_proof(reader) == ha_handshake.slave_proof(h.SECRET.encode(), hello.raw, nonce)
         reports.append(await ha_codec.read_report(reader))
         if hellos == 1:
             writer.write(ha_codec.encode_frame(local_max + 4096, b"x" * 100))

@@ -18,7 +18,8 @@ from broker.ha.state import (
     slave_state,
 )
 from broker.ha.status import stale_after_ms
-from remoting.ha_codec import ErrorCode, decode_hello, encode_hello
+from remoting.ha_codec import ErrorCode
+from remoting.ha_handshake import decode_hello, encode_hello
 
 MiB = 1 << 20
 
