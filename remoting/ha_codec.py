@@ -39,19 +39,7 @@ import enum
 import struct
 from dataclasses import dataclass
 
-from remoting.ha_handshake import (
-    CHALLENGE_BODY_SIZE,
-    CHALLENGE_NONCE_BYTES,
-    CHALLENGE_SIZE,
-    Challenge,
-    Hello,
-    decode_challenge,
-    encode_challenge,
-    master_proof,
-    read_hello,
-    read_proof,
-    slave_proof,
-)
+from remoting.ha_handshake import CHALLENGE_BODY_SIZE, CHALLENGE_SIZE, Challenge, decode_challenge
 from remoting.ha_wire import CHALLENGE_MARKER, ERROR_MARKER, HEADER, HEADER_SIZE, ProtocolError, Reader, read_exactly
 
 MAX_ERROR_MESSAGE_BYTES = 4096
@@ -306,8 +294,6 @@ __all__ = [
     "ERROR_FIXED", "ERROR_FIXED_SIZE", "MAX_ERROR_MESSAGE_BYTES", "REPORT", "REPORT_SIZE", "ErrorCode", "ErrorFrame",
     "Frame", "FrameDecoder", "ReportDecoder", "decode_frame", "decode_header", "decode_report", "encode_error",
     "encode_frame", "encode_header", "encode_heartbeat", "encode_report", "parse_frames", "read_frame", "read_report",
-    # shared with the handshake, whose home is ha_wire / ha_handshake: the frame parsers return a Challenge, and
-    # broker/ha/master.py still imports its handshake from here (drop those once it imports ha_handshake)
-    "ProtocolError", "Challenge", "CHALLENGE_NONCE_BYTES", "Hello", "encode_challenge", "master_proof", "read_hello",
-    "read_proof", "slave_proof",
+    # the frame parsers return a Challenge and raise ProtocolError (their home: ha_handshake, ha_wire)
+    "ProtocolError", "Challenge",
 ]

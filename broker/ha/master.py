@@ -1,6 +1,6 @@
 """The master's HA server: accept slaves on ``haListenPort``, authenticate them, run one connection each.
 
-Every master (SYNC or ASYNC) listens on ``0.0.0.0:haListenPort``. The handshake (``ha_codec``), bounded by
+Every master (SYNC or ASYNC) listens on ``0.0.0.0:haListenPort``. The handshake (``ha_handshake``), bounded by
 ``HANDSHAKE_TIMEOUT_S`` as a whole:
 1. the peer's hello names this broker group and a brokerId >= 1, else it is refused;
 2. the master answers a challenge: a fresh nonce and, with a secret, its own proof (so a slave never streams from
@@ -57,18 +57,17 @@ from common.log import RateLimitedLog
 from common.silent_slots import Place, SilentSlots, SlotVerdict
 from remoting.tls import TlsConfig, TlsMode
 from remoting.tls_listener import GuardedListener
-from remoting.ha_codec import (
+from remoting.ha_codec import ErrorCode, encode_error
+from remoting.ha_handshake import (
     CHALLENGE_NONCE_BYTES,
-    ErrorCode,
     Hello,
-    ProtocolError,
     encode_challenge,
-    encode_error,
     master_proof,
     read_hello,
     read_proof,
     slave_proof,
 )
+from remoting.ha_wire import ProtocolError
 
 log = logging.getLogger(__name__)
 
