@@ -388,6 +388,11 @@ class MessageStore:
             self._put_group.submit(prepared, deadline, on_done)
         return fut
 
+    @property
+    def grouped_appends(self) -> tuple[int, int]:
+        """(store appends, puts) the grouped puts made so far: a benchmark's appends per put."""
+        return self._put_group.appends, self._put_group.puts
+
     async def _append_prepared(self, prepared: put_prepare.Prepared) -> PutResult:
         """The writing half of a put, without the waits (the put group waits once for all its appends)."""
         refused = self._refusal()

@@ -77,6 +77,7 @@ class PutGroup:
         self._appending = asyncio.Lock()  # FIFO: the groups' appends in the order the groups were flushed
         self.groups = 0  # flushes, for the bench and tests
         self.puts = 0
+        self.appends = 0  # store appends (one per queue of a group)
 
     def submit(self, prepared: Prepared, deadline: float | None, on_done: OnDone) -> None:
         """``on_done(result)`` once the put's group was appended and (WAIT) flushed and replicated."""
@@ -149,6 +150,7 @@ class PutGroup:
                 for m in group:
                     entries += m.prepared.entries
                 merged = Prepared(entries, sum(m.prepared.total for m in group), True, True, True)
+            self.appends += 1
             result = await self._append(merged)
             if result.status is not PutStatus.PUT_OK:
                 for m in group:
