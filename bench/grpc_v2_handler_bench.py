@@ -7,13 +7,14 @@ and the answer serialized. Variants, interleaved, one run: ``alone`` (one call a
 ``send``; nothing else runs between calls), ``served`` (as ``alone``, then three loop turns, in which the store's
 background work for the append runs, the index above all, as it does between calls in the broker; the cost of
 empty turns taken out), ``together`` (``--inflight`` calls started in one loop turn, as gRPC hands concurrent calls to the
-loop), each with the coalescer (``send_coalesce``, as the endpoint runs) and without (the direct append, as
-before it). Reports the event-loop thread's CPU per call (``time.thread_time``) and store appends per call.
+loop), each ``grouped`` (``MessageStore.put_grouped``, as the endpoint runs: the puts of one loop pass share one
+append per queue and one wait) and ``direct`` (``put_messages``, one append per call). Reports the event-loop
+thread's CPU per call (``time.thread_time``) and store appends per call.
 
 For instruction counts, which the shared machine does not blur: ``valgrind --tool=callgrind --callgrind-out-file=F
-python -m bench.grpc_v2_handler_bench --variant together-coalesced --calls N`` at two N, (Ir(N2) - Ir(N1)) /
+python -m bench.grpc_v2_handler_bench --variant together-grouped --calls N`` at two N, (Ir(N2) - Ir(N1)) /
 (N2 - N1). ``--flush SYNC_FLUSH`` makes every put wait for its group commit, as a SYNC_MASTER's waits for its replica: the
-case the coalescer is for. ``python -m bench.grpc_v2_handler_bench [--calls 6000] [--runs 3] [--flush F]``.
+case grouping is for. ``python -m bench.grpc_v2_handler_bench [--calls 6000] [--runs 3] [--flush F]``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from bench.report import median_of, print_table, write_json
 
-VARIANTS = ("alone-direct", "alone-coalesced", "together-direct", "together-coalesced", "served-direct")
+VARIANTS = ("alone-direct", "alone-grouped", "together-direct", "together-grouped", "served-direct")
 TURNS = 3  # loop turns after each call in ``served``: the store's background work of the append runs in them
 TOPIC = "BenchV2Handler"
 
@@ -50,14 +51,14 @@ async def _sample(ctx, variant: str, raw: list[bytes], inflight: int) -> tuple[f
     """(event-loop thread CPU µs per call, store appends per call)."""
     from broker.grpc_v2 import send
     from broker.grpc_v2.pb import service_pb2 as spb
-    from broker.grpc_v2.send_coalesce import SendCoalescer
 
-    coalescer = SendCoalescer(ctx.store) if variant.endswith("coalesced") else None
+    grouped = variant.endswith("grouped")
+    appends0, puts0 = ctx.store.grouped_appends
     born = ("127.0.0.1", 50000)
     parse, bad = spb.SendMessageRequest.FromString, []
 
     async def call(data: bytes) -> None:
-        answer = await send.send_message(ctx, parse(data), born, coalescer)
+        answer = await send.send_message(ctx, parse(data), born, grouped=grouped)
         if answer.status.code != 20000:
             bad.append(answer.status.message)
         answer.SerializeToString()
@@ -84,7 +85,10 @@ async def _sample(ctx, variant: str, raw: list[bytes], inflight: int) -> tuple[f
     spent = time.thread_time() - t0 - empty_s
     if bad:
         raise RuntimeError(f"{len(bad)} sends failed, first: {bad[0]}")
-    appends = coalescer.appends if coalescer is not None else len(raw)
+    appends1, puts1 = ctx.store.grouped_appends
+    if grouped and puts1 - puts0 != len(raw):
+        raise RuntimeError(f"{puts1 - puts0} grouped puts for {len(raw)} calls: the variant measured something else")
+    appends = appends1 - appends0 if grouped else len(raw)
     return spent / len(raw) * 1e6, appends / len(raw)
 
 

@@ -1,7 +1,9 @@
 """SendMessage (RocketMQ's proxy ``SendMessageActivity``): one or many messages, each admitted by the same
 function as a remoting send (``broker.processors.send_admit.admit``: role, permission, topic, queue), converted by
-``convert.to_draft`` and appended with ``MessageStore.put_messages``; concurrent calls that arrive in one loop
-turn share one append (``send_coalesce``), except transaction halves and delay messages.
+``convert.to_draft`` and appended with ``MessageStore.put_messages``; in the endpoint (``grouped``) plain and FIFO
+messages go through ``MessageStore.put_grouped`` instead, as the remoting path's single sends do: the messages of
+the calls one event-loop pass runs share one append per queue and one replica wait, each answered with its own queue
+offset. Transaction halves and delay messages keep their own put.
 
 Queue choice: a message with a message_group (FIFO) goes to ``crc32(group) % writeQueueNums`` so a group stays in
 one queue; any other to a queue ``admit`` picks. The answer has one entry per message (the official client sends
@@ -22,11 +24,10 @@ from broker.grpc_v2 import codes
 from broker.grpc_v2.convert import BadMessage, to_draft
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
-from broker.grpc_v2.send_coalesce import SendCoalescer
 from broker.grpc_v2.transaction import transaction_id
 from broker.processors import validate
 from broker.processors.send_admit import Refusal, admit
-from broker.store.types import PutStatus
+from broker.store.types import PutResult, PutStatus
 from remoting.message_headers import DEFAULT_TOPIC, SendHeader
 
 MAX_MESSAGES_PER_REQUEST = 1024
@@ -44,7 +45,7 @@ def _header(topic: str, queue_id: int, born_ms: int) -> SendHeader:
 
 
 async def _send_one(ctx: BrokerContext, msg: pb.Message, born_host: tuple[str, int],
-                    coalescer: SendCoalescer | None) -> spb.SendResultEntry:
+                    grouped: bool) -> spb.SendResultEntry:
     sp = msg.system_properties
     entry = spb.SendResultEntry(message_id=sp.message_id)
     half = sp.message_type == TRANSACTION
@@ -79,23 +80,23 @@ async def _send_one(ctx: BrokerContext, msg: pb.Message, born_host: tuple[str, i
     if bad:
         entry.status.CopyFrom(codes.status(pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY, bad.remark))
         return entry
-    index = 0  # the message's place in a coalesced append
     if half:  # PGROUP is the topic: v2 producers are registered under the topics they publish (presence)
         result = await ctx.transactions.put_half(draft, target.topic, target.queue_id, target.topic, True, None)
         if result.status.stored:
             entry.transaction_id = transaction_id(ctx.offset_msg_ids(result.physical_offsets)[0],
                                                   result.queue_offset)
-    elif coalescer is not None and not delayed:
-        # a FIFO message keeps its group's queue; any other joins whichever queue the batch's opener got
-        key = (target.topic, target.queue_id) if queue_id >= 0 else target.topic
-        result, index = await coalescer.put(key, target.topic, target.queue_id, draft)
+    elif grouped and not delayed:
+        # every v2 message waits for its flush and replica (WAIT is reserved: convert.RESERVED), bounded by the
+        # store's own timeouts, not the call's deadline, as before; a call cancelled meanwhile leaves its message stored
+        put = ctx.store.put_grouped(target.topic, target.queue_id, draft, wait=True)
+        result = put if isinstance(put, PutResult) else await put
     else:
         result = await ctx.store.put_messages(target.topic, target.queue_id, [draft])
     # PUT_OK (nearly every send) copies the prebuilt OK status; put_status builds one, with its advice, per call
     ok = result.status is PutStatus.PUT_OK
     entry.status.CopyFrom(codes.OK if ok else codes.put_status(result.status, result.remark))
     if result.status.stored:
-        entry.offset = result.queue_offset + index
+        entry.offset = result.queue_offset  # this message's own (put_grouped answers each member its own)
         ctx.stats.put.add(1)
     if ctx.metrics is not None:
         ctx.metrics.on_send(target.topic, 1, len(draft.body), result.status, sizes=[len(draft.body)])
@@ -104,14 +105,15 @@ async def _send_one(ctx: BrokerContext, msg: pb.Message, born_host: tuple[str, i
 
 async def send_message(
     ctx: BrokerContext, req: spb.SendMessageRequest, born_host: tuple[str, int],
-    coalescer: SendCoalescer | None = None,
+    grouped: bool = False,
 ) -> spb.SendMessageResponse:
-    """``coalescer``: plain and FIFO messages of concurrent calls are appended together (``send_coalesce``)."""
+    """``grouped``: plain and FIFO messages are stored with the other single puts of this loop pass
+    (``MessageStore.put_grouped``), as the endpoint does."""
     if not req.messages:
         return spb.SendMessageResponse(status=codes.status(pb.Code.BAD_REQUEST, "no message in the request"))
     if len(req.messages) > MAX_MESSAGES_PER_REQUEST:
         return spb.SendMessageResponse(status=codes.status(
             pb.Code.BAD_REQUEST, f"{len(req.messages)} messages in one request; send at most {MAX_MESSAGES_PER_REQUEST}"))
-    entries = [await _send_one(ctx, m, born_host, coalescer) for m in req.messages]
+    entries = [await _send_one(ctx, m, born_host, grouped) for m in req.messages]
     first_bad = next((e.status for e in entries if e.status.code != CODE_OK), None)
     return spb.SendMessageResponse(status=first_bad or codes.OK, entries=entries)

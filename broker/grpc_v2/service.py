@@ -38,7 +38,6 @@ from broker.grpc_v2.observe import V2Metrics
 from broker.grpc_v2.pb import definition_pb2 as pb
 from broker.grpc_v2.pb import service_pb2 as spb
 from broker.grpc_v2.pb import service_pb2_grpc as sgrpc
-from broker.grpc_v2.send_coalesce import SendCoalescer
 from broker.grpc_v2.tls_front import real_peer
 from common.log import RateLimitedLog
 
@@ -134,7 +133,6 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         self.pop = pop  # broker.grpc_v2.pop.service.PopService, None on a slave
         self.metrics = metrics or V2Metrics(None)
         self.clients = V2Clients()
-        self.sends = SendCoalescer(ctx.store)
         self.routes = ClusterRoutes(ctx)  # its grpc_port (the bound one) is set by the endpoint before serving
         self._streams = 0
         self._streams_by_peer: dict[str, int] = {}  # context.peer() (one per connection) -> open Telemetry streams
@@ -275,7 +273,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
     # sending ------------------------------------------------------------------------------------------------
     @_guarded(spb.SendMessageResponse)
     async def SendMessage(self, request, context):
-        return await send.send_message(self.ctx, request, peer_host(context), self.sends)
+        return await send.send_message(self.ctx, request, peer_host(context), grouped=True)
 
     # pop consumption ----------------------------------------------------------------------------------------
     def _no_pop(self, what: str) -> pb.Status:

@@ -361,7 +361,9 @@ class MessageStore:
         """One message, stored with the others submitted in the same event-loop pass: one append per queue and one
         flush/replica wait for all of them (``put_group``). A refusal (store not writable, an illegal message)
         comes back at once as a PutResult; otherwise ``on_done(result)`` is called with this message's own result
-        as soon as it is known (and None returned), or without ``on_done`` a future of it is returned."""
+        as soon as it is known (and None returned), or without ``on_done`` a future of it is returned. The future may
+        be cancelled (its awaiting caller gave up): the message is still stored, and the group still answers the
+        others."""
         refused = self._refusal()
         if refused is not None:
             return refused
@@ -377,7 +379,7 @@ class MessageStore:
         fut = None
         if on_done is None:
             fut = asyncio.get_running_loop().create_future()
-            on_done = fut.set_result
+            on_done = functools.partial(_settle, fut)
         if not prepared.all_dispatched:  # a transaction record (no queue offset): on its own
             task = asyncio.ensure_future(self._put_prepared(prepared, deadline))
             task.add_done_callback(lambda t: on_done(t.result()) if not t.cancelled() and t.exception() is None
@@ -385,6 +387,11 @@ class MessageStore:
         else:
             self._put_group.submit(prepared, deadline, on_done)
         return fut
+
+    @property
+    def grouped_appends(self) -> tuple[int, int]:
+        """(store appends, puts) the grouped puts made so far: a benchmark's appends per put."""
+        return self._put_group.appends, self._put_group.puts
 
     async def _append_prepared(self, prepared: put_prepare.Prepared) -> PutResult:
         """The writing half of a put, without the waits (the put group waits once for all its appends)."""
@@ -578,3 +585,9 @@ class MessageStore:
         }
         info.update({k: str(v) for k, v in self.stats.items()})
         return info
+
+
+def _settle(fut: asyncio.Future[PutResult], result: PutResult) -> None:
+    """A grouped put's answer to its future, unless the caller awaiting it was cancelled (the future with it)."""
+    if not fut.done():
+        fut.set_result(result)

@@ -13,6 +13,10 @@ A put's own ``deadline`` (the sender's ``timeoutMillis``) is kept: the group wai
 its members (or slaveTimeout when one has none), and a member whose deadline comes earlier is answered
 FLUSH_SLAVE_TIMEOUT at its deadline by a timer of its own, as ``GroupTransfer`` answers a lone put.
 
+Groups append one after the other (``_appending``, a FIFO lock held for the appends only, not the waits): a group
+whose append yields (the store's put lock, a file roll) never lets the next pass's group write to a queue before it,
+so a queue holds its puts in the order they were submitted (the pop revive log relies on it).
+
 The group only appends what ``append`` accepts (the store re-checks that it still takes writes under its put lock)
 and only waits for members that asked to (WAIT=true). Task-safety: event loop only.
 """
@@ -70,8 +74,10 @@ class PutGroup:
         self._pending: list[_Member] = []
         self._scheduled = False
         self._tasks: set[asyncio.Task] = set()
+        self._appending = asyncio.Lock()  # FIFO: the groups' appends in the order the groups were flushed
         self.groups = 0  # flushes, for the bench and tests
         self.puts = 0
+        self.appends = 0  # store appends (one per queue of a group)
 
     def submit(self, prepared: Prepared, deadline: float | None, on_done: OnDone) -> None:
         """``on_done(result)`` once the put's group was appended and (WAIT) flushed and replicated."""
@@ -109,6 +115,31 @@ class PutGroup:
         for m in members:
             first = m.prepared.entries[0]
             by_queue.setdefault((first[E_TOPIC], first[E_QUEUE]), []).append(m)
+        async with self._appending:
+            waiting, end = await self._append_all(by_queue)
+        if not waiting:
+            return
+        deadlines = [m.deadline for m in waiting]
+        deadline = None if None in deadlines else max(deadlines)
+        loop = asyncio.get_running_loop()
+        for m in waiting:
+            if m.deadline is not None and (deadline is None or m.deadline < deadline):
+                m.timer = loop.call_at(m.deadline, _expire, m, self._replicated())
+        cover = PutResult(PutStatus.PUT_OK, wrote_offset=end, wrote_bytes=0)
+        await self._wait_stored(cover, deadline)
+        for m in waiting:
+            if m.timer is not None:
+                m.timer.cancel()
+            if m.answered:
+                continue
+            r = m.result
+            if cover.status is not PutStatus.PUT_OK:
+                r.status, r.remark = cover.status, cover.remark
+            m.answer(r)
+
+    async def _append_all(self, by_queue: dict[tuple[str, int], list[_Member]]) -> tuple[list[_Member], int]:
+        """One append per queue; members that need no wait (or whose append failed) are answered here: (the members
+        that wait, the end offset of what was appended)."""
         waiting: list[_Member] = []
         end = -1
         for group in by_queue.values():
@@ -119,6 +150,7 @@ class PutGroup:
                 for m in group:
                     entries += m.prepared.entries
                 merged = Prepared(entries, sum(m.prepared.total for m in group), True, True, True)
+            self.appends += 1
             result = await self._append(merged)
             if result.status is not PutStatus.PUT_OK:
                 for m in group:
@@ -139,25 +171,7 @@ class PutGroup:
                 else:
                     m.answer(m.result)
             end = max(end, result.next_offset)
-        if not waiting:
-            return
-        deadlines = [m.deadline for m in waiting]
-        deadline = None if None in deadlines else max(deadlines)
-        loop = asyncio.get_running_loop()
-        for m in waiting:
-            if m.deadline is not None and (deadline is None or m.deadline < deadline):
-                m.timer = loop.call_at(m.deadline, _expire, m, self._replicated())
-        cover = PutResult(PutStatus.PUT_OK, wrote_offset=end, wrote_bytes=0)
-        await self._wait_stored(cover, deadline)
-        for m in waiting:
-            if m.timer is not None:
-                m.timer.cancel()
-            if m.answered:
-                continue
-            r = m.result
-            if cover.status is not PutStatus.PUT_OK:
-                r.status, r.remark = cover.status, cover.remark
-            m.answer(r)
+        return waiting, end
 
     def flush_now(self) -> None:
         """Hand what was submitted to a group now (the store is stopping: its appends are then refused, and each

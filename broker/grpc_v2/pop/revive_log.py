@@ -14,8 +14,9 @@ between a revive's re-put and its ack record.
 The revive offset (``commit_offset``) moves to the oldest checkpoint still held, and never while a checkpoint is
 being written: a crash must rescan from at or before every checkpoint a pop answered with.
 
-Records written while another put waits in the store (a SYNC_MASTER's replica wait: several consumers acking at
-once) share one append (``send_coalesce``); their order in the queue is the order they were written in.
+Records written in one event-loop pass (several consumers popping or acking at once) share one append and one
+replica wait (``MessageStore.put_grouped``); their order in the queue is the order they were written in (the put
+group appends a queue's puts in submission order, and groups one after the other).
 
 Task-safety: event loop only.
 """
@@ -28,8 +29,7 @@ import time
 from broker.context import BrokerContext
 from broker.grpc_v2.observe import V2Metrics
 from broker.grpc_v2.pop.state import TAG_ACK, TAG_CK, Ack, Checkpoint, PopState
-from broker.grpc_v2.send_coalesce import SendCoalescer
-from broker.store.types import GetStatus, MessageDraft
+from broker.store.types import GetStatus, MessageDraft, PutResult
 from common.perm import PERM_RW
 from remoting.message_codec import PROPERTY_TAGS, StoredMessage, decode
 
@@ -55,7 +55,6 @@ class ReviveLog:
         self.metrics = metrics
         self.topic = revive_topic(ctx.settings.broker.broker_cluster_name)
         self._ck_writes = 0  # checkpoint records being written: the revive offset must not pass them
-        self._puts: SendCoalescer | None = None  # made at the first write (the store is there by then)
 
     def open(self) -> None:
         """Create the revive topic if absent and rebuild the state from it."""
@@ -119,14 +118,13 @@ class ReviveLog:
         """Write one revive record; its queue offset, or None when the store refused it."""
         draft = MessageDraft(body=record.to_json(), properties={PROPERTY_TAGS: tag}, born_timestamp=clock_ms(),
                              born_host=self.ctx.store_host)
-        if self._puts is None:
-            self._puts = SendCoalescer(self.ctx.store)
-        result, index = await self._puts.put(self.topic, self.topic, 0, draft)
+        put = self.ctx.store.put_grouped(self.topic, 0, draft, wait=True)  # as put_messages: no WAIT property
+        result = put if isinstance(put, PutResult) else await put
         self.metrics.on_record(tag, record.topic, record.group, result.status)
         if not result.status.stored:
             log.error("writing a pop %s record failed: %s %s", tag, result.status.value, result.remark)
             return None
-        return result.queue_offset + index
+        return result.queue_offset  # this record's own
 
     async def append_checkpoint(self, ck: Checkpoint) -> int | None:
         """``append`` a checkpoint record, counted while it is written (the revive offset must not pass it); its
