@@ -133,9 +133,10 @@ class MessageStoreConfig:
         "bytes per consume-queue file: at least one 20-byte unit; at most 2 GiB, RocketMQ's int",
     )
     # pyrmq's: consume-queue files kept open (2 descriptors and a mapping each); idle ones are closed past it and
-    # reopened on use, so thousands of auto-created topics cannot exhaust the descriptors.
+    # reopened on use, so thousands of auto-created topics cannot exhaust the descriptors. 0: sized from the
+    # process's descriptor limit at start (common/fd_limit.py), so active queues are not reopened on every access.
     max_open_consume_queue_files: int = conf.ranged(
-        256, 1, 1_000_000, "consume-queue files kept open; each holds 2 file descriptors (RLIMIT_NOFILE bounds it)"
+        0, 0, 1_000_000, "consume-queue files kept open (0: a quarter of RLIMIT_NOFILE); each holds 2 file descriptors"
     )
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH

@@ -211,7 +211,7 @@ class BrokerMetrics:
         if store is not None:
             self.set_providers(
                 store=lambda: StoreGauges(store.max_phy_offset, store.min_phy_offset, store.flushed_phy_offset,
-                                          store.dispatched_phy_offset),
+                                          store.dispatched_phy_offset, *store.consume_queue_files()),
                 queue_max_offset=store.max_offset_in_queue,
                 queue_store_timestamp=store.store_timestamp_at,
             )

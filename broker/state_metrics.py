@@ -27,6 +27,9 @@ class StoreGauges:
     min_offset: int  # commitlog min physical offset (bytes)
     flushed_offset: int | None = None  # flushed-to-disk offset: flush_behind = max - flushed
     dispatched_offset: int | None = None  # dispatcher position: dispatch_behind = max - dispatched
+    cq_files_open: int | None = None  # consume-queue files open now
+    cq_files_limit: int | None = None  # ... kept open at most (maxOpenConsumeQueueFiles or its auto value)
+    cq_files_parked: int | None = None  # ... closed to stay under the limit, since start (a steady rate: raise it)
 
 
 def store_families(s: StoreGauges) -> Iterator[Metric]:
@@ -44,6 +47,16 @@ def store_families(s: StoreGauges) -> Iterator[Metric]:
                               "Commitlog bytes not yet dispatched to consume queues.", labels=list(storage))
         g.add_metric(list(storage.values()), max(0, s.max_offset - s.dispatched_offset))
         yield g
+    if s.cq_files_open is not None:
+        yield GaugeMetricFamily("rocketmq_consume_queue_files_open", "Consume-queue files open now.", s.cq_files_open)
+    if s.cq_files_limit is not None:
+        yield GaugeMetricFamily("rocketmq_consume_queue_files_limit",
+                                "Consume-queue files kept open at most (maxOpenConsumeQueueFiles).", s.cq_files_limit)
+    if s.cq_files_parked is not None:
+        yield CounterMetricFamily("rocketmq_consume_queue_files_parked",
+                                  "Consume-queue files closed to stay under the limit; a steady rate means active "
+                                  "queues are reopened on every access: raise maxOpenConsumeQueueFiles.",
+                                  s.cq_files_parked)
 
 def disk_families(store_dir: Path) -> Iterator[Metric]:
     """Use and size of the filesystem holding ``store_dir`` (or its nearest existing parent)."""

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from common import event_loop
 from common.errors import ConfigError, PyrmqError
+from common.fd_limit import raise_nofile_limit
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ def server_main(
         return 0
 
     setup_logging()
+    raise_nofile_limit()  # as a JVM does at start: the descriptor limit bounds connections and open store files
 
     async def make() -> Runnable:
         return make_server(config)

@@ -47,6 +47,7 @@ from broker.store import get as get_path
 from broker.store import put as put_path
 from broker.store import put_prepare
 from broker.store.put_group import PutGroup
+from common import fd_limit
 from broker.store.allocate import AllocateService
 from broker.store.checkpoint import AbortMarker, StoreCheckpoint, StoreLockedError, StoreLocks  # noqa: F401
 from broker.store.cleanup import CleanupService, DiskMonitor
@@ -91,7 +92,7 @@ class MessageStore:
         self._queues = ConsumeQueueStore(
             config.consume_queue_dir,
             config.mapped_file_size_consume_queue,
-            max_open_files=config.max_open_consume_queue_files,
+            max_open_files=config.max_open_consume_queue_files or fd_limit.current_budget(),
             run_disk=self._run_disk,
         )
         self._state = DispatchState(self._queues, slave=self.role is BrokerRole.SLAVE)
@@ -172,12 +173,14 @@ class MessageStore:
             await self._start_services()
             self._running = True
             log.info(
-                "store %s started (%s recovery): commitlog [%d, %d), %d consume queues, role %s",
+                "store %s started (%s recovery): commitlog [%d, %d), %d consume queues (at most %d files open), "
+                "role %s",
                 self.root,
                 "abnormal" if abnormal else "normal",
                 self.min_phy_offset,
                 self.max_phy_offset,
                 len(self._queues),
+                self._queues.open_files.limit,
                 self.role.name,
             )
         except BaseException:
@@ -185,6 +188,11 @@ class MessageStore:
                 await svc.stop(timeout_s=0.5)
             self._release(wait=False, cancel=True)
             raise
+
+    def consume_queue_files(self) -> tuple[int, int, int]:
+        """(open now, the limit, parked since start) of the consume-queue files (``open_files``)."""
+        cache = self._queues.open_files
+        return len(cache), cache.limit, cache.parked_total
 
     async def _start_services(self) -> None:
         services: list = [self._allocator]
@@ -581,6 +589,8 @@ class MessageStore:
             "diskFull": str(self.disk.full).lower(),
             "consumeQueueCount": str(len(self._queues)),
             "consumeQueueOpenFiles": str(len(self._queues.open_files)),
+            "consumeQueueOpenFilesLimit": str(self._queues.open_files.limit),
+            "consumeQueueFilesParked": str(self._queues.open_files.parked_total),
             "unitSize": str(UNIT_SIZE),
         }
         info.update({k: str(v) for k, v in self.stats.items()})

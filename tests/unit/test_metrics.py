@@ -186,7 +186,8 @@ def test_store_disk_and_master_ha_gauges_are_read_at_scrape_time(tmp_path):
     registry, m = broker(store_dir=tmp_path / "store")
     state = {"max": 1000}
     m.set_providers(
-        store=lambda: StoreGauges(max_offset=state["max"], min_offset=0, flushed_offset=900, dispatched_offset=950),
+        store=lambda: StoreGauges(max_offset=state["max"], min_offset=0, flushed_offset=900, dispatched_offset=950,
+                                  cq_files_open=12, cq_files_limit=4488, cq_files_parked=3),
         ha=lambda: HAStatus("SYNC_MASTER", state["max"], 0, connections_accepted=1, slaves=(
             SlaveLinkStatus("10.0.0.2:10911", 1, 700, state["max"] - 700, "OK", 0, 4096, 0, 0),)),
     )
@@ -196,6 +197,9 @@ def test_store_disk_and_master_ha_gauges_are_read_at_scrape_time(tmp_path):
     assert value(registry, "rocketmq_commitlog_min_offset_bytes") == 0
     assert value(registry, "rocketmq_storage_flush_behind_bytes", storage_type="local") == 4100
     assert value(registry, "rocketmq_storage_dispatch_behind_bytes") == 4050
+    assert value(registry, "rocketmq_consume_queue_files_open") == 12
+    assert value(registry, "rocketmq_consume_queue_files_limit") == 4488
+    assert value(registry, "rocketmq_consume_queue_files_parked_total") == 3
     assert value(registry, "rocketmq_storage_size") > 0
     assert value(registry, "rocketmq_storage_capacity_bytes") >= value(registry, "rocketmq_storage_size")
     assert value(registry, "rocketmq_ha_connections") == 1
