@@ -47,7 +47,6 @@ from broker.store import get as get_path
 from broker.store import put as put_path
 from broker.store import put_prepare
 from broker.store.put_group import PutGroup
-from common import fd_limit
 from broker.store.allocate import AllocateService
 from broker.store.checkpoint import AbortMarker, StoreCheckpoint, StoreLockedError, StoreLocks  # noqa: F401
 from broker.store.cleanup import CleanupService, DiskMonitor
@@ -63,6 +62,7 @@ from broker.store.recovery import load_and_recover
 from broker.store.types import CommitlogSlice, GetResult, MessageDraft, PutResult, PutStatus, RawBatch
 from broker.store.types import StoreOffsetMismatch
 from broker.store.visibility import ConfirmGate, visible_max_offset
+from common import fd_limit
 from remoting.message_codec import MAX_PROPERTIES_LEN, MAX_RETRY_TOPIC_LEN, MIN_RECORD_SIZE, StoredMessage, TagFilter
 from remoting.message_codec import host_bytes
 
