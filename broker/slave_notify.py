@@ -18,7 +18,9 @@ before a master died is unknown on the slave that replaces it (issue 23). Here t
   (GET_ALL_DELAY_OFFSET's ``offsetTable``; the schedule service moves one after each delivery): the slave takes each
   level only forward, so a slave promoted after the master's death resumes where the master stopped instead of
   re-delivering what the master delivered during the last ``slaveSynchronizeInterval`` (a slave of an older pyrmq
-  ignores the key). Ext ``authChanged=true`` when a user or ACL changed (ACL 2.0 on): the slave pulls users and ACLs
+  ignores the key). On a SYNC_MASTER the re-put of the delivered copies waits for the slaves before the level moves
+  (unless that wait times out); on an ASYNC_MASTER a push can overtake their replication, and a slave promoted by
+  hand within that lag misses those copies instead of delivering them twice (controller mode runs SYNC_MASTER). Ext ``authChanged=true`` when a user or ACL changed (ACL 2.0 on): the slave pulls users and ACLs
   at once with its inner credentials.
 - **Coalescing.** The first change after a quiet period goes out at once; changes while a notification was sent
   less than ``min_interval_s`` (50 ms) ago wait for that interval and share the next one. So 5,000 groups created in
