@@ -233,10 +233,12 @@ class BrokerServer(Service):
         store.add_dispatch_listener(hold.notify, confirmed=True)
         self._services = [hold, clients, LoopLagProbe(metrics.loop_lag)]
         if settings.role.is_master:
-            ctx.slave_notifier = notifier = SlaveNotifier(topics=topics, groups=groups, offsets=offsets)
+            ctx.slave_notifier = notifier = SlaveNotifier(topics=topics, groups=groups, offsets=offsets,
+                                                          delay_offsets=delay_offsets)
             topics.change_listeners.append(notifier.on_tables_changed)
             groups.change_listeners.append(notifier.on_tables_changed)
             offsets.change_listeners.append(notifier.on_offsets_changed)
+            delay_offsets.change_listeners.append(notifier.on_delay_offsets_changed)
             self._services.append(notifier)
             self.schedule = ScheduleService(
                 store, delay_offsets, levels, flush_interval_ms=store_cfg.flush_delay_offset_interval

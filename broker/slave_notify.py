@@ -1,4 +1,4 @@
-"""The master's push of metadata changes to its slaves: a topic, group or consumer offset reaches them in milliseconds.
+"""The master's push of metadata changes to its slaves: topics, groups, consumer and delay offsets in milliseconds.
 
 RocketMQ's slave learns metadata only from its SlaveSynchronize round (every 10 s), so a topic created a few seconds
 before a master died is unknown on the slave that replaces it (issue 23). Here the slave's sync stays RocketMQ's
@@ -12,13 +12,21 @@ before a master died is unknown on the slave that replaces it (issue 23). Here t
   slave's own connection as a broker sends NOTIFY_CONSUMER_IDS_CHANGED to a client; a RocketMQ slave would drop it):
   ext ``topicConfigChanged`` / ``subscriptionGroupChanged`` = ``true`` when that table's DataVersion moved (the
   slave then pulls it with 21 / 201 at once); a body ``{"offsetTable": {"T@G": {q: off}}, "resetVersion": {...}}``
-  (GET_ALL_CONSUMER_OFFSET's shape) with only the consumer offsets that changed; ext ``authChanged=true`` when a
-  user or ACL changed (ACL 2.0 on): the slave pulls users and ACLs at once with its inner credentials, which the slave merges with its
-  usual monotonic rule: offsets change on every commit, so they travel as a delta, never as a table pull.
+  (GET_ALL_CONSUMER_OFFSET's shape) with only the consumer offsets that changed, which the slave merges with its
+  usual monotonic rule: offsets change on every commit, so they travel as a delta, never as a table pull. The same
+  body's ``"delayOffsetTable": {level: off}`` carries the delay levels whose offset moved since the last notification
+  (GET_ALL_DELAY_OFFSET's ``offsetTable``; the schedule service moves one after each delivery): the slave takes each
+  level only forward, so a slave promoted after the master's death resumes where the master stopped instead of
+  re-delivering what the master delivered during the last ``slaveSynchronizeInterval`` (a slave of an older pyrmq
+  ignores the key). On a SYNC_MASTER the re-put of the delivered copies waits for the slaves before the level moves
+  (unless that wait times out); on an ASYNC_MASTER a push can overtake their replication, and a slave promoted by
+  hand within that lag misses those copies instead of delivering them twice (controller mode runs SYNC_MASTER). Ext ``authChanged=true`` when a user or ACL changed (ACL 2.0 on): the slave pulls users and ACLs
+  at once with its inner credentials.
 - **Coalescing.** The first change after a quiet period goes out at once; changes while a notification was sent
   less than ``min_interval_s`` (50 ms) ago wait for that interval and share the next one. So 5,000 groups created in
   a burst cost at most 20 notifications a second, and each slave pulls the group table at most that often (and never
-  twice at once: its pulls are sequential). The offset delta is bounded by the offset table itself.
+  twice at once: its pulls are sequential). The offset delta is bounded by the offset table itself, the delay delta
+  by the number of delay levels.
 - **Replicated answers.** After each table pull the slave sends NOTIFY_METADATA_CHANGED back (ONEWAY, same ext keys,
   each the DataVersion counter it now holds). ``replicated(kind, counter, timeout_s)`` waits until every subscriber
   holds that table at a counter at least ``counter``: updateTopic and updateSubGroup answer once their change is on
@@ -47,6 +55,7 @@ quiet = RateLimitedLog(log)
 
 SUBSCRIBE_FIELD = "notifyMetadataChange"
 TOPICS, GROUPS = "topicConfigChanged", "subscriptionGroupChanged"
+DELAY_TABLE = "delayOffsetTable"  # the body's delay levels that moved: {"level": offset}
 AUTH = "authChanged"  # users or ACLs changed: the slave pulls both (AUTH_LIST_USER / AUTH_LIST_ACL, inner credentials)
 MAX_SUBSCRIBERS = 16
 MIN_INTERVAL_S = 0.05
@@ -66,18 +75,21 @@ async def slaves_hold(notifier: SlaveNotifier | None, kind: str, counter: int) -
 
 
 class SlaveNotifier(Service):
-    def __init__(self, *, topics, groups, offsets, min_interval_s: float = MIN_INTERVAL_S,
+    def __init__(self, *, topics, groups, offsets, delay_offsets, min_interval_s: float = MIN_INTERVAL_S,
                  max_subscribers: int = MAX_SUBSCRIBERS) -> None:
         super().__init__("slave-notify")
         self.topics = topics
         self.groups = groups
         self.offsets = offsets
+        self.delay_offsets = delay_offsets
         self.min_interval_s = min_interval_s
         self.max_subscribers = max_subscribers
         self.subscribers: dict[int, Connection] = {}
         self.held_counters: dict[int, dict[str, int]] = {}  # id(conn) -> kind -> DataVersion counter it holds
         self.sent = 0
         self._pending: set[str] = set()
+        self._delay_moved = False
+        self._delay_sent: dict[int, int] = delay_offsets.snapshot()  # each level as last pushed (or loaded)
         self._wake = asyncio.Event()
         self._held = asyncio.Event()
         self._seen = {TOPICS: topics.data_version.counter, GROUPS: groups.data_version.counter}
@@ -92,6 +104,11 @@ class SlaveNotifier(Service):
         self._wake.set()
 
     def on_offsets_changed(self) -> None:
+        self._wake.set()
+
+    def on_delay_offsets_changed(self) -> None:
+        """A change listener of the DelayOffsetManager (the schedule service moved a level)."""
+        self._delay_moved = True
         self._wake.set()
 
     def on_auth_changed(self) -> None:
@@ -172,6 +189,9 @@ class SlaveNotifier(Service):
         kinds, self._pending = self._pending, set()
         self._seen = {TOPICS: self.topics.data_version.counter, GROUPS: self.groups.data_version.counter}
         body = self._offsets_delta()
+        delay = self._delay_delta()
+        if delay:
+            body = {**(body or {}), DELAY_TABLE: delay}
         live = [c for c in self.subscribers.values() if c.is_open]
         if not live or (not kinds and not body):
             return
@@ -195,3 +215,12 @@ class SlaveNotifier(Service):
             return None
         return {"offsetTable": {key: {str(q): off for q, off in qs.items()} for key, qs in table.items()},
                 "resetVersion": versions}
+
+    def _delay_delta(self) -> dict[str, int] | None:
+        if not self._delay_moved:
+            return None
+        self._delay_moved = False
+        now = self.delay_offsets.snapshot()
+        moved = {level: off for level, off in now.items() if self._delay_sent.get(level) != off}
+        self._delay_sent = now
+        return {str(level): off for level, off in sorted(moved.items())} or None

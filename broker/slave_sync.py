@@ -7,7 +7,7 @@ group-internal by ``group_internal_addr``), in RocketMQ's order, no request head
 2. GET_ALL_CONSUMER_OFFSET (43): merged MONOTONICALLY per queue (the larger wins unless the master's entry carries
    a newer reset version, pyrmq's ``resetVersion`` field) so a master that came back stale never rolls consumers
    back (RocketMQ #1094);
-3. GET_ALL_DELAY_OFFSET (45): replaced;
+3. GET_ALL_DELAY_OFFSET (45): replaced (RocketMQ's rule; pushes between rounds only move a level forward, below);
 4. GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): replaced when the DataVersion differs;
 5. with ACL 2.0 on here (pyrmq; RocketMQ copies no users): AUTH_LIST_USER (3005, ``withPassword=true``, which the
    master serves only to the inner credentials) and AUTH_LIST_ACL (3010): the slave's users and ACLs become the
@@ -26,11 +26,19 @@ with ``merge_from_slave``, so commits the slave accepted while the master was do
 
 Pushes (``broker/slave_notify.py``): the topic pull carries ``notifyMetadataChange=true``, so a pyrmq master keeps
 the connection and sends NOTIFY_METADATA_CHANGED on it when a table changes: the consumer offsets it carries are
-merged at once, the topic or group table it names is pulled at once (one pull at a time, sharing the lock with the
-periodic round), so the slave holds a change within milliseconds instead of up to ``slaveSynchronizeInterval``.
-A push from any connection but the one to the current master is ignored. A new master address starts a round at
-once (no 3 s initial delay: in controller mode this is a switch), and a closed subscribed connection one a second
-later. A RocketMQ master never pushes: the 10 s round alone then, as in RocketMQ. Delay offsets stay on the round.
+merged at once, and so are its delay offsets (``delayOffsetTable``), each level only forward; the topic or group
+table it names is pulled at once (one pull at a time, sharing the lock with the periodic round), so the slave holds
+a change within milliseconds instead of up to ``slaveSynchronizeInterval``. A push from any connection but the one
+to the current master is ignored. A new master address starts a round at once (no 3 s initial delay: in controller
+mode this is a switch), and a closed subscribed connection one a second later. A RocketMQ master never pushes: the
+10 s round alone then, as in RocketMQ.
+
+Why pushed delay offsets are monotonic and the round's are not: a push is a delta sent after the fact, and a level
+that moved back on a push would make a promoted slave re-deliver what the master delivered; the master itself moves a
+level back only when its schedule queue lost the offset (``OFFSET_OVERFLOW_BADLY``: a truncated or replaced store),
+and then the master's table, not the slave's higher one, is right for the queue the two share. The round brings the
+master's whole table, as RocketMQ's does, and heals that case within one interval; it also shares the connection
+with the pushes, so its answer is never older than a push the slave took before it.
 
 Task-safety: event loop only. One ``RemotingClient`` per SlaveSynchronize (one connection to the master), closed
 at stop; a connection to an address no longer in use is dropped.
@@ -47,7 +55,7 @@ from typing import Any
 from broker.auth.model import Acl, AuthError, User
 from broker.auth.processors import WITH_PASSWORD
 from broker.metadata.subscription_groups import SubscriptionGroupConfig
-from broker.slave_notify import AUTH, GROUPS, SUBSCRIBE_FIELD, TOPICS
+from broker.slave_notify import AUTH, DELAY_TABLE, GROUPS, SUBSCRIBE_FIELD, TOPICS
 from common.log import RateLimitedLog
 from common.service import Service
 from remoting import fastjson
@@ -119,8 +127,10 @@ def parse_consumer_offsets(obj: Mapping[str, Any]) -> tuple[dict[str, dict[int, 
     return table, versions
 
 
-def parse_delay_offsets(obj: Mapping[str, Any]) -> dict[int, int]:
-    return {parse_int(k): parse_int(v) for k, v in _table(obj, "offsetTable", "GET_ALL_DELAY_OFFSET").items()}
+def parse_delay_offsets(obj: Mapping[str, Any], key: str = "offsetTable", what: str = "GET_ALL_DELAY_OFFSET"
+                        ) -> dict[int, int]:
+    """GET_ALL_DELAY_OFFSET (45): ``{level: offset}``; a push carries the same table under ``delayOffsetTable``."""
+    return {parse_int(k): parse_int(v) for k, v in _table(obj, key, what).items()}
 
 
 class SlaveSynchronize(Service):
@@ -190,12 +200,14 @@ class SlaveSynchronize(Service):
                 if not isinstance(obj, dict):
                     raise SyncError(f"the body is a JSON {type(obj).__name__}, not an object")
                 table, versions = parse_consumer_offsets(obj)
+                delay = parse_delay_offsets(obj, DELAY_TABLE, "NOTIFY_METADATA_CHANGED")
             except (fastjson.JsonBodyError, UnicodeDecodeError, SyncError, ValueError) as exc:
                 quiet.warning("metadata change notification from %s: offsets unreadable (%s); pulling them all",
                               conn.peer, exc)
                 self._want("all")
                 return None
             self.offsets.merge_from_master(table, versions)  # marks the file dirty: written within its interval
+            self.delay_offsets.merge_from_master(delay)
         return None
 
     async def _pushed_rounds(self) -> None:

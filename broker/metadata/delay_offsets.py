@@ -3,7 +3,9 @@
 The schedule service advances a level only after the due messages were stored under their real topic, so after
 a crash it re-delivers at most the messages since the last persist (at-least-once, never lost). Persisted every
 ``flushDelayOffsetInterval`` to ``config/delayOffset.json``: ``{"offsetTable": {"1": 10, "2": 0}}``. Slaves copy
-the master's table so a promoted slave resumes near where the master stopped (spec §4 step 3).
+the master's table so a promoted slave resumes where the master stopped (spec §4 step 3) and re-delivers none of
+what the master already delivered: the master pushes each level's progress within 50 ms (``merge_from_master``,
+``broker/slave_notify.py``) and the slave's periodic round replaces the whole table (``replace_all``, RocketMQ's rule).
 """
 
 from __future__ import annotations
@@ -44,3 +46,13 @@ class DelayOffsetManager(ConfigFile):
         self.table = new
         self.mark_dirty()
         return True
+
+    def merge_from_master(self, table: dict[int, int]) -> list[int]:
+        """A pushed delta of the master's levels: a level only moves forward here (a push must never make a promoted
+        slave re-deliver); the levels that advanced. The round's ``replace_all`` may still move one back."""
+        advanced = [level for level, off in table.items() if off > self.table.get(level, -1)]
+        for level in advanced:
+            self.table[level] = table[level]
+        if advanced:
+            self.mark_dirty()
+        return advanced

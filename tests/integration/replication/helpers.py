@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from client.admin_bodies import HAStatus, parse_ha_status
+from remoting import fastjson
 from remoting.codes import RequestCode
 from tests.integration.broker.rpc import BrokerClient, message
 from harness.procs import Broker, Namesrv
@@ -150,3 +151,32 @@ async def wait_sync_rounds(broker: Broker, rounds: int = 2, timeout_s: float = 2
         return await asyncio.to_thread(slave_sync_rounds, broker) >= start + rounds
 
     await async_wait_until(done, timeout_s, f"{rounds} more successful slave sync rounds (from {start})", 0.2)
+
+
+async def delay_offsets(client: BrokerClient) -> dict[str, int]:
+    """GET_ALL_DELAY_OFFSET (45): level -> the schedule service's next offset in that level's queue."""
+    resp = await client.request(RequestCode.GET_ALL_DELAY_OFFSET)
+    assert resp.code == 0, resp.remark
+    return fastjson.loads(resp.body_bytes())["offsetTable"]
+
+
+async def delayed_and_pushed(mc: BrokerClient, sc: BrokerClient, topic: str, totals: tuple[int, ...] = (5, 8)) -> None:
+    """Delay level 1 messages (due in 1 s) to ``topic`` queue 0 on the master, in steps up to each of ``totals``; after
+    each step the level's offset must be on the slave within a second of the master's delivery. Call it with the
+    slave's round far away and once the slave synced the topic: at most one round runs after that (the one at 3 s or
+    the one run on learning the master, whichever came second), so only the master's push passes both steps."""
+    delivered_before = 0
+    for total in totals:
+        sent = [message(b"%d" % i, DELAY="1") for i in range(delivered_before, total)]
+        assert (await mc.send(topic, 0, sent)).code == 0
+
+        async def at_total(node: BrokerClient = mc, want: int = total) -> bool:
+            # the level's offset moves once the store took the copies (SYNC_MASTER: the slave too)
+            return (await delay_offsets(node)).get("1") == want
+
+        await async_wait_until(at_total, 20, f"delay level 1 at offset {total} on the master (delivered)", 0.02)
+        delivered_at = time.monotonic()
+        await async_wait_until(lambda: at_total(sc), 5, f"delay level 1 at offset {total} on the slave", 0.02)
+        lag_s = time.monotonic() - delivered_at
+        assert lag_s < 1.0, f"the slave took delay offset {total} {lag_s:.2f} s after the master's delivery"
+        delivered_before = total

@@ -15,7 +15,7 @@ from remoting import fastjson
 from remoting.codes import RequestCode, ResponseCode
 from tests.integration.broker.test_metadata_storm import metric, pull_storm
 from tests.integration.broker.rpc import BrokerClient, group_config, message
-from tests.integration.replication.helpers import master, slave, wait_sync_rounds
+from tests.integration.replication.helpers import delayed_and_pushed, master, slave, wait_sync_rounds
 from harness.procs import Broker
 from harness.waiting import async_wait_until
 
@@ -199,3 +199,14 @@ async def test_a_storm_of_new_groups_reaches_the_slave_in_coalesced_pulls(pair):
 
 def _group_pulls(broker: Broker) -> float:
     return metric(broker, "rocketmq_slave_sync_runs_total", step="subscription_groups", outcome="success") or 0.0
+
+
+
+async def test_delay_offsets_reach_the_slave_by_push_within_a_second_of_the_delivery(pair):
+    """The slave's round is 10 minutes away: the level's progress the master's schedule service made (what a promoted
+    slave resumes from) can reach it only by NOTIFY_METADATA_CHANGED."""
+    m, s, mc, sc = pair("broker-dpush", "SYNC_MASTER", slave_conf={"slaveSynchronizeInterval": 600_000})
+    assert (await mc.create_topic("TDelay", 1)).code == 0
+    await async_wait_until(lambda: _knows_topic(sc, "TDelay"), 20, "TDelay on the slave after its first round", 0.05)
+    await delayed_and_pushed(mc, sc, "TDelay")
+    assert [m.body for m in await mc.pull_all("g-dpush", "TDelay", 0)] == [b"%d" % i for i in range(8)]

@@ -14,6 +14,7 @@ from broker.metadata.delay_offsets import DelayOffsetManager
 from broker.metadata.subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from broker.metadata.topics import TopicConfig, TopicConfigManager
 from broker.processors import slave_sync_serve
+from broker.slave_notify import SlaveNotifier
 from broker.slave_sync import (
     SlaveSynchronize,
     fetch_slave_addrs,
@@ -46,10 +47,12 @@ class Managers:
                 "delay_offsets": self.delay_offsets}
 
 
-async def sync_server(root: Path, managers: Managers, role: BrokerRole) -> tuple[RemotingServer, str]:
-    """A remoting server with only the GET_ALL_* processors, over the managers (no store, no HA)."""
+async def sync_server(root: Path, managers: Managers, role: BrokerRole, notifier: SlaveNotifier | None = None
+                      ) -> tuple[RemotingServer, str]:
+    """A remoting server with only the GET_ALL_* processors, over the managers (no store, no HA); with ``notifier``
+    its subscribers get NOTIFY_METADATA_CHANGED."""
     ctx = BrokerContext(settings=settings(root, role, broker_id=0 if role.is_master else 1), store=None,
-                        clients=None, hold=None, **managers.kw())
+                        clients=None, hold=None, slave_notifier=notifier, **managers.kw())
     server = RemotingServer("broker", "127.0.0.1", 0)
     slave_sync_serve.register(server, ctx)
     port = await server.start()
@@ -247,3 +250,32 @@ async def test_the_slave_list_comes_from_the_first_nameserver_that_answers_clust
                                                                                     "10.0.0.9:10951"]
     finally:
         await ns.stop(0)
+
+
+async def test_pushed_delay_offsets_only_move_forward_and_the_round_replaces_them(tmp_path):
+    """The master's schedule service moves a level: the push brings it (the round is an hour away); a level the
+    master moved back stays where it was on the slave until a round brings the master's whole table."""
+    m = Managers(tmp_path / "m")
+    m.delay_offsets.set(3, 42)
+    notifier = SlaveNotifier(**m.kw())
+    m.delay_offsets.change_listeners.append(notifier.on_delay_offsets_changed)
+    server, addr = await sync_server(tmp_path / "m", m, BrokerRole.SYNC_MASTER, notifier)
+    await notifier.start()
+    s = Managers(tmp_path / "s")
+    sync = SlaveSynchronize(**s.kw(), interval_ms=3_600_000, initial_delay_s=3600)
+    sync.update_master_addr(addr)  # a round at once, which subscribes
+    await sync.start()
+    try:
+        await async_wait_until(lambda: s.delay_offsets.get(3) == 42 and notifier.subscribers, 10, "the first round")
+        m.delay_offsets.set(1, 10)
+        await async_wait_until(lambda: s.delay_offsets.get(1) == 10, 5, "level 1 at 10 pushed to the slave", 0.01)
+        m.delay_offsets.set(1, 4)  # the master's queue lost the offset (OFFSET_OVERFLOW_BADLY)
+        m.delay_offsets.set(2, 7)  # pushed with it or after it, on the same connection
+        await async_wait_until(lambda: s.delay_offsets.get(2) == 7, 5, "level 2 at 7 pushed to the slave", 0.01)
+        assert s.delay_offsets.snapshot() == {1: 10, 2: 7, 3: 42}
+        assert await sync.sync_all()
+        assert s.delay_offsets.snapshot() == {1: 4, 2: 7, 3: 42}
+    finally:
+        await sync.stop()
+        await notifier.stop()
+        await server.stop(0)
