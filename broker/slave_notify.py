@@ -141,8 +141,12 @@ class SlaveNotifier(Service):
         counters = self.held_counters.get(id(conn))
         if counters is not None:
             counters[kind] = max(counters.get(kind, 0), counter)
-            self._served.set()
-            self._held = asyncio.Event()
+            self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
+        """Wake every ``replicated`` waiter once (they re-check), and give later waits a fresh event."""
+        self._held.set()
+        self._held = asyncio.Event()
 
     def _forget(self, key: int) -> None:
         conn = self.subscribers.pop(key, None)
@@ -151,7 +155,7 @@ class SlaveNotifier(Service):
             log.info("slave %s no longer subscribed to metadata changes (connection closed)", conn.peer)
         if not self.subscribers:
             self.offsets.changed_keys = None
-        self._held.set()  # waiters re-check without it
+        self._wake_waiters()  # waiters re-check without it
 
     async def replicated(self, kind: str, counter: int, timeout_s: float) -> list[str]:
         """Wait until every subscriber holds ``kind`` at ``counter`` or later; the peers still behind at the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -275,6 +276,34 @@ async def test_pushed_delay_offsets_only_move_forward_and_the_round_replaces_the
         assert s.delay_offsets.snapshot() == {1: 10, 2: 7, 3: 42}
         assert await sync.sync_all()
         assert s.delay_offsets.snapshot() == {1: 4, 2: 7, 3: 42}
+    finally:
+        await sync.stop()
+        await notifier.stop()
+        await server.stop(0)
+
+
+async def test_a_slave_that_pulled_a_change_wakes_the_update_waiting_for_it(tmp_path):
+    """updateTopic answers once the slaves hold the change (``replicated``): the slave's report must wake that wait.
+    A report once raised in the master (an attribute that did not exist), so every update waited out its bound:
+    1,000 topics created one after another took over 1,000 s."""
+    from broker.slave_notify import TOPICS
+
+    m = Managers(tmp_path / "m")
+    notifier = SlaveNotifier(**m.kw())
+    m.topics.change_listeners.append(notifier.on_tables_changed)
+    server, addr = await sync_server(tmp_path / "m", m, BrokerRole.SYNC_MASTER, notifier)
+    await notifier.start()
+    s = Managers(tmp_path / "s")
+    sync = SlaveSynchronize(**s.kw(), interval_ms=3_600_000, initial_delay_s=3600)
+    sync.update_master_addr(addr)
+    await sync.start()
+    try:
+        await async_wait_until(lambda: notifier.subscribers, 10, "the slave subscribed")
+        for i in range(3):
+            m.topics.update(TopicConfig(f"Fresh{i}", 4, 4))
+            async with asyncio.timeout(10):  # the bound below is an hour: only the slave's report ends the wait
+                assert await notifier.replicated(TOPICS, m.topics.data_version.counter, 3600) == []
+            assert s.topics.get(f"Fresh{i}") is not None
     finally:
         await sync.stop()
         await notifier.stop()
