@@ -51,7 +51,7 @@ from client.queue_choice import QueueChoice
 from client.route_cache import RouteCache, TopicRoute
 from client.rpc import ClientRemoting
 from client.send_batch import SendBatch, fail_waiting
-from client.send_batcher import SendBatcher
+from client.send_batcher import SendBatcher, lane_of
 from client.send_retry import SendRetry
 from client.trace import ProducerTrace, TraceDispatcher
 from client.trace_codec import TRACE_PRODUCER_GROUP, TRACE_TOPIC
@@ -349,7 +349,7 @@ class Producer(Lifecycle):
             self._fail(batch, err)
         finally:  # a retry may have moved the request; its slot stays where the batcher took it (batch.mq)
             if self.batcher.finished(batch):  # after the senders this batch just completed had their turn to join
-                asyncio.get_running_loop().call_soon(self.batcher.release_held, batch.mq.broker_name)
+                asyncio.get_running_loop().call_soon(self.batcher.release_held, lane_of(batch))
 
     def _requeue(self, failed: MessageQueue) -> MessageQueue:
         """The next queue of ``failed``'s topic away from its broker (``failed`` itself when there is none)."""

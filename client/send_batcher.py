@@ -6,8 +6,8 @@ A batch (``client.send_batch.SendBatch``) moves through named states (``BatchSta
 
 - OPEN: the topic's one batch that takes sends, bound to one queue. The producer schedules its ``due`` (the end of
   the event-loop iteration, or ``linger_ms``) through ``schedule_due`` when it opens.
-- HELD: due but below its cap while its broker has ``pipeline_depth`` requests in flight
-  (``client.batch_policy``); it still takes sends, and seals when it fills or when its broker answers a request
+- HELD: due but below its cap while its lane (topic on its broker) has ``pipeline_depth`` requests in flight
+  (``client.batch_policy``); it still takes sends, and seals when it fills or when its lane answers a request
   (``release_held``, which the producer runs one loop iteration after ``finished`` says so, so that the senders
   that answer just completed can join first).
 - WAITING: sealed while its queue already runs ``max_inflight_per_queue`` requests; it goes out, in seal order,
@@ -32,6 +32,12 @@ from client.message import MessageQueue
 from client.send_batch import BatchState, SendBatch
 
 TAKING = (BatchState.OPEN, BatchState.HELD)
+
+Lane = tuple[str, str]  # (broker name, topic): where held batches wait for an answer (``client.batch_policy``)
+
+
+def lane_of(batch: SendBatch) -> Lane:
+    return batch.mq.broker_name, batch.mq.topic
 
 
 class QueueSlot:
@@ -71,7 +77,7 @@ class SendBatcher:
         self._schedule_due = schedule_due  # call due(batch) once its linger is over
         self._on_seal = on_seal
         self._open: dict[str, SendBatch] = {}  # topic -> its OPEN or HELD batch
-        self._held: dict[str, list[SendBatch]] = {}  # broker name -> batches HELD for it (some sealed since)
+        self._held: dict[Lane, list[SendBatch]] = {}  # lane -> batches HELD on it (some sealed since)
         self._slots: dict[MessageQueue, QueueSlot] = {}
 
     # sends ------------------------------------------------------------------------------------------------
@@ -97,13 +103,13 @@ class SendBatcher:
         return batch
 
     def due(self, batch: SendBatch) -> bool:
-        """The batch's linger is over: seal it, or hold it (True) while its broker has ``depth`` requests out."""
+        """The batch's linger is over: seal it, or hold it (True) while its lane has ``depth`` requests out."""
         if batch.state is not BatchState.OPEN:
             return False  # sealed by size already
-        broker = batch.mq.broker_name
-        if self.policy.hold(broker, len(batch.futures), batch.cap):
+        lane = lane_of(batch)
+        if self.policy.hold(lane, len(batch.futures), batch.cap):
             batch.state = BatchState.HELD
-            self._held.setdefault(broker, []).append(batch)
+            self._held.setdefault(lane, []).append(batch)
             return True
         self.seal(batch)
         return False
@@ -130,27 +136,27 @@ class SendBatcher:
 
     def _dispatch(self, slot: QueueSlot, batch: SendBatch) -> None:
         slot.inflight += 1
-        self.policy.sent(batch.mq.broker_name)
+        self.policy.sent(lane_of(batch))
         batch.state = BatchState.IN_FLIGHT
         self._send(batch)
 
     # answers ----------------------------------------------------------------------------------------------
     def finished(self, batch: SendBatch) -> bool:
         """The sender is done with an IN_FLIGHT batch (answered or failed): its queue's next WAITING batch goes
-        out. True when batches are HELD for its broker: the caller runs ``release_held`` soon after."""
+        out. True when batches are HELD on its lane: the caller runs ``release_held(lane_of(batch))`` soon after."""
         slot = self._slots[batch.mq]
-        broker = batch.mq.broker_name
+        lane = lane_of(batch)
         batch.state = BatchState.DONE
         slot.inflight -= 1
-        self.policy.answered(broker)
+        self.policy.answered(lane)
         self.policy.finished(len(batch.futures))
         if slot.waiting and slot.inflight < self.max_inflight_per_queue:
             self._dispatch(slot, slot.waiting.popleft())
-        return broker in self._held
+        return lane in self._held
 
-    def release_held(self, broker: str) -> None:
-        """Seal every batch held for ``broker`` (one of its requests was answered)."""
-        for batch in self._held.pop(broker, ()):
+    def release_held(self, lane: Lane) -> None:
+        """Seal every batch held on ``lane`` (one of its requests was answered)."""
+        for batch in self._held.pop(lane, ()):
             self.seal(batch)
 
     # queries and stop -------------------------------------------------------------------------------------

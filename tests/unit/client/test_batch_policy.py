@@ -76,7 +76,7 @@ def test_a_partial_batch_waits_only_when_its_broker_has_depth_requests_in_flight
     p.sent("b")
     assert p.hold("b", 10, 32)
     assert not p.hold("b", 32, 32)  # a full batch never waits here
-    assert not p.hold("other", 10, 32)  # in flight is counted per broker
+    assert not p.hold("other", 10, 32)  # in flight is counted per lane (topic on a broker)
     p.answered("b")
     assert not p.hold("b", 10, 32)
     assert p.in_flight("b") == 1

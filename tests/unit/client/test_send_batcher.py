@@ -4,8 +4,8 @@ states, what it handed to the sender (and in which order) and the per-queue slot
 
 The model is the producer's batching rules written as plainly as possible: one open batch per topic; a delayed
 (solo) send or one with another WAIT seals it; a batch seals at its cap or max_batch_bytes, when due unless held
-(below its cap while its broker has ``depth`` requests out), or when its broker answers while it is held; a sealed
-batch goes to the sender while its queue has fewer than ``max_inflight_per_queue`` requests, else waits in seal
+(below its cap while its lane, its topic on its broker, has ``depth`` requests out), or when its lane answers
+while it is held; a sealed batch goes to the sender while its queue has fewer than ``max_inflight_per_queue`` requests, else waits in seal
 order. Caps come from a second BatchPolicy fed the calls the model expects, so the batcher's calls to its policy
 are checked too."""
 
@@ -104,7 +104,7 @@ class BatcherMachine(RuleBasedStateMachine):
 
     def _m_dispatch(self, b: ModelBatch) -> None:
         self.m_inflight[b.mq] = self.m_inflight.get(b.mq, 0) + 1
-        broker = b.mq.broker_name
+        broker = (b.mq.broker_name, b.mq.topic)  # the lane
         self.m_broker_inflight[broker] = self.m_broker_inflight.get(broker, 0) + 1
         self.policy.sent(broker)
         b.state = BatchState.IN_FLIGHT
@@ -168,7 +168,7 @@ class BatcherMachine(RuleBasedStateMachine):
         b = self.of[id(batch)]
         expected = False
         if b.state is BatchState.OPEN:
-            broker = b.mq.broker_name
+            broker = (b.mq.broker_name, b.mq.topic)  # the lane
             if len(b.ids) < b.cap and self.m_broker_inflight.get(broker, 0) >= DEPTH:
                 b.state = BatchState.HELD
                 self.m_held.setdefault(broker, []).append(b)
@@ -183,7 +183,7 @@ class BatcherMachine(RuleBasedStateMachine):
             return
         batch = self.in_flight.pop(pick % len(self.in_flight))
         b = self.of[id(batch)]
-        broker = b.mq.broker_name
+        broker = (b.mq.broker_name, b.mq.topic)  # the lane
         self.m_inflight[b.mq] -= 1
         self.m_broker_inflight[broker] -= 1
         self.policy.answered(broker)
