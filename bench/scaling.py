@@ -376,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", default=str(RESULTS_DIR), help="where scaling.json and the charts go")
     ap.add_argument("--note", default="", help="a line about the machine's state, kept in the JSON and charts")
     ap.add_argument("--replot", action="store_true", help="only draw the charts again from <out-dir>/scaling.json")
+    ap.add_argument("--update", action="store_true",
+                    help="keep the points of the sweeps not run now from <out-dir>/scaling.json (each point keeps "
+                         "the note and commit of its own run)")
     args = ap.parse_args(argv)
     if args.replot:
         doc = json.loads((Path(args.out_dir) / "scaling.json").read_text())
@@ -396,11 +399,24 @@ def main(argv: list[str] | None = None) -> int:
 
     trees, described = checked_trees([args.tree] if args.tree else [])
     load = os.getloadavg()
+    kept = kept_points(Path(args.out_dir) / "scaling.json", {s for s, _ in plan}) if args.update else []
     rows: list[dict] = []
     for sweep in dict.fromkeys(s for s, _ in plan):  # the results so far are written after every sweep
-        rows += asyncio.run(main_async(args, trees[0], [(s, v) for s, v in plan if s == sweep]))
-        report(args, plan, rows, load, described)
+        ran = asyncio.run(main_async(args, trees[0], [(s, v) for s, v in plan if s == sweep]))
+        for r in ran:
+            r.setdefault("note", args.note)
+            r.setdefault("tree", described[0].get("commit", "") if described else "")
+        rows += ran
+        report(args, plan, kept + rows, load, described)
     return 0
+
+
+def kept_points(path: Path, rerun: set[str]) -> list[dict]:
+    """The points of an earlier scaling.json whose sweep is not run again, each labelled with its run's note."""
+    if not path.exists():
+        return []
+    doc = json.loads(path.read_text())
+    return [{"note": doc.get("note", ""), **r} for r in doc.get("points", []) if r.get("sweep") not in rerun]
 
 
 def report(args, plan, rows: list[dict], load, described) -> None:
@@ -426,7 +442,7 @@ def report(args, plan, rows: list[dict], load, described) -> None:
     for sweep in dict.fromkeys(r["sweep"] for r in rows):
         mine = [r for r in ok if r["sweep"] == sweep]
         if mine:
-            charts[sweep] = str(chart(sweep, mine, out_dir / f"scaling_{sweep}.png", note).name)
+            charts[sweep] = str(chart(sweep, mine, out_dir / f"scaling_{sweep}.png", mine[0].get("note") or note).name)
     write_json("scaling", {"args": vars(args), "note": note, "loadavg_at_start": load, "trees": described,
                            "base_point": BASE, "points": rows, "cost_growth": growth, "charts": charts},
                directory=out_dir)
