@@ -16,7 +16,9 @@ slaves) of its topics' groups, and UNREGISTER_CLIENT (35) to them when it stops.
 Per owned queue one pull task long-polls (``suspend_ms`` at the broker, RPC deadline ``pull_timeout_s``, above
 the suspend time) and follows the broker's read advice like PullConsumer. A queue without a committed offset
 starts at CONSUME_FROM_WHERE (client/start_offset.py): the queue's max offset (GET_MAX_OFFSET 30), 0, or
-SEARCH_OFFSET_BY_TIMESTAMP (29); a retry topic always starts at 0. ``pull_interval_ms`` (RocketMQ's
+SEARCH_OFFSET_BY_TIMESTAMP (29); a retry topic always starts at 0. At most ``START_OFFSET_LOOKUPS`` queues look
+their start offset up at once, and each pulls as soon as its own is known (a consumer of thousands of queues
+neither waits for all of them nor floods the broker). ``pull_interval_ms`` (RocketMQ's
 pullInterval, default 0) pauses a queue after a pull that returned less than a full batch: one pull RPC costs
 about as much broker CPU as tens of messages, so a consumer that keeps up can trade that much latency for far
 fewer pulls. Messages go
@@ -72,6 +74,12 @@ class MessageModel(enum.Enum):
 
 
 MISSING_ROUTE_RETRY_S = 2.0  # how often a subscribed topic without a route (yet) is looked up again
+# Start-time requests in flight at once: route reads of the subscribed topics at start, and start-offset lookups
+# (QUERY_CONSUMER_OFFSET, then GET_MAX_OFFSET / SEARCH_OFFSET_BY_TIMESTAMP) of new queues. One at a time, a consumer
+# of 1,000 topics x 8 queues spends thousands of round trips before its last queue pulls; all at once, 8,000 lookups
+# queue up behind each other and behind the first queues' long polls at the broker and time out.
+START_ROUTE_READS = 16
+START_OFFSET_LOOKUPS = 32
 
 
 class PushConsumer(Lifecycle):
@@ -156,6 +164,7 @@ class PushConsumer(Lifecycle):
         self._last_full_rebalance = 0.0
         self._heartbeat_addrs: set[str] = set()
         self._rebalance_lock = asyncio.Lock()
+        self._offset_lookups = asyncio.Semaphore(START_OFFSET_LOOKUPS)
         self._rebalance_now = asyncio.Event()  # set by NOTIFY_CONSUMER_IDS_CHANGED and by stop()
         self.notifications = 0  # NOTIFY_CONSUMER_IDS_CHANGED requests received
         self._pull_tasks: set[asyncio.Task] = set()
@@ -191,14 +200,8 @@ class PushConsumer(Lifecycle):
             self._subscriptions.setdefault(f"{RETRY_GROUP_TOPIC_PREFIX}{self.group}", MessageSelector.by_tag())
         await self._svc.start()
         self.routes.start()
-        for topic in self._subscriptions:
-            try:
-                await self.routes.refresh(topic)
-            except MQClientError as exc:
-                if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                    raise
-                log.debug("retry topic %s has no route yet: %s", topic, exc)
         try:
+            await self._read_routes()
             await self._check_selectors()
         except MQClientError:  # nothing was registered yet: undo the start, the consumer cannot run as asked
             await self._svc.stop(timeout_s=1.0)
@@ -253,6 +256,27 @@ class PushConsumer(Lifecycle):
         await self.remoting.close()
         if self.trace is not None:
             await self.trace.dispatcher.stop()
+
+    async def _read_routes(self) -> None:
+        """Every subscribed topic's route, ``START_ROUTE_READS`` reads at a time; a subscribed topic without a route
+        fails the start, the retry topic may have none yet."""
+        topics = iter(list(self._subscriptions))
+
+        async def reader() -> None:
+            for topic in topics:
+                try:
+                    await self.routes.refresh(topic)
+                except MQClientError as exc:
+                    if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                        raise
+                    log.debug("retry topic %s has no route yet: %s", topic, exc)
+
+        readers = [asyncio.ensure_future(reader()) for _ in range(START_ROUTE_READS)]
+        try:
+            await asyncio.gather(*readers)
+        finally:
+            for task in readers:
+                task.cancel()
 
     async def _check_selectors(self) -> None:
         """CHECK_CLIENT_CONFIG for every SQL92 subscription on every master of its topic (Java's
@@ -319,8 +343,10 @@ class PushConsumer(Lifecycle):
                     await self._heartbeat()
                 changed = notified
                 if not changed and self.message_model is MessageModel.CLUSTERING:
+                    memo: dict[str, list[str]] = {}  # one GET_CONSUMER_LIST_BY_GROUP per broker group per poll
                     for topic in self._subscriptions:
-                        cids = await consumer_ids(self.routes, self.remoting, self.group, topic, self.request_timeout_s)
+                        cids = await consumer_ids(self.routes, self.remoting, self.group, topic, self.request_timeout_s,
+                                                  memo)
                         if cids is not None and cids != self._last_cids.get(topic):
                             changed = True
                             break
@@ -332,15 +358,24 @@ class PushConsumer(Lifecycle):
             except Exception:
                 log.exception("rebalance of %s failed; next try in %.1fs", self.group, self.membership_poll_interval_s)
 
+    def _queues_by_topic(self) -> dict[str, list[ProcessQueue]]:
+        """The process queues grouped by topic, built once per pass (not once per topic: 1,000 topics x 8,000
+        queues is 8 million steps)."""
+        out: dict[str, list[ProcessQueue]] = {}
+        for mq, pq in self._pqs.items():
+            out.setdefault(mq.topic, []).append(pq)
+        return out
+
     def _routes_changed(self) -> bool:
         """True when an owned queue left its route, or a route still missing (e.g. the retry topic) is due."""
         now = time.monotonic()
+        by_topic = self._queues_by_topic()
         for topic in self._subscriptions:
             route = self.routes.cached(topic)
             if route is None and now - self._missing_route_tried.get(topic, 0.0) >= MISSING_ROUTE_RETRY_S:
                 self._missing_route_tried[topic] = now
                 return True
-            owned = {mq for mq in self._pqs if mq.topic == topic}
+            owned = {pq.mq for pq in by_topic.get(topic, ())}
             if route is not None and not owned.issubset(route.subscribe_queues):
                 return True
         return False
@@ -348,6 +383,8 @@ class PushConsumer(Lifecycle):
     async def _rebalance(self) -> None:
         async with self._rebalance_lock:
             self._last_full_rebalance = time.monotonic()
+            memo: dict[str, list[str]] = {}  # one GET_CONSUMER_LIST_BY_GROUP per broker group per round
+            by_topic = self._queues_by_topic()
             for topic, expression in list(self._subscriptions.items()):
                 route = self.routes.cached(topic)
                 if route is None:
@@ -358,7 +395,8 @@ class PushConsumer(Lifecycle):
                 mqs = sorted(route.subscribe_queues)
                 others = False
                 if self.message_model is MessageModel.CLUSTERING:
-                    cids = await consumer_ids(self.routes, self.remoting, self.group, topic, self.request_timeout_s)
+                    cids = await consumer_ids(self.routes, self.remoting, self.group, topic, self.request_timeout_s,
+                                              memo)
                     if cids is None:
                         continue
                     self._last_cids[topic] = cids
@@ -369,14 +407,16 @@ class PushConsumer(Lifecycle):
                     others = len(cids) > 1
                 else:
                     mine = mqs
-                await self._update_queues(topic, expression, set(mine), others)
+                await self._update_queues(topic, expression, set(mine), others, by_topic.get(topic, []))
 
     async def _update_queues(
-        self, topic: str, expression: MessageSelector, mine: set[MessageQueue], others: bool
+        self, topic: str, expression: MessageSelector, mine: set[MessageQueue], others: bool,
+        current: list[ProcessQueue],
     ) -> None:
+        """``current``: ``topic``'s process queues when the round began (only this call changes them)."""
         if self._state != "started":
             return  # stop() owns the queues now
-        gone = [pq for mq, pq in self._pqs.items() if mq.topic == topic and (mq not in mine or pq.dropped)]
+        gone = [pq for pq in current if self._pqs.get(pq.mq) is pq and (pq.mq not in mine or pq.dropped)]
         for pq in gone:
             pq.dropped = True
             if pq.task is not None:
@@ -429,9 +469,12 @@ class PushConsumer(Lifecycle):
             return
         while pq.next_offset < 0 and not pq.dropped:
             try:
-                pq.next_offset = await start_offset(
-                    self.offsets, self.routes, self.remoting, mq, self.consume_from_where, self.consume_timestamp_ms,
-                    self.request_timeout_s)
+                async with self._offset_lookups:  # the queue pulls as soon as its own offset is known
+                    if pq.dropped:
+                        return
+                    pq.next_offset = await start_offset(
+                        self.offsets, self.routes, self.remoting, mq, self.consume_from_where,
+                        self.consume_timestamp_ms, self.request_timeout_s)
                 self.offsets.update(mq, pq.next_offset)
             except MQClientError as exc:
                 log.warning("cannot read the start offset of %s: %s", mq, exc)
