@@ -19,7 +19,8 @@ broker serves at most 1,024 requests of one connection at once (remoting ``Limit
 held by ``PullRequestHoldService`` counts as one, so once the consumer's one connection holds 1,024 polls the broker
 stops reading it: every other request on it (offset lookups, commits, consumer lists, more pulls) waits for a hold
 to end (up to 15 s) and times out at 5 s. RocketMQ's broker keeps held pulls out of its request pool, so a Java
-consumer of 8,000 queues has 8,000 polls held on one channel.
+consumer of 8,000 queues has 8,000 polls held on one channel. Since then a held pull is parked
+(``Connection.parked``, up to ``Limits.max_parked`` per connection) and no longer counts: label ``parked``.
 """
 
 from __future__ import annotations

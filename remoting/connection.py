@@ -15,7 +15,11 @@ Every buffer is bounded (``Limits``):
 - reading: the frame decoder holds at most one partial frame (``max_frame``); a frame that does not decode
   closes the connection with one log line (rate-limited per process), nothing else is touched;
 - serving: at most ``max_requests`` requests of the peer, totalling ``max_request_bytes``, are served at once;
-  beyond that the connection stops reading, and TCP holds the peer back;
+  beyond that the connection stops reading, and TCP holds the peer back. A request that waits for data rather
+  than for work (a held long-polling pull: a consumer keeps one per queue it owns, thousands on one connection)
+  says so with ``async with conn.parked()``: up to ``max_parked`` of them do not count toward ``max_requests``,
+  so a consumer of 1,000 topics x 8 queues no longer stopped its own connection behind its held pulls (offset
+  lookups and commits waited up to the 15 s hold and timed out);
 - writing: when the peer does not read its answers and the transport's buffer passes ``write_high_water``, the
   connection stops reading new requests; when it stays stalled for ``stall_timeout_s`` or the buffer passes
   ``write_hard_cap``, the connection is closed with a log line saying why.
@@ -36,6 +40,7 @@ stored message stays stored; its answer has nowhere to go). Not thread-safe: one
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import inspect
 import logging
@@ -43,7 +48,7 @@ import struct
 import termios
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +84,7 @@ TURN = "turn"  # the pause reason while a connection waits for its next turn
 class Limits:
     max_frame: int = DEFAULT_MAX_FRAME
     max_requests: int = 1024  # the peer's requests served at once
+    max_parked: int = 16384  # of those, waiting for data (``parked``), not counted in max_requests
     max_request_bytes: int = 64 * 1024 * 1024  # their frames' bytes
     max_pending: int = 65536  # our requests waiting for the peer's answers
     write_high_water: int = 4 * 1024 * 1024
@@ -183,6 +189,7 @@ class Connection(asyncio.Protocol):
         self._opaque = 0
         self._serving: set[asyncio.Task | asyncio.Future | DeferredAnswer] = set()
         self._serving_bytes = 0
+        self._parked = 0  # requests in ``_serving`` that wait for data (``parked``)
         self._pause_reasons: set[str] = set()
         self._stall_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -561,14 +568,14 @@ class Connection(asyncio.Protocol):
         task = self._loop.create_task(self._finish(cmd, awaitable, size))  # type: ignore[union-attr]
         self._serving.add(task)
         self._serving_bytes += size
-        if len(self._serving) >= self.limits.max_requests or self._serving_bytes >= self.limits.max_request_bytes:
+        if self._load_full():
             self._pause("load")
         task.add_done_callback(self._served)
 
     def _serve_deferred(self, cmd: RemotingCommand, answer: DeferredAnswer, size: int) -> None:
         self._serving.add(answer)  # type: ignore[arg-type]  (cancelled like the tasks when the connection closes)
         self._serving_bytes += size
-        if len(self._serving) >= self.limits.max_requests or self._serving_bytes >= self.limits.max_request_bytes:
+        if self._load_full():
             self._pause("load")
 
         def deliver(result: Any) -> None:
@@ -583,7 +590,7 @@ class Connection(asyncio.Protocol):
         """A processor that answers through a future (a grouped send): served like a task, answered by callback."""
         self._serving.add(fut)  # type: ignore[arg-type]  (cancelled like the tasks when the connection closes)
         self._serving_bytes += size
-        if len(self._serving) >= self.limits.max_requests or self._serving_bytes >= self.limits.max_request_bytes:
+        if self._load_full():
             self._pause("load")
         fut.add_done_callback(lambda f: self._future_done(cmd, f, size))
 
@@ -607,12 +614,27 @@ class Connection(asyncio.Protocol):
         self._serving.discard(task)
         if not self._flush_scheduled:  # else the flush this answer scheduled accounts once for the whole pass
             self.account()
-        if (
-            "load" in self._pause_reasons
-            and len(self._serving) < self.limits.max_requests
-            and self._serving_bytes < self.limits.max_request_bytes
-        ):
+        if "load" in self._pause_reasons and not self._load_full():
             self._resume("load")
+
+    def _load_full(self) -> bool:
+        return (len(self._serving) - self._parked >= self.limits.max_requests
+                or self._serving_bytes >= self.limits.max_request_bytes)
+
+    @contextlib.asynccontextmanager
+    async def parked(self) -> AsyncIterator[None]:
+        """Around a request's wait for data (a held pull): it stops counting toward ``max_requests`` meanwhile,
+        up to ``max_parked`` such waits; past that it counts as any request does."""
+        if self._parked >= self.limits.max_parked:
+            yield
+            return
+        self._parked += 1
+        if "load" in self._pause_reasons and not self._load_full():
+            self._resume("load")
+        try:
+            yield
+        finally:
+            self._parked -= 1
 
     async def _finish(self, cmd: RemotingCommand, awaitable: Awaitable[Any], size: int) -> None:
         try:

@@ -244,7 +244,7 @@ def serve_pull(ctx: BrokerContext, conn: Connection, request: RemotingCommand):
         _commit(ctx, conn, h)
     answer, count, size, suggest = _read(ctx, h, request, group, filters)
     if answer.code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & PULL_SUSPEND:
-        return _held(ctx, h, request, group, filters)
+        return _held(ctx, conn, h, request, group, filters)
     _count(ctx, h, count, size, suggest)
     return answer
 
@@ -262,6 +262,7 @@ def _commit(ctx: BrokerContext, conn: Connection, h: PullHeader) -> None:
 
 async def _held(
     ctx: BrokerContext,
+    conn: Connection,
     h: PullHeader,
     request: RemotingCommand,
     group: SubscriptionGroupConfig,
@@ -270,10 +271,11 @@ async def _held(
     broker = ctx.settings.broker
     limit_ms = broker.broker_suspend_max_time_millis
     hold_ms = min(h.suspend_timeout_millis or limit_ms, limit_ms)
-    if broker.long_polling_enable:
-        await ctx.hold.hold(h.topic, h.queue_id, h.queue_offset, hold_ms / 1000)
-    else:
-        await ctx.hold.sleep(min(broker.short_polling_time_mills, hold_ms) / 1000)
+    async with conn.parked():  # waits for data, not for work: the connection's other requests go on meanwhile
+        if broker.long_polling_enable:
+            await ctx.hold.hold(h.topic, h.queue_id, h.queue_offset, hold_ms / 1000)
+        else:
+            await ctx.hold.sleep(min(broker.short_polling_time_mills, hold_ms) / 1000)
     answer, count, size, suggest = _read(ctx, h, request, group, filters)
     _count(ctx, h, count, size, suggest)
     return answer

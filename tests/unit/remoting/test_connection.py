@@ -18,7 +18,7 @@ from remoting.server import RemotingServer
 from harness.hanging_port import hanging_port
 from harness.waiting import async_wait_until
 
-ECHO, HOLD, BIG, NEEDS_INT, BOOM = 1, 3, 4, 5, 6
+ECHO, HOLD, BIG, NEEDS_INT, BOOM, PARK = 1, 3, 4, 5, 6, 7
 
 
 @pytest.fixture
@@ -27,7 +27,8 @@ async def server():
         "test-server",
         "127.0.0.1",
         0,
-        limits=Limits(max_requests=8, write_hard_cap=2 << 20, write_high_water=256 << 10, stall_timeout_s=2),
+        limits=Limits(max_requests=8, max_parked=16, write_hard_cap=2 << 20, write_high_water=256 << 10,
+                      stall_timeout_s=2),
     )
     release = asyncio.Event()
     seen: list[int] = []
@@ -40,6 +41,11 @@ async def server():
         await release.wait()
         return response_to(req, 0, remark="released")
 
+    async def park(conn, req):  # a held pull: waits for data, not for work
+        async with conn.parked():
+            await release.wait()
+        return response_to(req, 0, remark="released")
+
     def big(conn, req):
         return response_to(req, 0, body=b"x" * (256 << 10))
 
@@ -47,7 +53,7 @@ async def server():
         Fields(req.ext, "test request").req_int("n")
         return response_to(req, 0)
 
-    for code, fn in ((ECHO, echo), (HOLD, hold), (BIG, big), (NEEDS_INT, needs_int)):
+    for code, fn in ((ECHO, echo), (HOLD, hold), (BIG, big), (NEEDS_INT, needs_int), (PARK, park)):
         srv.register(code, fn)
     await srv.start()
     srv.release = release  # type: ignore[attr-defined]
@@ -181,6 +187,23 @@ async def test_in_flight_cap_stops_reading_until_requests_finish(server, client)
     server.release.set()
     assert (await echo).code == 0
     assert [r.code for r in await asyncio.gather(*held)] == [0] * 8
+
+
+async def test_requests_waiting_for_data_do_not_count_toward_the_cap_up_to_max_parked(server, client):
+    """A consumer keeps one held pull per queue on one connection: 16 parked ones (max_parked) leave all 8 slots
+    (max_requests) to the connection's other requests; the 17th parked one counts like any request."""
+    conn = await client.connection(addr(server))
+    parked = [asyncio.ensure_future(conn.invoke(RemotingCommand(PARK), 10)) for _ in range(16)]
+    await async_wait_until(lambda: sum(c.serving for c in server.connections) == 16, 3, "16 parked requests")
+    assert (await conn.invoke(RemotingCommand(ECHO), 3)).code == 0  # served beside them
+    beyond = [asyncio.ensure_future(conn.invoke(RemotingCommand(PARK), 10)) for _ in range(8)]
+    await async_wait_until(lambda: sum(c.serving for c in server.connections) == 24, 3, "8 more parked")
+    echo = asyncio.ensure_future(conn.invoke(RemotingCommand(ECHO), 10))
+    await asyncio.sleep(0)  # let the echo reach the socket
+    assert not echo.done() and server.seen == [ECHO]  # those 8 hold the 8 slots: the next one waits in TCP, unread
+    server.release.set()
+    assert (await echo).code == 0
+    assert [r.code for r in await asyncio.gather(*parked, *beyond)] == [0] * 24
 
 
 async def test_a_peer_that_never_reads_is_bounded_then_disconnected(server):
