@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Self
 
+from harness.log_watch import WATCH
 from harness.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -141,6 +142,7 @@ class ServerProcess:
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError(f"{self.module} is already running")
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        WATCH.started(self.log_path, self._log_offset)
         env = dict(os.environ)
         env.pop("NAMESRV_ADDR", None)
         env["PYTHONUNBUFFERED"] = "1"
@@ -197,21 +199,25 @@ class ServerProcess:
 
     def stop(self, timeout_s: float = 15.0) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit code."""
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        self.resume()
-        self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(timeout=5)
+            if self.proc is None or self.proc.poll() is not None:
+                return self.proc.returncode if self.proc else None
+            self.resume()
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                return self.proc.wait(timeout=5)
+        finally:
+            WATCH.stopped(self.log_path)  # its last words are read before a test can remove its directory
 
     def kill(self) -> None:
         """SIGKILL: a crash, no flush, no checkpoint."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+        WATCH.stopped(self.log_path)
 
     def pause(self) -> None:
         if self.running():
