@@ -4,6 +4,8 @@ Each process gets its own conf file and log file under a test directory, fixed f
 broker comes back at the same address), and is ready when its RocketMQ-style boot line appears in the log:
 ``The Name Server boot success. listen=HOST:PORT ...`` or ``The broker[NAME, HOST:PORT] boot success. ...``.
 Stop is TERM then KILL; ``kill()`` is SIGKILL (a crash); ``pause()``/``resume()`` are SIGSTOP/SIGCONT.
+Each start and stop is told to ``harness.log_watch.WATCH``, so a test fails when a server logged a programming
+error while it ran (``harness.pytest_log_check``).
 """
 
 from __future__ import annotations
