@@ -4,6 +4,8 @@ Each process gets its own conf file and log file under a test directory, fixed f
 broker comes back at the same address), and is ready when its RocketMQ-style boot line appears in the log:
 ``The Name Server boot success. listen=HOST:PORT ...`` or ``The broker[NAME, HOST:PORT] boot success. ...``.
 Stop is TERM then KILL; ``kill()`` is SIGKILL (a crash); ``pause()``/``resume()`` are SIGSTOP/SIGCONT.
+Each start and stop is told to ``harness.log_watch.WATCH``, so a test fails when a server logged a programming
+error while it ran (``harness.pytest_log_check``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Self
 
+from harness.log_watch import WATCH
 from harness.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -141,6 +144,7 @@ class ServerProcess:
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError(f"{self.module} is already running")
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        WATCH.started(self.log_path, self._log_offset)
         env = dict(os.environ)
         env.pop("NAMESRV_ADDR", None)
         env["PYTHONUNBUFFERED"] = "1"
@@ -197,21 +201,25 @@ class ServerProcess:
 
     def stop(self, timeout_s: float = 15.0) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit code."""
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        self.resume()
-        self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(timeout=5)
+            if self.proc is None or self.proc.poll() is not None:
+                return self.proc.returncode if self.proc else None
+            self.resume()
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                return self.proc.wait(timeout=5)
+        finally:
+            WATCH.stopped(self.log_path)  # its last words are read before a test can remove its directory
 
     def kill(self) -> None:
         """SIGKILL: a crash, no flush, no checkpoint."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+        WATCH.stopped(self.log_path)
 
     def pause(self) -> None:
         if self.running():

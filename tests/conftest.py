@@ -8,9 +8,13 @@ sets are larger units, because their tests must not overlap at all:
 - ``spark``: one Spark session (a JVM) serves every Spark test; two would halve each other's CPU on two cores.
 The units are given to xdist as the scopes of its load-scope scheduler (xdist's ``loadgroup`` markers cannot carry
 them: pytest 9.2 no longer lets xdist rename a node id). Without ``-n`` the suite runs in one process as collected.
+
+Every test also fails when a server logged a programming error while it ran (``harness.pytest_log_check``).
 """
 
 from __future__ import annotations
+
+pytest_plugins = ("harness.pytest_log_check",)
 
 SHARED = {
     "host-ports": ("tests/system/", "tests/integration/broker/test_default_ports.py"),

@@ -116,6 +116,14 @@ def _guarded(response_cls):
 _USE_POP = "use a SimpleConsumer or PushConsumer, or the remoting protocol"
 
 
+def abandon(fut: asyncio.Future) -> None:
+    """Cancel a read the stream no longer waits for, and take its outcome when it comes: a read that finished
+    anyway (the client's end of the stream, StopAsyncIteration, racing the cancel) would otherwise be logged as
+    "Task exception was never retrieved"."""
+    fut.cancel()
+    fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+
 def _unsupported(rpc: str, feature: str, what_to_do: str):
     """The unary handler of an RPC pyrmq does not serve: UNSUPPORTED naming the feature, never a gRPC UNKNOWN."""
     response_cls = getattr(spb, f"{rpc}Response")
@@ -260,8 +268,8 @@ class MessagingService(sgrpc.MessagingServiceServicer):
                     return
         finally:
             for pending in (reading, pushing):
-                if pending is not None and not pending.done():
-                    pending.cancel()
+                if pending is not None:
+                    abandon(pending)
             if channel is not None:
                 channel.streams -= 1
             client.streams -= 1

@@ -233,6 +233,11 @@ class HAMaster:
         self._handshakes[mine] = (asyncio.current_task(), writer)
         try:
             await self._handshake(reader, writer, mine)
+        except asyncio.CancelledError:
+            # evicted for a newcomer, or the master stops: the handshake just ends. Not re-raised: this is the top
+            # of the connection's task, and Python 3.11's start_server callback calls task.exception() on it,
+            # which raises for a cancelled task ("Exception in callback ..." with a CancelledError, per eviction).
+            writer.close()
         finally:
             self.slots.release(mine)
             self._handshakes.pop(mine, None)
