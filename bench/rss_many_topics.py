@@ -9,6 +9,9 @@ by mapping: the commitlog, the consume-queue files, the index files, shared libr
 anonymous memory, and smaps_rollup's split into anonymous, file-backed clean and dirty pages. File-backed clean
 pages are page cache the kernel takes back under memory pressure; anonymous pages are the process's own.
 
+``--senders-first`` starts the senders before the consumer, as ``bench.scaling`` does: with 1,000 topics the
+consumer takes minutes to start and the broker writes (and maps) that much more before the reading.
+
 Per tree (``--tree NAME=PATH``, repeatable, ``bench.trees``) and topic count. Writes
 ``bench/results/rss_many_topics.json``. Never passes or fails.
 
@@ -78,7 +81,7 @@ def rollup(pid: int) -> dict[str, int]:
     return {line.split(":")[0]: int(line.split()[1]) * 1024 for line in lines}
 
 
-async def run_point(tree, topics: int, seconds: float, root: Path) -> dict:
+async def run_point(tree, topics: int, seconds: float, root: Path, *, senders_first: bool = False) -> dict:
     work = root / f"{tree.name}-{topics}"
     servers: list[Server] = []
     clients: list[ClientProc] = []
@@ -101,8 +104,17 @@ async def run_point(tree, topics: int, seconds: float, root: Path) -> dict:
         await producer.start(timeout_s=90 + topics / 5)
         consumer = ClientProc(tree, work, "consumer", *args, "--group", "RssConsumer")
         clients.append(consumer)
+        before = {}
+        if senders_first:  # as bench.scaling: the senders run while the consumer starts
+            producer.send("start")
+        started = time.monotonic()
         await consumer.start(timeout_s=90 + topics / 5)
-        producer.send("start")
+        if senders_first:
+            producer.send("mark")
+            before = {"consumer_start_s": round(time.monotonic() - started, 1),
+                      "sent_before_window": (await producer.read())["sent"]}
+        else:
+            producer.send("start")
         await asyncio.sleep(seconds)
         producer.send("mark")
         consumer.send("mark")
@@ -111,6 +123,7 @@ async def run_point(tree, topics: int, seconds: float, root: Path) -> dict:
         roll = rollup(master.pid)
         return {
             "tree": tree.name, "topics": topics, "queues": topics * 8, "seconds": seconds,
+            "senders_first": senders_first, **before,
             "sent": sent, "received": received, "boot_rss_mib": round(boot_rss / MIB, 1),
             "rss_mib": round(roll["Rss"] / MIB, 1),
             "anonymous_mib": round(roll["Anonymous"] / MIB, 1),
@@ -135,7 +148,7 @@ async def main_async(args) -> None:
         for tree in trees:
             for topics in args.topics or [1, 1000]:
                 started = time.monotonic()
-                point = await run_point(tree, topics, args.seconds, root)
+                point = await run_point(tree, topics, args.seconds, root, senders_first=args.senders_first)
                 point["elapsed_s"] = round(time.monotonic() - started, 1)
                 points.append(point)
                 print(point, flush=True)
@@ -147,7 +160,7 @@ async def main_async(args) -> None:
              p["file_clean_mib"], p["dirty_mib"], *p["by_mapping_mib"].values(), p["consume_queue_mappings"],
              p["consume_queue_kib_per_mapping"]] for p in points]
     print_table("master resident memory by mapping (MiB)", columns, rows)
-    write_json("rss_many_topics", {"args": vars(args), "trees": described, "note": args.note, "points": points})
+    write_json("rss_many_topics" + ("_senders_first" if args.senders_first else ""), {"args": vars(args), "trees": described, "note": args.note, "points": points})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tree", action="append", help="NAME=PATH (repeatable); default: this checkout")
     ap.add_argument("--topics", action="append", type=int, help="topic counts (repeatable; default 1 and 1000)")
     ap.add_argument("--seconds", type=float, default=8.0, help="how long the senders run before the reading")
+    ap.add_argument("--senders-first", action="store_true",
+                    help="start the senders before the consumer, as bench.scaling does (writes rss_many_topics_senders_first.json)")
     ap.add_argument("--note", default="")
     asyncio.run(main_async(ap.parse_args(argv)))
     return 0
