@@ -141,3 +141,46 @@ async def test_by_default_the_open_file_bound_follows_the_descriptor_limit_and_a
         for topic, queue_id in queues:
             assert (await store.put_messages(topic, queue_id, [draft(b"x")])).status is PutStatus.PUT_OK
     assert store.consume_queue_files() == (len(queues), limit, 0)
+
+
+def resident_per_mapping(word: str) -> list[int]:
+    """Resident bytes of each of this process's mappings whose path holds ``word`` (from /proc/self/smaps)."""
+    out, inside = [], False
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            parts = line.split()
+            if "-" in parts[0] and not parts[0].endswith(":"):  # a mapping's header line
+                inside = len(parts) > 5 and word in parts[5]
+            elif inside and parts[0] == "Rss:":
+                out.append(int(parts[1]) * 1024)
+    return out
+
+
+async def test_a_queue_costs_a_page_of_its_mapping_and_a_few_kib_of_python_heap(tmp_path, open_store):
+    # bench.scaling's 1,000 topics x 8 queues: what each queue costs the broker beyond its data. A queue written and
+    # read once keeps one resident page of its 6 MB mapping (writes are pwrites, the reservation is fallocate: only
+    # the read touches the mapping) and about 2 KiB of Python objects (queue, file, paths). The index is off: its
+    # pending offers are bounded on their own (MAX_OFFERED_BYTES) and are per message, not per queue.
+    import gc
+    import tracemalloc
+
+    store = await open_store(small_config(tmp_path / "store", mapped_file_size_consume_queue=CQ_FILE,
+                                          max_open_consume_queue_files=4096, message_index_enable=False))
+    await store.put_messages("warm", 0, [draft(b"x")])
+    queues = [(f"T{i // 8}", i % 8) for i in range(2000)]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for topic, queue_id in queues:
+            assert (await store.put_messages(topic, queue_id, [draft(b"x" * 100)])).status is PutStatus.PUT_OK
+            assert store.get_message("g", topic, queue_id, 0, 4).status is GetStatus.FOUND
+        gc.collect()
+        heap_per_queue = (tracemalloc.get_traced_memory()[0] - before) / len(queues)
+    finally:
+        tracemalloc.stop()
+    assert heap_per_queue < 8 * 1024, heap_per_queue
+    resident = resident_per_mapping(str(store.config.consume_queue_dir))
+    assert len(resident) == len(queues) + 1
+    assert max(resident) <= 2 * 4096, max(resident)
+    assert sum(resident) <= (len(queues) + 1) * 4096 * 1.1, sum(resident)
