@@ -435,7 +435,7 @@ def report(args, plan, rows: list[dict], load, described) -> None:
         if "failed" in r:
             print(f"FAILED {r['sweep']}={r['value']} {r['role']}: {r['failed'][:300]}")
     out_dir = Path(args.out_dir)
-    loads = [r["loadavg_1m"] for r in ok] or [load[0]]
+    loads = [r["loadavg_1m"] for r in ok if "loadavg_1m" in r] or [load[0]]
     note = args.note or (f"{os.cpu_count()} cores, load average {min(loads):.0f}-{max(loads):.0f} over the points, "
                          f"{args.seconds:.0f} s points")
     charts = {}
