@@ -44,6 +44,10 @@ class AuthConfig:
     # gRPC v2: how far a request's signed x-mq-date-time may be from the broker's clock (RocketMQ checks none, so a
     # captured header worked for ever); within it a header can be replayed: TLS is what stops capture
     authentication_date_time_skew_millis: int = 300_000
+    # pyrmq's: failed authentications one source address may make at once, and how often one comes back after
+    # that (auth/throttle.py); while its budget is empty every request from that address is refused unchecked
+    authentication_failure_burst: int = 20
+    authentication_failure_refill_millis: int = 500
 
     def check(self, source: str) -> None:
         """At load: ConfigError when a JSON key cannot be read (never quoting it: it holds a secret)."""
@@ -51,6 +55,11 @@ class AuthConfig:
             raise ConfigError(f"authenticationDateTimeSkewMillis is {self.authentication_date_time_skew_millis}",
                               source=source, key="authenticationDateTimeSkewMillis",
                               hint="give at least 1000 (the date-time has whole seconds); 300000 is the default")
+        for key, value in (("authenticationFailureBurst", self.authentication_failure_burst),
+                           ("authenticationFailureRefillMillis", self.authentication_failure_refill_millis)):
+            if value < 1:
+                raise ConfigError(f"{key} is {value}", source=source, key=key,
+                                  hint="give at least 1 (defaults: a burst of 20, one failure back every 500 ms)")
         for key, read in (("initAuthenticationUser", self.init_user),
                           ("innerClientAuthenticationCredentials", self.inner_credentials)):
             try:

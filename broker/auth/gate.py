@@ -61,7 +61,7 @@ class AuthGate:
         self.inner = inner
         self.name = name
         self.refused = 0
-        self.throttle = throttle or FailureThrottle()
+        self.throttle = throttle if throttle is not None else FailureThrottle()  # an empty one has len 0
         self.clock: Callable[[], float] = time.monotonic
         self._log = RateLimitedLog(log, LOG_EVERY_S)
         self._block_log = RateLimitedLog(log, LOG_EVERY_S)

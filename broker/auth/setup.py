@@ -11,6 +11,7 @@ from broker.auth import processors
 from broker.auth.config import AuthConfig
 from broker.auth.gate import AuthGate
 from broker.auth.store import AuthStore
+from broker.auth.throttle import FailureThrottle
 from remoting.acl_signature import signer
 
 log = logging.getLogger(__name__)
@@ -30,8 +31,11 @@ def install(config: AuthConfig, config_dir: Path, servers: list, *, name: str = 
     if init is not None and store.ensure_super_user(*init):
         store.save_now()
         log.info("%s: created the init Super user %r", name, init[0])
+    throttle = FailureThrottle(burst=config.authentication_failure_burst,
+                               per_s=1000.0 / config.authentication_failure_refill_millis)
     gate = AuthGate(store, authentication=config.authentication_enabled,
-                    authorization=config.authorization_enabled, inner=config.inner_credentials(), name=name)
+                    authorization=config.authorization_enabled, inner=config.inner_credentials(), name=name,
+                    throttle=throttle)
     log.info("%s: ACL 2.0 on (authentication %s, authorization %s), %d users, %d ACLs", name,
              config.authentication_enabled, config.authorization_enabled, len(store.users), len(store.acls))
     for server in servers:
