@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,30 @@ async def master(tmp_path):
     server, addr = await sync_server(tmp_path / "m", m, BrokerRole.SYNC_MASTER)
     yield m, addr
     await server.stop(0)
+
+
+@contextlib.asynccontextmanager
+async def pushing_pair(tmp_path: Path, m: Managers) -> AsyncIterator[tuple[SlaveNotifier, Managers, SlaveSynchronize]]:
+    """A master over ``m`` whose notifier hears every table, as broker/server.py wires it, and a slave (its managers
+    under tmp_path/s) whose periodic round is an hour away: it subscribes with the round it runs at once, so
+    whatever it holds later came by push (or by an explicit ``sync_all``)."""
+    notifier = SlaveNotifier(**m.kw())
+    for table in (m.topics, m.groups):
+        table.change_listeners.append(notifier.on_tables_changed)
+    m.offsets.change_listeners.append(notifier.on_offsets_changed)
+    m.delay_offsets.change_listeners.append(notifier.on_delay_offsets_changed)
+    server, addr = await sync_server(tmp_path / "m", m, BrokerRole.SYNC_MASTER, notifier)
+    await notifier.start()
+    s = Managers(tmp_path / "s")
+    sync = SlaveSynchronize(**s.kw(), interval_ms=3_600_000, initial_delay_s=3600)
+    sync.update_master_addr(addr)  # a round at once, which subscribes
+    await sync.start()
+    try:
+        yield notifier, s, sync
+    finally:
+        await sync.stop()
+        await notifier.stop()
+        await server.stop(0)
 
 
 async def test_the_sync_answers_are_rocketmq_bodies_with_state_version_and_the_reset_versions(master):
@@ -258,15 +284,7 @@ async def test_pushed_delay_offsets_only_move_forward_and_the_round_replaces_the
     master moved back stays where it was on the slave until a round brings the master's whole table."""
     m = Managers(tmp_path / "m")
     m.delay_offsets.set(3, 42)
-    notifier = SlaveNotifier(**m.kw())
-    m.delay_offsets.change_listeners.append(notifier.on_delay_offsets_changed)
-    server, addr = await sync_server(tmp_path / "m", m, BrokerRole.SYNC_MASTER, notifier)
-    await notifier.start()
-    s = Managers(tmp_path / "s")
-    sync = SlaveSynchronize(**s.kw(), interval_ms=3_600_000, initial_delay_s=3600)
-    sync.update_master_addr(addr)  # a round at once, which subscribes
-    await sync.start()
-    try:
+    async with pushing_pair(tmp_path, m) as (notifier, s, sync):
         await async_wait_until(lambda: s.delay_offsets.get(3) == 42 and notifier.subscribers, 10, "the first round")
         m.delay_offsets.set(1, 10)
         await async_wait_until(lambda: s.delay_offsets.get(1) == 10, 5, "level 1 at 10 pushed to the slave", 0.01)
@@ -276,35 +294,19 @@ async def test_pushed_delay_offsets_only_move_forward_and_the_round_replaces_the
         assert s.delay_offsets.snapshot() == {1: 10, 2: 7, 3: 42}
         assert await sync.sync_all()
         assert s.delay_offsets.snapshot() == {1: 4, 2: 7, 3: 42}
-    finally:
-        await sync.stop()
-        await notifier.stop()
-        await server.stop(0)
 
 
 async def test_a_slave_that_pulled_a_change_wakes_the_update_waiting_for_it(tmp_path):
     """updateTopic answers once the slaves hold the change (``replicated``): the slave's report must wake that wait.
     A report once raised in the master (an attribute that did not exist), so every update waited out its bound:
-    1,000 topics created one after another took over 1,000 s."""
+    1,000 topics created one after another would have taken about 1,000 s."""
     from broker.slave_notify import TOPICS
 
     m = Managers(tmp_path / "m")
-    notifier = SlaveNotifier(**m.kw())
-    m.topics.change_listeners.append(notifier.on_tables_changed)
-    server, addr = await sync_server(tmp_path / "m", m, BrokerRole.SYNC_MASTER, notifier)
-    await notifier.start()
-    s = Managers(tmp_path / "s")
-    sync = SlaveSynchronize(**s.kw(), interval_ms=3_600_000, initial_delay_s=3600)
-    sync.update_master_addr(addr)
-    await sync.start()
-    try:
+    async with pushing_pair(tmp_path, m) as (notifier, s, _sync):
         await async_wait_until(lambda: notifier.subscribers, 10, "the slave subscribed")
         for i in range(3):
             m.topics.update(TopicConfig(f"Fresh{i}", 4, 4))
             async with asyncio.timeout(10):  # the bound below is an hour: only the slave's report ends the wait
                 assert await notifier.replicated(TOPICS, m.topics.data_version.counter, 3600) == []
             assert s.topics.get(f"Fresh{i}") is not None
-    finally:
-        await sync.stop()
-        await notifier.stop()
-        await server.stop(0)
