@@ -49,7 +49,7 @@ def max_map_count(path: Path = MAX_MAP_COUNT_PATH) -> int:
 
 def consume_queue_file_budget(nofile_soft: int, map_count: int) -> int:
     """Consume-queue files a broker keeps open when ``maxOpenConsumeQueueFiles`` is 0 (auto)."""
-    if nofile_soft == resource.RLIM_INFINITY or nofile_soft < 0:
+    if nofile_soft < 0:  # RLIM_INFINITY (-1)
         nofile_soft = 1 << 20
     by_fds = (nofile_soft - RESERVED_FDS) // 4
     return max(MIN_FILES, min(by_fds, map_count // 4))

@@ -578,6 +578,7 @@ class MessageStore:
     def runtime_info(self) -> dict[str, str]:
         first = self._commitlog.files.first
         earliest = 0 if first is None else max(get_path.store_time_of(self._commitlog, first.start_offset), 0)
+        cq_open, cq_limit, cq_parked = self.consume_queue_files()
         info = {
             "commitLogMinOffset": str(self.min_phy_offset),
             "commitLogMaxOffset": str(self.max_phy_offset),
@@ -588,9 +589,9 @@ class MessageStore:
             "brokerRole": self.role.name,
             "diskFull": str(self.disk.full).lower(),
             "consumeQueueCount": str(len(self._queues)),
-            "consumeQueueOpenFiles": str(len(self._queues.open_files)),
-            "consumeQueueOpenFilesLimit": str(self._queues.open_files.limit),
-            "consumeQueueFilesParked": str(self._queues.open_files.parked_total),
+            "consumeQueueOpenFiles": str(cq_open),
+            "consumeQueueOpenFilesLimit": str(cq_limit),
+            "consumeQueueFilesParked": str(cq_parked),
             "unitSize": str(UNIT_SIZE),
         }
         info.update({k: str(v) for k, v in self.stats.items()})
